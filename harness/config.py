@@ -1,0 +1,30 @@
+"""Settings: where the store lives, where caches go, default time limits.
+
+Every setting can be given in the environment with the `HARNESS_` prefix (for example
+`HARNESS_DB=postgresql://...`); command-line options override the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DB_DIR = PROJECT_ROOT / "db"
+CANDIDATES_DIR = PROJECT_ROOT / "candidates"
+PROMPTS_DIR = PROJECT_ROOT / "prompts"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HARNESS_", extra="ignore")
+
+    db: str = f"sqlite:///{DB_DIR / 'harness.sqlite'}"
+    cache_dir: Path = Path.home() / ".cache" / "harness"
+    import_timeout_s: float = 300.0
+    call_timeout_s: float = 120.0
+    max_file_bytes: int = 1_000_000
+
+
+def get_settings() -> Settings:
+    return Settings()
