@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 from typer.exceptions import Abort, Exit, TyperException
@@ -46,10 +46,308 @@ def version() -> None:
     console.print(__version__)
 
 
+@app.command()
+def init(db: DbOption = None) -> None:
+    """Create the store, or upgrade it to this harness's schema."""
+    from harness.store.session import open_store
+
+    store = open_store(db)
+    store.close()
+    if store.previous_revision is None:
+        state = "created"
+    elif store.migrated:
+        state = f"upgraded from {store.previous_revision}"
+    else:
+        state = "already current"
+    print(f"store {store.url}: schema {store.schema_revision} ({state})")
+
+
+@app.command()
+def register(
+    file: Annotated[Path, typer.Argument(help="The candidate file.", show_default=False)],
+    lineage: Annotated[str | None, typer.Option(help="Lineage name (default: the file name's stem).")] = None,
+    parent: Annotated[int | None, typer.Option(help="Parent submission id (default: the lineage's latest).")] = None,
+    submission_id: Annotated[int | None, typer.Option("--id", help="Keep this external submission id.")] = None,
+    message: Annotated[str, typer.Option("--message", "-m", help="What changed.")] = "",
+    author: Annotated[str, typer.Option(help="A person's or an agent's name.")] = "",
+    task: Annotated[
+        str | None, typer.Option(help="Task (default: the #!POPCORN leaderboard directive, else conv2d_v2).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Register a candidate file as the next revision of its lineage."""
+    from harness.candidates import read_candidate_file
+    from harness.store.revisions import register_revision
+    from harness.store.session import open_store
+
+    content = read_candidate_file(file)
+    store = open_store(db)
+    try:
+        with store.session() as session:
+            outcome = register_revision(
+                session, content, str(file), lineage=lineage, parent_id=parent, submission_id=submission_id,
+                message=message, author=author, task=task,
+            )
+            print(outcome.describe())
+            if outcome.created and outcome.revision.flags:
+                error = outcome.revision.syntax_error
+                print(f"  flags: {', '.join(outcome.revision.flags)}" + (f" ({error})" if error else ""))
+    finally:
+        store.close()
+
+
+@app.command()
+def seed(
+    manifest: Annotated[
+        Path | None, typer.Option(help="Seed manifest (default: candidates/manifest.yml).", show_default=False)
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Register the seed revisions that the manifest lists (a second run registers nothing)."""
+    from harness.candidates import read_seeds
+    from harness.config import CANDIDATES_DIR
+    from harness.store.revisions import register_seeds
+    from harness.store.session import open_store
+
+    seeds = read_seeds(manifest or CANDIDATES_DIR / "manifest.yml")
+    store = open_store(db)
+    try:
+        with store.session() as session:
+            outcomes = register_seeds(session, seeds)
+            lines = [outcome.describe() for outcome in outcomes]
+    finally:
+        store.close()
+    print("\n".join(lines))
+    created = sum(outcome.created for outcome in outcomes)
+    if created:
+        print(f"{created} registered, {len(outcomes) - created} already there")
+    else:
+        print(f"nothing new: all {len(outcomes)} seed revisions are already registered")
+
+
+@app.command("list")
+def list_revisions_command(
+    task: Annotated[str | None, typer.Option(help="Only this task's revisions.")] = None,
+    lineage: Annotated[str | None, typer.Option(help="Only this lineage's revisions.")] = None,
+    db: DbOption = None,
+) -> None:
+    """List registered revisions (submissions) in the order they were registered."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from harness.store.revisions import list_revisions
+    from harness.store.session import open_store
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+    for column in ("id", "lineage", "rev", "parent", "task", "author", "created (UTC)", "flags"):
+        table.add_column(column, overflow="fold", no_wrap=column in ("id", "rev", "parent", "created (UTC)"))
+    store = open_store(db)
+    try:
+        with store.session() as session:
+            revisions = list_revisions(session, task=task, lineage=lineage)
+            for revision in revisions:
+                cells = (
+                    revision.id, revision.lineage.name, f"r{revision.number}",
+                    "" if revision.parent_id is None else revision.parent_id, revision.task, revision.author,
+                    f"{revision.created_at:%Y-%m-%d %H:%M}", ", ".join(revision.flags),
+                )
+                table.add_row(*(Text(str(cell)) for cell in cells))
+    finally:
+        store.close()
+    if revisions:
+        (console if console.is_terminal else Console(width=1000)).print(table)  # a pipe gets whole rows
+    else:
+        print("no submissions" + (" match" if task or lineage else " yet: register one with `harness register FILE`"))
+
+
+@app.command()
+def show(
+    submission_id: Annotated[int, typer.Argument(metavar="ID", help="Submission id.", show_default=False)],
+    db: DbOption = None,
+) -> None:
+    """Show one revision: its metadata, flags, then its code."""
+    from harness.store.revisions import get_revision, revision_code
+    from harness.store.session import open_store
+
+    store = open_store(db)
+    try:
+        with store.session() as session:
+            revision = get_revision(session, submission_id)
+            code = revision_code(revision)
+            fields = {
+                "parent": "none" if revision.parent_id is None else revision.parent_id,
+                "task": revision.task,
+                "file": revision.filename,
+                "author": revision.author,
+                "created": f"{revision.created_at:%Y-%m-%d %H:%M:%S} UTC",
+                "sha256": revision.code_sha256,
+                "directives": ", ".join(f"{key}={value}" for key, value in revision.directives.items()) or "none",
+                "entry point": revision.entry_point or "none",
+                "flags": ", ".join(revision.flags) or "none",
+                **({"syntax error": revision.syntax_error} if revision.syntax_error else {}),
+                "message": revision.message,
+            }
+            header = f"submission {revision.id}: {revision.lineage.name} r{revision.number}"
+    finally:
+        store.close()
+    lines = [header] + [f"{name + ':':<12} {value}" for name, value in fields.items()]
+    lines.append(f"--- {fields['file']} ({len(code)} bytes) ---")
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+    sys.stdout.buffer.write(code)
+    sys.stdout.buffer.flush()
+
+
 # --- runner and timing (issues 3, 4) ---------------------------------------------------------
 
 
 # --- tournament and reports (issue 5) -------------------------------------------------------
+
+
+TaskOption = Annotated[str, typer.Option("--task", help="Task name.")]
+
+
+def _write_report(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise HarnessError(f"cannot write {out}: {exc.strerror}") from None
+
+
+def _print_exact(text: str) -> None:
+    """Write text byte for byte (UTF-8, no markup, no wrapping). The diff text ends without a
+    newline; one is added only when stdout is a terminal, so that the prompt starts on its own
+    line while `harness diff ID > file` gets the exact text."""
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    if sys.stdout.isatty():
+        sys.stdout.buffer.write(b"\n")
+    sys.stdout.flush()
+
+
+@app.command()
+def leaderboard(
+    task: TaskOption = "conv2d_v2",
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="Device (cpu, cuda) or device name; default: the most recent run's environment."),
+    ] = None,
+    output_format: Annotated[
+        Literal["table", "json", "markdown", "html"],
+        typer.Option("--format", help="table, json (the contract for tools), markdown or html."),
+    ] = "table",
+    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of stdout.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Ranked revisions of a task in one environment; failing revisions below with their reason."""
+    from harness.report.html import render_leaderboard
+    from harness.report.leaderboard import build_leaderboard
+    from harness.store.session import open_store
+
+    with open_store(db).session() as session:
+        board = build_leaderboard(session, task, device)
+        to_terminal = out is None and console.is_terminal
+        text = render_leaderboard(session, board, output_format, color=to_terminal, width=console.width if to_terminal else 200)
+    _write_report(text, out)
+
+
+@app.command()
+def diff(
+    submission_id: Annotated[int, typer.Argument(metavar="ID", help="Submission id of the revision.")],
+    against: Annotated[
+        int | None, typer.Option("--against", metavar="ID", help="Diff against this revision instead of the parent.")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """A revision's diff against its parent, in the seeds' format (exact bytes; the text has no
+    final newline, and one is added only when stdout is a terminal)."""
+    from harness.report.history import revision_diff
+    from harness.store.session import open_store
+
+    with open_store(db).session() as session:
+        text = revision_diff(session, submission_id, against)
+    _print_exact(text)
+
+
+@app.command()
+def history(
+    lineage: Annotated[str | None, typer.Argument(help="Only this lineage.")] = None,
+    rank: Annotated[bool, typer.Option("--rank", help="Best first instead of submission order.")] = False,
+    task: TaskOption = "conv2d_v2",
+    device: Annotated[str | None, typer.Option("--device", help="Device or device name of the results shown.")] = None,
+    db: DbOption = None,
+) -> None:
+    """Every revision as `harness diff` shows it, under a line with its status, score and
+    comparison with its parent."""
+    from harness.report.history import build_history, render_history
+    from harness.store.session import open_store
+
+    with open_store(db).session() as session:
+        text = render_history(build_history(session, task, lineage, rank=rank, device=device))
+    _print_exact(text)
+
+
+
+# --- evolution (issue 6) ---------------------------------------------------------------------
+
+prompt_app = typer.Typer(help="The prompts agents read (jinja2 templates in prompts/).", no_args_is_help=True)
+app.add_typer(prompt_app, name="prompt")
+experiments_app = typer.Typer(help="Evolution experiments: list them, or tell one's story.")
+app.add_typer(experiments_app, name="experiments")
+
+
+@prompt_app.command("render")
+def prompt_render(
+    template: Annotated[str, typer.Argument(help="Template name: improve, fix, system (or a file in prompts/).")],
+    from_id: Annotated[int, typer.Option("--from", metavar="ID", help="The revision the prompt is about.")],
+    device: Annotated[
+        Optional[str], typer.Option("--device", help="Results of this device (default: the most recent run's).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Print a rendered prompt for a revision (an unknown template variable is an error)."""
+    from harness.evolve.prompts import check_template, prompt_context, render_template
+    from harness.store.revisions import get_revision
+    from harness.store.session import open_store
+
+    name = check_template(template)
+    with open_store(db).session() as session:
+        text = render_template(name, prompt_context(session, get_revision(session, from_id), device=device))
+    sys.stdout.write(text)
+
+
+@experiments_app.callback(invoke_without_command=True)
+def experiments_list(ctx: typer.Context, db: DbOption = None) -> None:
+    """List experiments (`harness experiments show ID` tells one step by step)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from harness.evolve.story import experiments_table, list_experiments
+    from harness.store.session import open_store
+
+    with open_store(db).session() as session:
+        summaries = list_experiments(session)
+    if summaries:
+        (console if console.is_terminal else Console(width=1000)).print(experiments_table(summaries))
+    else:
+        print("no experiments yet: start one with `harness evolve --from ID --generations N --proposer P`")
+
+
+@experiments_app.command("show")
+def experiments_show(
+    experiment_id: Annotated[int, typer.Argument(metavar="ID", help="Experiment id.")],
+    full: Annotated[bool, typer.Option("--full", help="Print every prompt and reply in full.")] = False,
+    db: DbOption = None,
+) -> None:
+    """Tell an experiment's story: each generation's parent, prompt, reply, cost and outcome."""
+    from harness.evolve.story import render_story
+    from harness.store.session import open_store
+
+    with open_store(db).session() as session:
+        text = render_story(session, experiment_id, full=full)
+    print(text)
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     cache_dir: Path = Path.home() / ".cache" / "harness"
     import_timeout_s: float = 300.0
     call_timeout_s: float = 120.0
+    shape_budget_s: float = 10.0  # timing: host seconds of timed calls per shape (GPU MODE: 10 s)
     max_file_bytes: int = 1_000_000
 
 

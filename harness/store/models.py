@@ -1,5 +1,7 @@
 """The store's tables as SQLAlchemy 2 typed models. Alembic (db/migrations) owns the schema:
-change a model here, then add a migration.
+after changing a model here, run `.venv/bin/python db/regenerate_initial.py` (no store has shipped
+yet, so the initial migration is regenerated rather than followed by a second one);
+tests/test_store.py fails while the migration and the models differ.
 
 - `Blob`: the exact bytes of a file, keyed by sha256 (content addressing).
 - `Lineage`: one named candidate; `Revision`: one submitted version of it.
@@ -11,9 +13,9 @@ change a model here, then add a migration.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, ClassVar
 
-from sqlalchemy import JSON, ForeignKey, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, LargeBinary, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -22,7 +24,18 @@ def utcnow() -> datetime:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    # Named constraints, so that a later migration can drop or alter them (SQLite batch mode
+    # recreates tables and needs the names).
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
 class Blob(Base):
@@ -52,7 +65,7 @@ class Revision(Base):
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     lineage_id: Mapped[int] = mapped_column(ForeignKey("lineages.id"))
     number: Mapped[int]
-    parent_id: Mapped[Optional[int]] = mapped_column(ForeignKey("revisions.id"))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("revisions.id"))
     task: Mapped[str] = mapped_column(String(100))
     code_sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256"))
     filename: Mapped[str] = mapped_column(String(500))
@@ -63,13 +76,13 @@ class Revision(Base):
     # {"leaderboard": "conv2d_v2", "gpu": "B200"}, the entry point name or None,
     # static flags such as ["library_delegation", "tf32_switch"], a syntax error message or None.
     directives: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    entry_point: Mapped[Optional[str]] = mapped_column(String(100))
+    entry_point: Mapped[str | None] = mapped_column(String(100))
     flags: Mapped[list[Any]] = mapped_column(default=list)
-    syntax_error: Mapped[Optional[str]] = mapped_column(Text)
+    syntax_error: Mapped[str | None] = mapped_column(Text)
 
     lineage: Mapped[Lineage] = relationship(back_populates="revisions")
     blob: Mapped[Blob] = relationship()
-    parent: Mapped[Optional[Revision]] = relationship(remote_side=[id])
+    parent: Mapped[Revision | None] = relationship(remote_side=[id])
     runs: Mapped[list[Run]] = relationship(back_populates="revision")
 
 
@@ -90,15 +103,15 @@ class Run(Base):
     environment: Mapped[dict[str, Any]] = mapped_column(default=dict)
     state: Mapped[str] = mapped_column(String(20), default="claimed")  # claimed | done
     claimed_by: Mapped[str] = mapped_column(String(200), default="")
-    claim_expires_at: Mapped[Optional[datetime]]
-    status: Mapped[Optional[str]] = mapped_column(String(30))
+    claim_expires_at: Mapped[datetime | None]
+    status: Mapped[str | None] = mapped_column(String(30))
     reason: Mapped[str] = mapped_column(Text, default="")
-    compile_s: Mapped[Optional[float]]
-    wall_s: Mapped[Optional[float]]
-    score_ms: Mapped[Optional[float]]
+    compile_s: Mapped[float | None]
+    wall_s: Mapped[float | None]
+    score_ms: Mapped[float | None]
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
-    finished_at: Mapped[Optional[datetime]]
+    finished_at: Mapped[datetime | None]
 
     revision: Mapped[Revision] = relationship(back_populates="runs")
     shapes: Mapped[list[ShapeResult]] = relationship(
@@ -118,15 +131,15 @@ class ShapeResult(Base):
     set_name: Mapped[str] = mapped_column(String(20))  # tests | benchmarks | smoke
     index: Mapped[int]
     shape: Mapped[dict[str, Any]] = mapped_column(default=dict)  # e.g. {"size": 32, "kernelsize": 4, ...}
-    passed: Mapped[Optional[bool]]
+    passed: Mapped[bool | None]
     check: Mapped[dict[str, Any]] = mapped_column(default=dict)  # mismatches, rel_l2, max_abs, first few
-    runs: Mapped[Optional[int]]
-    mean_ms: Mapped[Optional[float]]
-    median_ms: Mapped[Optional[float]]
-    std_ms: Mapped[Optional[float]]
-    err_ms: Mapped[Optional[float]]
-    min_ms: Mapped[Optional[float]]
-    max_ms: Mapped[Optional[float]]
+    runs: Mapped[int | None]
+    mean_ms: Mapped[float | None]
+    median_ms: Mapped[float | None]
+    std_ms: Mapped[float | None]
+    err_ms: Mapped[float | None]
+    min_ms: Mapped[float | None]
+    max_ms: Mapped[float | None]
     times_ms: Mapped[list[Any]] = mapped_column(default=list)
 
     run: Mapped[Run] = relationship(back_populates="shapes")
@@ -137,3 +150,72 @@ class Secret(Base):
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+# --- evolution (issue 6): experiments and their steps ----------------------------------------
+
+
+class Experiment(Base):
+    """One `harness evolve` run: its settings (json: generations, population, seed, device,
+    proposer, time limit, where it started), where it stands, and its steps.
+
+    `status`: `running` while it runs (also what an experiment killed with -9 is left in),
+    `interrupted` (Ctrl-C), `finished`, `stopped` (it could not go on: `reason` says why).
+    """
+
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task: Mapped[str] = mapped_column(String(100))
+    lineage_id: Mapped[int] = mapped_column(ForeignKey("lineages.id"))
+    proposer: Mapped[str] = mapped_column(String(200))
+    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(20), default="running")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+    lineage: Mapped[Lineage] = relationship()
+    steps: Mapped[list[ExperimentStep]] = relationship(
+        back_populates="experiment", order_by="ExperimentStep.generation", cascade="all, delete-orphan"
+    )
+
+
+class ExperimentStep(Base):
+    """One generation of an experiment: the parent, the prompt as the proposer read it, the reply
+    as it came back, what it cost, and the outcome.
+
+    `status` is the child's evaluation status (`pass`, `wrong_answer`, ...) or why there is no
+    child to evaluate (`proposer_failed`, `proposer_timeout`, `edit_failed`, `unchanged`,
+    `duplicate`); `evaluating` while the child is registered but its result not recorded yet.
+    `finished_at` is set once the step is complete: a resumed experiment redoes or completes the
+    first generation without it.
+    """
+
+    __tablename__ = "experiment_steps"
+    __table_args__ = (UniqueConstraint("experiment_id", "generation"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id", ondelete="CASCADE"))
+    generation: Mapped[int]
+    parent_id: Mapped[int] = mapped_column(ForeignKey("revisions.id"))
+    template: Mapped[str] = mapped_column(String(50))  # improve | fix
+    prompt: Mapped[str] = mapped_column(Text)
+    reply: Mapped[str] = mapped_column(Text, default="")
+    proposer: Mapped[str] = mapped_column(String(200))
+    summary: Mapped[str] = mapped_column(Text, default="")
+    elapsed_s: Mapped[float | None]  # the proposer's wall time
+    tokens: Mapped[int | None]
+    cost: Mapped[float | None]
+    meta: Mapped[dict[str, Any]] = mapped_column(default=dict)  # other HARNESS-META keys
+    child_id: Mapped[int | None] = mapped_column(ForeignKey("revisions.id"))
+    status: Mapped[str] = mapped_column(String(30))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    score_ms: Mapped[float | None]  # the child's score, when it passed and was timed
+    vs_parent: Mapped[str | None] = mapped_column(String(30))  # faster | slower | same within noise
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+    experiment: Mapped[Experiment] = relationship(back_populates="steps")
+    parent: Mapped[Revision] = relationship(foreign_keys=[parent_id])
+    child: Mapped[Revision | None] = relationship(foreign_keys=[child_id])

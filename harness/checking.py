@@ -1,0 +1,189 @@
+"""Trusted checking, in the parent only: the reference, the comparison, the verdict per call.
+
+The parent regenerates each shape's inputs with the task's own generator and seed, computes the
+reference from them, and compares what the child sent back:
+
+- the returned object must be an exact `torch.Tensor` (not a subclass) with the reference's
+  shape, dtype and device type, and must not share memory with an input;
+- the inputs, as the child holds them after the call, must equal the parent's bit for bit;
+- every element must be finite (the output buffer is NaN before the call, so an element the
+  candidate did not write stays NaN) and within `atol + rtol * |expected|` of the fp32
+  reference, as GPU MODE's `verbose_allclose` has it.
+
+Alongside the verdict: the count of mismatched elements with the first few (position, received,
+expected), the largest absolute error, and the relative L2 error against a float64 reference
+(computed on the CPU for small shapes and on the device for large ones; skipped, and said so,
+only when it would take too long on a CPU).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from time import perf_counter
+from types import ModuleType
+
+import torch
+from pydantic import BaseModel
+
+from harness.sandbox.protocol import TensorInfo
+from harness.tasks import Shape, TaskSpec
+
+MAX_PRINT = 5
+SMALL_FOR_CPU_FLOAT64 = 1 << 22  # elements of all data together: float64 reference on the CPU
+MAX_CPU_FLOAT64_S = 30.0  # estimated seconds above which the CPU float64 reference is skipped
+FLOAT64_SLOWDOWN = 4.0  # float64 vs float32 on a CPU, for that estimate
+SCAN_CHUNK = 1 << 20
+
+
+@dataclass
+class ReferenceCase:
+    """One shape's inputs and expected outputs, computed in the parent."""
+
+    data: tuple
+    expected: torch.Tensor
+    expected64: torch.Tensor | None
+    note: str | None = None
+
+
+class Mismatch(BaseModel):
+    index: list[int]
+    received: float
+    expected: float
+
+
+class OutputCheck(BaseModel):
+    passed: bool
+    reason: str = ""
+    mismatches: int = 0
+    not_finite: int = 0
+    first_mismatches: list[Mismatch] = []
+    max_abs_err: float | None = None
+    rel_l2: float | None = None
+    reference_rel_l2: float | None = None
+    note: str | None = None
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def reference_case(task: TaskSpec, reference: ModuleType, shape: Shape, seed: int, device: str) -> ReferenceCase:
+    """Inputs from the task's generator, the reference in the task's dtype, and the float64
+    reference (the same reference function on the inputs cast to float64)."""
+    data = reference.generate_input(**shape.parameters, seed=seed, device=device)
+    started = perf_counter()
+    expected = reference.ref_kernel(data)
+    _synchronize(device)
+    seconds = perf_counter() - started
+    numel = sum(t.numel() for t in data if isinstance(t, torch.Tensor))
+    device64 = "cpu" if numel <= SMALL_FOR_CPU_FLOAT64 else device
+    if device64 == "cpu" and device == "cpu" and seconds * FLOAT64_SLOWDOWN > MAX_CPU_FLOAT64_S:
+        note = f"rel_l2 skipped: a float64 reference would take about {seconds * FLOAT64_SLOWDOWN:.0f} s on the CPU"
+        return ReferenceCase(data=data, expected=expected, expected64=None, note=note)
+    data64 = tuple(
+        t.to(device=device64, dtype=torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+        for t in data
+    )
+    expected64 = reference.ref_kernel(data64)
+    _synchronize(device64)
+    return ReferenceCase(data=data, expected=expected, expected64=expected64)
+
+
+def output_problem(info: TensorInfo | None, expected: torch.Tensor, aliases_input: bool) -> str | None:
+    """Why the returned object cannot be the answer, or None."""
+    if info is None:
+        return "nothing was returned"
+    if not info.exact_tensor:
+        return f"returned a {info.type_name}, not a torch.Tensor"
+    if info.shape != list(expected.shape):
+        return f"returned shape {tuple(info.shape)}, expected {tuple(expected.shape)}"
+    if info.dtype != str(expected.dtype):
+        return f"returned dtype {info.dtype}, expected {expected.dtype}"
+    if info.device != expected.device.type:
+        return f"returned a tensor on {info.device}, expected {expected.device.type}"
+    if aliases_input:
+        return "returned tensor shares memory with an input"
+    if not info.written:
+        return "returned tensor could not be exported"
+    return None
+
+
+def inputs_problem(task: TaskSpec, case: ReferenceCase, returned: list[torch.Tensor | None]) -> str | None:
+    """The first input that the child no longer holds exactly as generated, or None."""
+    for index, after in zip(task.input_indices, returned):
+        before = case.data[index]
+        name = task.data[index]
+        if after is None:
+            return f"input {name!r} is no longer a plain tensor after the call"
+        if after.shape != before.shape or after.dtype != before.dtype:
+            return f"input {name!r} changed shape or dtype during the call"
+        before_cpu = before.detach().cpu()
+        if not torch.equal(after.view(torch.uint8), before_cpu.contiguous().view(torch.uint8)):
+            changed = int((after != before_cpu).sum())
+            return f"input {name!r} was modified ({changed} elements differ)"
+    return None
+
+
+def _first_positions(mask: torch.Tensor, count: int) -> list[list[int]]:
+    """Positions of the first `count` True elements, scanning in chunks (no full nonzero())."""
+    flat = mask.reshape(-1)
+    found: list[int] = []
+    for start in range(0, flat.numel(), SCAN_CHUNK):
+        chunk = flat[start : start + SCAN_CHUNK]
+        if bool(chunk.any()):
+            found.extend((torch.nonzero(chunk).flatten()[: count - len(found)] + start).tolist())
+            if len(found) >= count:
+                break
+    return [list(map(int, torch.unravel_index(torch.tensor(i), mask.shape))) for i in found]
+
+
+@torch.no_grad()
+def compare_output(received: torch.Tensor, case: ReferenceCase, *, rtol: float, atol: float) -> OutputCheck:
+    """The tolerance check and the error measures for one output (received may be on the CPU)."""
+    expected = case.expected
+    received = received.to(expected.device)
+    finite = torch.isfinite(received)
+    not_finite = int((~finite).sum())
+    diff = (received.to(torch.float64) - expected.to(torch.float64)).abs()
+    tolerance = atol + rtol * expected.to(torch.float64).abs()
+    mismatched = ~finite | ~(diff <= tolerance)
+    mismatches = int(mismatched.sum())
+    check = OutputCheck(passed=mismatches == 0, mismatches=mismatches, not_finite=not_finite, note=case.note)
+    finite_diff = diff[finite]
+    check.max_abs_err = float(finite_diff.max()) if finite_diff.numel() else None
+    if case.expected64 is not None:
+        reference64 = case.expected64
+        norm = float(torch.linalg.vector_norm(reference64))
+        if not_finite == 0 and norm > 0:
+            error = received.to(device=reference64.device, dtype=torch.float64) - reference64
+            check.rel_l2 = float(torch.linalg.vector_norm(error)) / norm
+        if norm > 0:
+            ref_error = expected.to(device=reference64.device, dtype=torch.float64) - reference64
+            check.reference_rel_l2 = float(torch.linalg.vector_norm(ref_error)) / norm
+    if mismatches:
+        for position in _first_positions(mismatched, MAX_PRINT):
+            index = tuple(position)
+            check.first_mismatches.append(
+                Mismatch(index=position, received=float(received[index]), expected=float(expected[index]))
+            )
+        check.reason = describe_mismatches(check, received.numel())
+    return check
+
+
+def describe_mismatches(check: OutputCheck, numel: int) -> str:
+    """One line, like GPU MODE's "mismatch found!" message."""
+    parts = [f"{check.mismatches} of {numel} elements mismatch"]
+    if check.not_finite:
+        parts.append(f"{check.not_finite} NaN/Inf (unwritten elements stay NaN)")
+    shown = ", ".join(
+        f"at {tuple(m.index)}: {_number(m.received)} vs {_number(m.expected)}" for m in check.first_mismatches[:3]
+    )
+    if shown:
+        parts.append(f"first {shown}")
+    return "; ".join(parts)
+
+
+def _number(value: float) -> str:
+    return str(value) if math.isnan(value) or math.isinf(value) else f"{value:.6g}"

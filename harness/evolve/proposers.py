@@ -1,0 +1,218 @@
+"""Proposers: what turns a rendered prompt into a new revision's code.
+
+Two kinds, chosen with `--proposer`:
+
+- `builtin:mutate` (no network, no LLM): new values for the Triton tuning parameters of the
+  parent (harness.evolve.mutate). It returns the child's bytes itself; its reply, kept with the
+  step, lists the changes.
+- any other string is a command line (split with shlex, run without a shell), for example
+  `llm -m gpt-4o` or `python my_agent.py`. It gets the prompt on stdin, answers on stdout in the
+  reply format of prompts/_reply_format.j2 (a whole file in a fenced block, or SEARCH/REPLACE
+  blocks), and must finish within the time limit: on expiry its whole process group is killed
+  (it runs in a session of its own) and the step fails as `proposer_timeout`. A non-zero exit
+  status or an empty reply fails the step as `proposer_failed`.
+
+The metadata convention: a proposer may report what the step cost and what it did in one line
+of JSON, either as the last non-empty line of stdout or as any line of stderr (the last one
+wins), starting with `HARNESS-META `:
+
+    HARNESS-META {"summary": "unroll the kw loop", "tokens": 1834, "cost": 0.0121, "model": "x"}
+
+`summary` (a string) becomes the child's message, `tokens` (an integer) and `cost` (a number,
+in the currency the proposer uses) are stored with the step; other keys are kept as they are.
+The line is taken out of the reply. A meta line that is not such a JSON object fails the step:
+a proposer that means to report something should learn that it did not get through.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import HarnessError
+from harness.evolve.mutate import mutate_candidate
+from harness.evolve.outcomes import ProposerFailed, ProposerTimeout
+
+BUILTIN_MUTATE = "builtin:mutate"
+BUILTINS = (BUILTIN_MUTATE,)
+META_PREFIX = "HARNESS-META "
+DEFAULT_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class ProposalRequest:
+    prompt: str  # the full text an external proposer reads on stdin
+    parent_code: bytes
+    seed: str  # per step, so that a builtin proposer is reproducible and a resume repeats it
+
+
+@dataclass
+class Proposal:
+    reply: str  # what the proposer said, kept with the step
+    content: bytes | None = None  # the child's code when the proposer returns the file itself
+    summary: str = ""
+    tokens: int | None = None
+    cost: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, request: ProposalRequest) -> Proposal: ...
+
+
+class ProposerMeta(BaseModel):
+    """The JSON object of a `HARNESS-META` line."""
+
+    model_config = ConfigDict(extra="allow")
+
+    summary: str = ""
+    tokens: int | None = Field(default=None, ge=0, strict=True)
+    cost: float | None = Field(default=None, ge=0)
+
+
+class MutateProposer:
+    """`builtin:mutate`: the parent with new Triton tuning parameters (see harness.evolve.mutate)."""
+
+    name = BUILTIN_MUTATE
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        started = time.perf_counter()
+        mutation = mutate_candidate(request.parent_code, request.seed)
+        lines = [f"{self.name} (seed {request.seed!r}) changed {len(mutation.changes)} literal(s):"]
+        lines += [f"- line {change.site.line}: {change.describe()}" for change in mutation.changes]
+        return Proposal(
+            reply="\n".join(lines) + "\n",
+            content=mutation.content,
+            summary=mutation.summary,
+            elapsed_s=time.perf_counter() - started,
+        )
+
+
+class CommandProposer:
+    """An external command: the prompt on stdin, the reply on stdout, killed at `timeout_s`."""
+
+    def __init__(self, command: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        try:
+            self.argv = shlex.split(command)
+        except ValueError as exc:
+            raise HarnessError(f"cannot split the proposer command {command!r}: {exc}") from exc
+        if not self.argv:
+            raise HarnessError("the proposer command is empty")
+        program = self.argv[0]
+        if shutil.which(program) is None:
+            raise HarnessError(
+                f"proposer command not found: {program!r} (not on PATH, not an executable file)"
+            )
+        if timeout_s <= 0:
+            raise HarnessError(f"the proposer time limit must be positive, not {timeout_s:g}")
+        self.name = " ".join(self.argv)[:200]
+        self.timeout_s = timeout_s
+
+    def propose(self, request: ProposalRequest) -> Proposal:
+        started = time.perf_counter()
+        stdout, stderr, returncode = self._run(request.prompt)
+        elapsed = time.perf_counter() - started
+        if returncode != 0:
+            last = _last_line(stderr.decode("utf-8", "replace"))
+            how = (
+                f"was killed by signal {-returncode}"
+                if returncode < 0
+                else f"exited with status {returncode}"
+            )
+            raise ProposerFailed(f"the proposer {how}" + (f": {last}" if last else ""))
+        reply, meta = split_meta(stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"))
+        if not reply.strip():
+            raise ProposerFailed("the proposer's reply is empty")
+        extra = meta.model_extra or {}
+        return Proposal(
+            reply=reply,
+            summary=" ".join(meta.summary.split())[:500],
+            tokens=meta.tokens,
+            cost=meta.cost,
+            meta=dict(extra),
+            elapsed_s=elapsed,
+        )
+
+    def _run(self, prompt: str) -> tuple[bytes, bytes, int]:
+        process = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group, so that a time limit kills all of it
+        )
+        try:
+            stdout, stderr = process.communicate(prompt.encode("utf-8"), timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            raise ProposerTimeout(
+                f"the proposer did not reply within {self.timeout_s:g} s; its process group was killed"
+            ) from None
+        finally:
+            if process.poll() is None:  # interrupted (Ctrl-C) or timed out: leave nothing running
+                _kill_group(process)
+        return stdout, stderr, process.returncode
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        process.communicate(timeout=5)
+    except subprocess.TimeoutExpired:  # a descendant that left the group still holds the pipes
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+        process.wait()
+
+
+def split_meta(stdout: str, stderr: str) -> tuple[str, ProposerMeta]:
+    """The reply without its `HARNESS-META` line, and the metadata (empty when there is none)."""
+    lines = stdout.split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    meta_text = None
+    if lines and lines[-1].startswith(META_PREFIX):
+        meta_text = lines.pop()[len(META_PREFIX) :]
+        stdout = "\n".join(lines) + "\n"
+    else:
+        for line in stderr.split("\n"):
+            if line.startswith(META_PREFIX):
+                meta_text = line[len(META_PREFIX) :]
+    if meta_text is None:
+        return stdout, ProposerMeta()
+    try:
+        return stdout, ProposerMeta.model_validate_json(meta_text)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        detail = f"{where}: {problem['msg']}" if where else problem["msg"]
+        raise ProposerFailed(f"the proposer's HARNESS-META line is not valid ({detail})") from None
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().split("\n") if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def make_proposer(spec: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Proposer:
+    """The proposer named by `--proposer`; HarnessError for an unknown builtin or a missing command."""
+    spec = spec.strip()
+    if spec.startswith("builtin:"):
+        if spec == BUILTIN_MUTATE:
+            return MutateProposer()
+        raise HarnessError(f"unknown built-in proposer {spec!r} (built in: {', '.join(BUILTINS)})")
+    return CommandProposer(spec, timeout_s)

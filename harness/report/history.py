@@ -1,0 +1,93 @@
+"""The submission history: every revision as `harness diff` shows it, each under one line with its
+status, score and comparison with its parent, in submission order or best first.
+
+Plain text, written as is: the diffs keep the exact bytes of the code lines (trailing blanks,
+tabs, non-ASCII), so nothing here wraps or styles them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from harness.errors import HarnessError
+from harness.report.diff import render_diff
+from harness.report.leaderboard import LeaderboardEntry, build_leaderboard, format_ms, format_speedup
+from harness.scoring import SAME
+from harness.store.models import Revision
+from harness.store.revisions import get_revision, revision_code
+
+
+def revision_diff(session: Session, submission_id: int, against: int | None = None) -> str:
+    """`harness diff`: the revision against `against`, else against its parent (a first revision
+    against nothing: every line added), in the seeds' format (no final newline)."""
+    revision = get_revision(session, submission_id)
+    base = _diff_base(session, revision, against)
+    return render_diff(revision_code(base) if base is not None else None, revision_code(revision), revision.id)
+
+
+def _diff_base(session: Session, revision: Revision, against: int | None) -> Revision | None:
+    if against is not None:
+        return get_revision(session, against)
+    return revision.parent
+
+
+@dataclass
+class HistoryItem:
+    entry: LeaderboardEntry
+    diff: str
+
+
+def build_history(
+    session: Session, task: str, lineage: str | None = None, *, rank: bool = False, device: str | None = None
+) -> list[HistoryItem]:
+    """The task's revisions (of one lineage, if given) with their leaderboard standing in one
+    environment (as `build_leaderboard` picks it) and their diffs against their parents.
+
+    Order: submission order (registration time, then id), or with `rank` the leaderboard's order
+    (ranked best first, then the unranked in submission order).
+    """
+    board = build_leaderboard(session, task, device)
+    entries = board.entries
+    if lineage is not None:
+        known = {entry.lineage for entry in entries}
+        if lineage not in known:
+            choices = ", ".join(sorted(known))
+            raise HarnessError(f"no lineage {lineage!r} in task {task!r} (lineages: {choices})")
+        entries = [entry for entry in entries if entry.lineage == lineage]
+    if not rank:
+        revisions = {entry.submission_id: get_revision(session, entry.submission_id) for entry in entries}
+        entries = sorted(entries, key=lambda e: (revisions[e.submission_id].created_at, e.submission_id))
+    return [HistoryItem(entry, revision_diff(session, entry.submission_id)) for entry in entries]
+
+
+def history_header(entry: LeaderboardEntry) -> str:
+    """One line: rank, status, score, speedup, comparison with the parent, lineage and author.
+
+    `== #2 · pass · 1.234 ms · 1.52x reference · faster than parent 17 · conv2d_x r2 · alice`
+    """
+    parts = [f"#{entry.rank}" if entry.rank is not None else "unranked", entry.status]
+    if entry.score_ms is not None:
+        parts.append(f"{format_ms(entry.score_ms)} ms")
+        if entry.speedup_vs_reference is not None:
+            parts.append(f"{format_speedup(entry.speedup_vs_reference)} reference")
+    elif entry.reason:
+        parts[-1] = f"{entry.status}: {entry.reason}"
+    if entry.parent_id is None:
+        parts.append("first revision")
+    elif entry.vs_parent == SAME:
+        parts.append(f"same as parent {entry.parent_id} within noise")
+    elif entry.vs_parent is not None:
+        parts.append(f"{entry.vs_parent} than parent {entry.parent_id}")
+    else:
+        parts.append(f"no timed comparison with parent {entry.parent_id}")
+    parts.append(f"{entry.lineage} r{entry.revision}")
+    if entry.author:
+        parts.append(entry.author)
+    return "== " + " · ".join(parts)
+
+
+def render_history(items: list[HistoryItem]) -> str:
+    """The items, each a header line above its diff, separated by an empty line; no final newline."""
+    return "\n\n".join(f"{history_header(item.entry)}\n{item.diff}" for item in items)

@@ -1,0 +1,274 @@
+"""The HTML leaderboard: one self-contained page (inline CSS and SVG, no external assets) made
+with jinja2 from harness/report/templates: the ranked table, a chart of score per revision for
+each lineage, and each revision's diff against its parent with added and removed lines coloured.
+
+The chart is plain SVG laid out here (x = revision number, y = score in ms, one polyline per
+lineage, each point labelled with its submission id, the reference as a dashed horizontal line).
+When the scores span more than a factor of ten the y axis is logarithmic, so that a slow first
+revision does not flatten every later one into the x axis.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from rich.console import Console
+from sqlalchemy.orm import Session
+
+from harness.errors import HarnessError
+from harness.report.diff import DiffLine, diff_lines, format_diff_line
+from harness.report.leaderboard import (
+    Leaderboard,
+    LeaderboardEntry,
+    ReportFormat,
+    ShapeTiming,
+    format_error_ms,
+    format_ms,
+    format_speedup,
+    format_timing,
+    leaderboard_renderable,
+    lineage_label,
+    shape_key,
+    shape_label,
+)
+from harness.store.revisions import get_revision, revision_code
+
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+
+UNRANKED_LEGEND = "not ranked (failed or not timed)"
+LEGEND_CHAR_PX = 8  # a generous width of one character of the 13px legend font
+UNRANKED_MARK_SPACING = 16  # px between the marks of unranked revisions at one revision number
+# Colour-blind-safe qualitative palette (Okabe & Ito), cycled when there are more lineages.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
+
+
+@lru_cache(maxsize=1)
+def template_environment() -> jinja2.Environment:
+    """Templates under harness/report/templates; HTML and SVG autoescaped, markdown not."""
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2", "svg.j2"), default_for_string=False),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    environment.filters.update(
+        ms=format_ms,
+        error_ms=format_error_ms,
+        speedup=format_speedup,
+        timing=format_timing,
+        shape_label=shape_label,
+        md=_markdown_cell,
+        lineage_cell=lambda entry, board: lineage_label(board, entry),
+        diff_line=format_diff_line,
+        timings=_timings_by_shape,
+    )
+    return environment
+
+
+def _markdown_cell(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def _timings_by_shape(entry: LeaderboardEntry, shapes: list[dict[str, Any]]) -> list[ShapeTiming | None]:
+    timings = {shape_key(timing.shape): timing for timing in entry.benchmarks}
+    return [timings.get(shape_key(shape)) for shape in shapes]
+
+
+def render_markdown(board: Leaderboard) -> str:
+    return template_environment().get_template("leaderboard.md.j2").render(
+        board=board, ranked=board.ranked(), unranked=board.unranked(), shapes=board.shapes()
+    )
+
+
+# --- the chart ------------------------------------------------------------------------------
+
+
+@dataclass
+class ChartPoint:
+    x: float
+    y: float
+    label: str
+    title: str
+
+
+@dataclass
+class ChartSeries:
+    lineage: str
+    color: str
+    points: list[ChartPoint] = field(default_factory=list)
+
+    @property
+    def polyline(self) -> str:
+        return " ".join(f"{point.x:.1f},{point.y:.1f}" for point in self.points)
+
+
+@dataclass
+class ChartTick:
+    position: float
+    label: str
+
+
+@dataclass
+class Chart:
+    """An SVG chart laid out in pixels: the plot area is [left, right] x [top, bottom]."""
+
+    width: int
+    height: int
+    left: int
+    right: int
+    top: int
+    bottom: int
+    log_scale: bool
+    x_ticks: list[ChartTick]
+    y_ticks: list[ChartTick]
+    series: list[ChartSeries]
+    unranked: list[ChartPoint]
+    reference_y: float | None
+    reference_label: str
+
+
+def _nice_step(span: float, target_ticks: int = 6) -> float:
+    raw = span / target_ticks
+    magnitude = 10 ** math.floor(math.log10(raw))
+    for multiple in (1, 2, 2.5, 5, 10):
+        if multiple * magnitude >= raw:
+            return multiple * magnitude
+    return 10 * magnitude
+
+
+def _y_scale(values: list[float]) -> tuple[bool, float, float, list[float]]:
+    """(log scale?, low, high, tick values) covering every value with a little headroom."""
+    low, high = min(values), max(values)
+    if high / low > 10:
+        low_exp, high_exp = math.floor(math.log10(low)), math.ceil(math.log10(high))
+        ticks = [m * 10**e for e in range(low_exp, high_exp + 1) for m in (1, 2, 5) if low <= m * 10**e * 1.0001 and m * 10**e <= high * 1.5]
+        lower = min([low, *ticks]) / 1.15
+        upper = max([high, *ticks]) * 1.15
+        return True, lower, upper, ticks
+    if math.isclose(low, high):
+        low, high = low * 0.9, high * 1.1
+    step = _nice_step(high - low)
+    start = math.floor(low / step) * step
+    ticks = [start + i * step for i in range(math.ceil((high - start) / step) + 1)]
+    return False, max(0.0, ticks[0]), ticks[-1], [t for t in ticks if t >= 0]
+
+
+def build_chart(board: Leaderboard, width: int = 1100, height: int = 440) -> Chart | None:
+    """Score per revision number, one series per lineage; None when nothing has a score."""
+    reference = board.reference_lineage()
+    scored = [entry for entry in board.ranked() if entry.lineage != reference and entry.score_ms]
+    values = [entry.score_ms for entry in scored if entry.score_ms]
+    if board.reference_ms:
+        values.append(board.reference_ms)
+    if not values:
+        return None
+    log_scale, y_low, y_high, y_tick_values = _y_scale(values)
+    lineages = sorted({entry.lineage for entry in board.entries if entry.lineage != reference})
+    legend_chars = max(len(label) for label in [*lineages, reference, UNRANKED_LEGEND])
+    left, right, top, bottom = 80, width - 60 - LEGEND_CHAR_PX * legend_chars, 30, height - 60
+    max_revision = max([entry.revision for entry in board.entries if entry.lineage != reference] or [1])
+
+    def x_of(revision: int) -> float:
+        return left + (revision - 0.5) / max_revision * (right - left)
+
+    def y_of(value: float) -> float:
+        if log_scale:
+            fraction = (math.log(value) - math.log(y_low)) / (math.log(y_high) - math.log(y_low))
+        else:
+            fraction = (value - y_low) / (y_high - y_low)
+        return bottom - fraction * (bottom - top)
+
+    colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(lineages)}
+    points: dict[str, list[tuple[int, ChartPoint]]] = defaultdict(list)
+    for entry in scored:
+        assert entry.score_ms is not None
+        title = f"{entry.lineage} r{entry.revision}: submission {entry.submission_id}, {format_ms(entry.score_ms)} ms"
+        points[entry.lineage].append(
+            (entry.revision, ChartPoint(x_of(entry.revision), y_of(entry.score_ms), str(entry.submission_id), title))
+        )
+    series = [
+        ChartSeries(name, colors[name], [point for _, point in sorted(points[name], key=lambda item: item[0])])
+        for name in lineages
+    ]
+    unranked: list[ChartPoint] = []
+    marks_at: dict[int, int] = defaultdict(int)  # revision number -> marks already stacked there
+    for entry in board.unranked():
+        if entry.lineage == reference:
+            continue
+        y = bottom - UNRANKED_MARK_SPACING * marks_at[entry.revision]
+        marks_at[entry.revision] += 1
+        title = f"{entry.lineage} r{entry.revision}: {entry.status}"
+        unranked.append(ChartPoint(x_of(entry.revision), y, str(entry.submission_id), title))
+    return Chart(
+        width=width,
+        height=height,
+        left=left,
+        right=right,
+        top=top,
+        bottom=bottom,
+        log_scale=log_scale,
+        x_ticks=[ChartTick(x_of(n), f"r{n}") for n in range(1, max_revision + 1)],
+        y_ticks=[ChartTick(y_of(value), f"{value:g}") for value in y_tick_values if y_low <= value <= y_high],
+        series=series,
+        unranked=unranked,
+        reference_y=y_of(board.reference_ms) if board.reference_ms else None,
+        reference_label=f"reference {format_ms(board.reference_ms)} ms" if board.reference_ms else "",
+    )
+
+
+# --- the page -------------------------------------------------------------------------------
+
+
+@dataclass
+class RevisionDiff:
+    entry: LeaderboardEntry
+    against: int | None
+    lines: list[DiffLine]
+
+
+def revision_diffs(session: Session, board: Leaderboard) -> list[RevisionDiff]:
+    """Each entry's diff against its parent (a first revision: every line added)."""
+    diffs = []
+    for entry in board.entries:
+        revision = get_revision(session, entry.submission_id)
+        parent = revision.parent
+        old = revision_code(parent) if parent is not None else None
+        diffs.append(RevisionDiff(entry, entry.parent_id, diff_lines(old, revision_code(revision))))
+    return diffs
+
+
+def render_leaderboard(session: Session, board: Leaderboard, fmt: ReportFormat, *, color: bool = False, width: int = 160) -> str:
+    """The leaderboard as text in one of the formats, ending with a newline. `color` and `width`
+    apply to the table (ANSI colours for a terminal, plain text for a file)."""
+    if fmt == "json":
+        return board.model_dump_json(indent=2) + "\n"
+    if fmt == "markdown":
+        return render_markdown(board)
+    if fmt == "html":
+        return render_html(session, board)
+    if fmt != "table":
+        raise HarnessError(f"unknown format {fmt!r} (choose from table, json, markdown, html)")
+    buffer = io.StringIO()
+    Console(file=buffer, force_terminal=color, no_color=not color, width=width).print(leaderboard_renderable(board))
+    return buffer.getvalue()
+
+
+def render_html(session: Session, board: Leaderboard) -> str:
+    return template_environment().get_template("leaderboard.html.j2").render(
+        board=board,
+        ranked=board.ranked(),
+        unranked=board.unranked(),
+        shapes=board.shapes(),
+        chart=build_chart(board),
+        unranked_legend=UNRANKED_LEGEND,
+        diffs=revision_diffs(session, board),
+    )

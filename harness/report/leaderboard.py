@@ -1,0 +1,332 @@
+"""The leaderboard: every revision of a task in one environment, ranked by score.
+
+What it reads, and why:
+- Completed runs only (`state == "done"`): a claimed run is work in progress, never a result.
+- One environment at a time (a run's `env_key`: device name, driver, torch, triton, harness
+  version), by default the environment of the task's most recent completed run. Times from two
+  environments are not comparable, so CPU results are never ranked with GPU results.
+- Per revision, its runs in that environment, most trusted mode first (leaderboard, benchmark,
+  test). A failed run in any mode is the revision's verdict (a leaderboard recheck that catches a
+  cached output outranks an earlier pass); otherwise the score and per-shape timings come from
+  the most trusted run that was timed.
+- The reference (lineage `<task>_reference`) is ranked like any revision, marked in every format,
+  and gives `reference_ms`, the score every speedup is measured against.
+
+`Leaderboard.model_dump_json()` is the `--format json` contract of issue 5; the extra facts the
+other formats show (per-call times, the reference mark) stay out of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from harness.errors import HarnessError
+from harness.scoring import compare, rank_by_score
+from harness.store.models import Revision, Run, ShapeResult
+from harness.store.revisions import list_revisions
+from harness.tasks import load_task
+
+MODE_PRIORITY = ("leaderboard", "benchmark", "test")
+NOT_RUN = "not_run"
+ReportFormat = Literal["table", "json", "markdown", "html"]
+
+
+class ShapeTiming(BaseModel):
+    """One benchmark shape of a timed run (`shape` as the task file gives it)."""
+
+    shape: dict[str, Any]
+    mean_ms: float | None
+    err_ms: float | None
+    runs: int | None
+
+
+class LeaderboardEntry(BaseModel):
+    rank: int | None
+    submission_id: int
+    lineage: str
+    revision: int
+    parent_id: int | None
+    author: str
+    status: str
+    reason: str
+    score_ms: float | None
+    speedup_vs_reference: float | None
+    vs_parent: str | None
+    flags: list[str]
+    benchmarks: list[ShapeTiming]
+
+
+class Leaderboard(BaseModel):
+    """Ranked entries first (rank 1 = lowest score), then the unranked in submission order."""
+
+    task: str
+    device: str | None
+    reference_ms: float | None
+    entries: list[LeaderboardEntry]
+
+    def reference_lineage(self) -> str:
+        return reference_lineage_name(self.task)
+
+    def ranked(self) -> list[LeaderboardEntry]:
+        return [entry for entry in self.entries if entry.rank is not None]
+
+    def unranked(self) -> list[LeaderboardEntry]:
+        return [entry for entry in self.entries if entry.rank is None]
+
+    def shapes(self) -> list[dict[str, Any]]:
+        """Every benchmark shape any entry was timed on, in order of first appearance."""
+        seen: dict[str, dict[str, Any]] = {}
+        for entry in self.entries:
+            for timing in entry.benchmarks:
+                seen.setdefault(shape_key(timing.shape), timing.shape)
+        return list(seen.values())
+
+
+def reference_lineage_name(task: str) -> str:
+    """The lineage of the task's reference candidate (named after its file, as `harness seed`
+    registers it)."""
+    spec = load_task(task)
+    return Path(spec.reference_candidate).stem if spec.reference_candidate else f"{task}_reference"
+
+
+def shape_key(shape: dict[str, Any]) -> str:
+    return json.dumps(shape, sort_keys=True)
+
+
+def shape_label(shape: dict[str, Any]) -> str:
+    """`size=256 kernelsize=3 channels=64 batch=8`: the task file's keys, without the seed (it
+    picks the data, not the size of the problem)."""
+    return " ".join(f"{key}={value}" for key, value in shape.items() if key != "seed")
+
+
+def format_ms(value: float | None) -> str:
+    """Four significant digits, trailing zeros kept (`1.000`, `0.7071`, `12.50`)."""
+    if value is None:
+        return "-"
+    if value >= 1000:
+        return f"{value:.0f}"
+    return f"{value:#.4g}"
+
+
+def format_error_ms(value: float | None) -> str:
+    """A standard error: two significant digits are all it has."""
+    return "-" if value is None else f"{value:#.2g}"
+
+
+def format_speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+# --- building -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Standing:
+    """A revision's verdict in the chosen environment, with the timed shapes kept for the
+    significance test against its parent."""
+
+    revision: Revision
+    env_key: str
+    status: str
+    reason: str
+    score_ms: float | None = None
+    timed_shapes: list[ShapeResult] = field(default_factory=list)
+
+
+def _most_recent(runs: list[Run]) -> Run:
+    return max(runs, key=lambda run: (run.finished_at or run.started_at, run.id))
+
+
+def _device_label(run: Run) -> str:
+    name = run.device_name or run.device
+    if run.device == "cpu" and "cpu" not in name.lower():
+        return f"cpu ({name})"
+    return name
+
+
+def _choose_environment(runs: list[Run], task: str, device: str | None) -> Run | None:
+    """The most recent completed run of the environment asked for (None: no runs at all)."""
+    if device is None:
+        return _most_recent(runs) if runs else None
+    wanted = device.casefold()
+    matching = [run for run in runs if wanted in (run.device.casefold(), run.device_name.casefold())]
+    if not matching:
+        known = sorted({run.device_name or run.device for run in runs} | {run.device for run in runs})
+        available = ", ".join(known) if known else "none"
+        raise HarnessError(f"no completed runs of task {task!r} on device {device!r} (devices with results: {available})")
+    return _most_recent(matching)
+
+
+def _standing(revision: Revision, runs: list[Run], env_key: str) -> _Standing:
+    if not runs:
+        return _Standing(revision, env_key, NOT_RUN, "no completed run in this environment")
+    by_priority = sorted(runs, key=lambda run: MODE_PRIORITY.index(run.mode) if run.mode in MODE_PRIORITY else 99)
+    for run in by_priority:
+        if run.status != "pass":
+            return _Standing(revision, env_key, run.status or "unknown", run.reason)
+    for run in by_priority:
+        if run.score_ms is not None:
+            timed = [shape for shape in run.shapes if shape.mean_ms is not None]
+            return _Standing(revision, env_key, "pass", run.reason, run.score_ms, timed)
+    return _Standing(revision, env_key, "pass", by_priority[0].reason or "passed; not timed yet")
+
+
+def build_leaderboard(session: Session, task: str, device: str | None = None) -> Leaderboard:
+    """The leaderboard of `task` in one environment (see the module docstring)."""
+    spec = load_task(task)
+    revisions = list_revisions(session, task=task)
+    if not revisions:
+        raise HarnessError(f"no revisions registered for task {task!r} (register some with `harness register`)")
+    runs = list(
+        session.scalars(select(Run).where(Run.task == task, Run.state == "done").options(selectinload(Run.shapes)))
+    )
+    environment = _choose_environment(runs, task, device)
+
+    runs_by_revision: dict[int, list[Run]] = defaultdict(list)
+    if environment is not None:
+        for run in runs:
+            if run.env_key == environment.env_key:
+                runs_by_revision[run.revision_id].append(run)
+    env_key = environment.env_key if environment is not None else ""
+    standings = {revision.id: _standing(revision, runs_by_revision[revision.id], env_key) for revision in revisions}
+
+    reference_name = reference_lineage_name(task)
+    reference_scores = [
+        standing.score_ms
+        for standing in sorted(standings.values(), key=lambda s: s.revision.number)
+        if standing.revision.lineage.name == reference_name and standing.score_ms is not None
+    ]
+    reference_ms = reference_scores[-1] if reference_scores else None  # its latest timed revision
+
+    scored = sorted((s for s in standings.values() if s.score_ms is not None), key=lambda s: s.revision.id)
+    ranked = rank_by_score(scored)
+    entries = [_entry(s, rank, reference_ms, standings, spec.ranking_by) for rank, s in ranked]
+    entries += [_entry(s, None, reference_ms, standings, spec.ranking_by) for s in standings.values() if s.score_ms is None]
+    return Leaderboard(
+        task=task,
+        device=_device_label(environment) if environment is not None else None,
+        reference_ms=reference_ms,
+        entries=entries,
+    )
+
+
+def _entry(
+    standing: _Standing,
+    rank: int | None,
+    reference_ms: float | None,
+    standings: dict[int, _Standing],
+    ranking_by: str,
+) -> LeaderboardEntry:
+    revision = standing.revision
+    parent = standings.get(revision.parent_id) if revision.parent_id is not None else None
+    speedup = reference_ms / standing.score_ms if reference_ms is not None and standing.score_ms else None
+    return LeaderboardEntry(
+        rank=rank,
+        submission_id=revision.id,
+        lineage=revision.lineage.name,
+        revision=revision.number,
+        parent_id=revision.parent_id,
+        author=revision.author,
+        status=standing.status,
+        reason=standing.reason,
+        score_ms=standing.score_ms,
+        speedup_vs_reference=speedup,
+        vs_parent=_compare_with_parent(standing, parent, ranking_by),
+        flags=[str(flag) for flag in revision.flags],
+        benchmarks=[
+            ShapeTiming(shape=shape.shape, mean_ms=shape.mean_ms, err_ms=shape.err_ms, runs=shape.runs)
+            for shape in standing.timed_shapes
+        ],
+    )
+
+
+def _compare_with_parent(standing: _Standing, parent: _Standing | None, ranking_by: str) -> str | None:
+    """scoring.compare on the per-call times of the shapes both were timed on; None when either
+    has no timings or they were timed on different shapes."""
+    if parent is None or not standing.timed_shapes or not parent.timed_shapes:
+        return None
+    parent_times = {shape_key(shape.shape): shape.times_ms for shape in parent.timed_shapes}
+    own_keys = [shape_key(shape.shape) for shape in standing.timed_shapes]
+    if sorted(own_keys) != sorted(parent_times):
+        return None
+    own_times = [shape.times_ms for shape in standing.timed_shapes]
+    if not all(own_times) or not all(parent_times.values()):
+        return None
+    return compare(own_times, [parent_times[key] for key in own_keys], ranking_by).verdict
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+VS_PARENT_STYLES = {"faster": "green", "slower": "red"}
+
+
+def leaderboard_renderable(board: Leaderboard) -> Group:
+    """The terminal view: the ranked table, then the unranked revisions with status and reason.
+    Text from the store goes in as `Text`, so that brackets in a reason are not read as markup."""
+    title = f"{board.task} leaderboard on {board.device or 'no device yet'}"
+    if board.reference_ms is not None:
+        title += f": reference {format_ms(board.reference_ms)} ms"
+    shapes = board.shapes()
+    ranked = Table(title=Text(title), title_justify="left")
+    for header in ("rank", "submission", "lineage", "author", "score ms"):
+        ranked.add_column(header, justify="right" if header in ("rank", "submission", "score ms") else "left")
+    for shape in shapes:
+        ranked.add_column("\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed"), justify="right")
+    ranked.add_column("speedup", justify="right")
+    ranked.add_column("vs parent")
+    ranked.add_column("flags")
+    for entry in board.ranked():
+        timings = {shape_key(timing.shape): timing for timing in entry.benchmarks}
+        ranked.add_row(
+            str(entry.rank),
+            str(entry.submission_id),
+            Text(lineage_label(board, entry)),
+            Text(entry.author),
+            format_ms(entry.score_ms),
+            *[format_timing(timings.get(shape_key(shape))) for shape in shapes],
+            format_speedup(entry.speedup_vs_reference),
+            Text(entry.vs_parent or "-", style=VS_PARENT_STYLES.get(entry.vs_parent or "", "")),
+            Text(", ".join(entry.flags)),
+            style="cyan" if entry.lineage == board.reference_lineage() else None,
+        )
+    parts: list[Table | Text] = [ranked] if board.ranked() else [Text(f"{title}\nno revision has a score here yet")]
+    if board.unranked():
+        unranked = Table(title="not ranked", title_justify="left")
+        for header in ("submission", "lineage", "author", "status", "reason"):
+            unranked.add_column(header, justify="right" if header == "submission" else "left")
+        for entry in board.unranked():
+            unranked.add_row(
+                str(entry.submission_id),
+                Text(lineage_label(board, entry)),
+                Text(entry.author),
+                Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
+                Text(entry.reason),
+            )
+        parts.append(unranked)
+    return Group(*parts)
+
+
+def lineage_label(board: Leaderboard, entry: LeaderboardEntry) -> str:
+    """`conv2d_x r3`, marked when it is the reference."""
+    marker = " (reference)" if entry.lineage == board.reference_lineage() else ""
+    return f"{entry.lineage} r{entry.revision}{marker}"
+
+
+def format_timing(timing: ShapeTiming | None) -> str:
+    if timing is None or timing.mean_ms is None:
+        return "-"
+    if timing.err_ms is None:
+        return format_ms(timing.mean_ms)
+    return f"{format_ms(timing.mean_ms)} ±{format_error_ms(timing.err_ms)}"

@@ -1,0 +1,490 @@
+"""The sandboxed child: `python -m harness.sandbox.child --request-fd R --reply-fd W [--status-fd S]`.
+
+Started by `harness.sandbox.supervisor` in a fresh process (and, where the system allows, fresh
+namespaces). In order, before any of the candidate's code runs:
+
+1. marks its pipes close-on-exec, so that no program the candidate starts inherits them;
+2. reads `Hello` (the per-run token and the plan) from the request pipe;
+3. isolation (`IsolationPlan`): hides the store and the shared temporary directories under
+   empty tmpfs mounts, remounts every other file system read-only except its own directories,
+   forks so that a small init stays pid 1 of the pid namespace (it reports the worker's exit on
+   the status pipe; when it exits, the kernel kills whatever the candidate left behind), and
+   enters a nested user and mount namespace so that the candidate cannot undo the mounts;
+4. imports torch and the task's input generator, says `Started`, imports the candidate
+   (`submission.py` in the working directory), and answers `Ready` or `ImportFailed`;
+5. serves requests in order until `Shutdown` or the end of the pipe.
+
+The child never holds the reference output, the secret seed or the store: it gets per-shape seeds
+and sends back raw bytes that the parent checks. Everything here runs in the same process as the
+candidate, so none of it is trusted by the parent; it only has to work for honest candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+from pathlib import Path
+from time import perf_counter
+
+from harness.sandbox.protocol import (
+    MAX_MESSAGE_BYTES,
+    REQUEST,
+    AutotunerInfo,
+    CallError,
+    CheckReply,
+    CheckRequest,
+    Hello,
+    ImportFailed,
+    InitStatus,
+    IsolationPlan,
+    IsolationReport,
+    Message,
+    Ready,
+    Shutdown,
+    Started,
+    encode,
+)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_BIND = 4096
+MS_RELATIME = 1 << 21
+MS_STRICTATIME = 1 << 24
+PR_SET_DUMPABLE = 4
+MOUNT_OPTION_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+    "strictatime": MS_STRICTATIME,
+}
+PRIVATE_TMPFS_OPTIONS = b"size=256m,mode=0755"
+
+# Exception texts that mean "this machine has no CUDA", not "the candidate is wrong".
+NO_CUDA_MESSAGES = (
+    "Torch not compiled with CUDA enabled",
+    "CUDA_HOME environment variable is not set",
+    "No CUDA GPUs are available",
+    "Found no NVIDIA driver",
+    "no NVIDIA driver on your system",
+)
+COMPILE_ERROR_CLASSES = ("CompilationError", "CompileTimeAssertionFailure", "PTXASError")
+
+
+# --- namespaces and mounts ------------------------------------------------------------------
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: bytes | None, target: str, fstype: bytes | None, flags: int, data: bytes | None = None):
+    if _libc().mount(source, target.encode(), fstype, ctypes.c_ulong(flags), data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno), target)
+
+
+def _mount_points() -> list[tuple[str, set[str]]]:
+    """(mount point, per-mount options) from /proc/self/mountinfo, octal escapes decoded."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            point = fields[4].encode().decode("unicode_escape")
+            points.append((point, set(fields[5].split(","))))
+    return points
+
+
+def _under(path: Path, roots: list[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
+def isolate_filesystem(hidden: list[str], writable: list[str]) -> IsolationReport:
+    """In a private mount namespace: hide `hidden` under empty private tmpfs mounts, keep each
+    `writable` directory writable (re-bound into a hiding tmpfs where it lies under one), and
+    remount every other mount read-only, keeping its nosuid/nodev/noexec/atime flags."""
+    report = IsolationReport()
+    existing = [Path(path) for path in hidden if Path(path).is_dir()]
+    hidden_roots = [root for root in existing if not _under(root, [other for other in existing if other != root])]
+    keep = [Path(path) for path in writable]
+    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
+    for root in hidden_roots:
+        try:
+            _mount(b"tmpfs", str(root), b"tmpfs", MS_NOSUID | MS_NODEV, PRIVATE_TMPFS_OPTIONS)
+            report.hidden.append(str(root))
+        except OSError as exc:
+            report.problems.append(f"could not hide {root}: {exc.strerror}")
+    for path, handle in handles.items():
+        try:
+            if _under(path, hidden_roots):
+                path.mkdir(parents=True, exist_ok=True)
+            _mount(f"/proc/self/fd/{handle}".encode(), str(path), None, MS_BIND)
+        except OSError as exc:
+            report.problems.append(f"could not keep {path} writable: {exc.strerror}")
+        finally:
+            os.close(handle)
+    if report.problems:
+        return report
+    skip = {str(path) for path in keep + hidden_roots}
+    for point, options in _mount_points():
+        if point in skip or point == "/proc" or point.startswith("/proc/"):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for option in options:
+            flags |= MOUNT_OPTION_FLAGS.get(option, 0)
+        try:
+            _mount(None, point, None, flags)
+        except OSError as exc:
+            report.problems.append(f"could not remount {point} read-only: {exc.strerror}")
+    report.read_only = not report.problems
+    return report
+
+
+def lock_namespaces() -> None:
+    """Enter a nested user and mount namespace. Mounts inherited into a namespace owned by a
+    less privileged user namespace are locked: the candidate, although root in its namespace,
+    can neither unmount the hiding tmpfs nor remount anything read-write. Needs a
+    single-threaded process, so it runs before torch is imported."""
+    uid, gid = os.getuid(), os.getgid()
+    if _libc().unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno), "unshare")
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+
+
+def become_init(status_fd: int, worker_fds: list[int]) -> None:
+    """Fork: the worker returns from this call; this process stays as pid 1, reaps every child
+    and, once the worker ends, writes its exit on the status pipe and exits (which makes the
+    kernel kill everything left in the pid namespace). Init is made non-dumpable so that the
+    candidate cannot reach its status pipe through /proc."""
+    worker = os.fork()
+    if worker == 0:
+        os.close(status_fd)
+        return
+    for fd in worker_fds:
+        os.close(fd)
+    _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(0)
+        if pid == worker:
+            message = (
+                InitStatus(signal=os.WTERMSIG(status))
+                if os.WIFSIGNALED(status)
+                else InitStatus(exit_code=os.waitstatus_to_exitcode(status))
+            )
+            os.write(status_fd, encode(message))
+            os._exit(0)
+
+
+def apply_isolation(plan: IsolationPlan, status_fd: int | None, worker_fds: list[int]) -> IsolationReport:
+    report = IsolationReport()
+    if plan.mount:
+        report = isolate_filesystem(plan.hidden, plan.writable)
+        report.namespaces.append("mount")
+    if plan.pid_init and status_fd is not None:
+        become_init(status_fd, worker_fds)
+        report.namespaces.append("pid")
+    if plan.lock:
+        try:
+            lock_namespaces()
+            report.locked = True
+        except OSError as exc:
+            report.problems.append(f"could not lock the mounts: {exc.strerror}")
+    return report
+
+
+# --- the channel ----------------------------------------------------------------------------
+
+
+class Channel:
+    """Line-delimited JSON on the two private pipes."""
+
+    def __init__(self, request_fd: int, reply_fd: int) -> None:
+        self.requests = os.fdopen(request_fd, "rb", buffering=0)
+        self.reply_fd = reply_fd
+        self.buffer = b""
+
+    def receive_line(self) -> bytes | None:
+        while b"\n" not in self.buffer:
+            chunk = self.requests.read(65536)
+            if not chunk:
+                return None
+            self.buffer += chunk
+            if len(self.buffer) > MAX_MESSAGE_BYTES:
+                raise ValueError("request too long")
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    def send(self, message: Message) -> None:
+        data = memoryview(encode(message))
+        while data:
+            written = os.write(self.reply_fd, data)
+            data = data[written:]
+
+
+# --- errors and autotuners ------------------------------------------------------------------
+
+
+def one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if len(lines) <= 1 else f"{lines[0]} ... {lines[-1]}"
+    return f"{type(exc).__name__}: {text}"[:400] if lines else type(exc).__name__
+
+
+def classify(exc: BaseException, device: str) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if any(message in text for message in NO_CUDA_MESSAGES):
+        return "unsupported"
+    if "nvcc" in text and ("not found" in text or "No such file" in text):
+        return "unsupported"
+    if device == "cpu" and isinstance(exc, AssertionError) and "cuda" in text.lower():
+        return "unsupported"
+    if any(cls.__name__ in COMPILE_ERROR_CLASSES for cls in type(exc).__mro__):
+        return "compile_error"
+    return "runtime_error"
+
+
+def _config_kwargs(config: object) -> dict[str, str]:
+    kwargs = config.all_kwargs() if hasattr(config, "all_kwargs") else dict(config.kwargs)
+    return {key: str(value) for key, value in kwargs.items()}
+
+
+class Autotuners:
+    """Every `triton.runtime.autotuner.Autotuner` alive in the process, found through the garbage
+    collector (kernels may be module globals, class attributes or closures), with their
+    original configs, so that a request can force each one to a single config."""
+
+    def __init__(self) -> None:
+        self.originals: dict[int, list[object]] = {}
+        self.tuners: list[object] = []
+
+    def scan(self) -> None:
+        module = sys.modules.get("triton.runtime.autotuner")
+        if module is None:
+            return
+        for obj in gc.get_objects():
+            if isinstance(obj, module.Autotuner) and id(obj) not in self.originals:
+                self.originals[id(obj)] = list(obj.configs)
+                self.tuners.append(obj)
+
+    @staticmethod
+    def _base_name(tuner: object) -> str:
+        fn = getattr(tuner, "base_fn", None) or getattr(tuner, "fn", None)
+        return getattr(fn, "__name__", type(tuner).__name__)
+
+    def names(self) -> list[str]:
+        """One name per tuner (its kernel's name; repeated names get #2, #3 ...)."""
+        names, seen = [], {}
+        for tuner in self.tuners:
+            base = self._base_name(tuner)
+            seen[base] = seen.get(base, 0) + 1
+            names.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
+        return names
+
+    def describe(self) -> list[AutotunerInfo]:
+        return [
+            AutotunerInfo(name=name, configs=[_config_kwargs(c) for c in self.originals[id(tuner)]])
+            for name, tuner in zip(self.names(), self.tuners)
+        ]
+
+    def force(self, index: int | None) -> None:
+        """Index None restores every tuner's configs; otherwise each tuner keeps only its
+        config number `index` modulo its count (one config: Triton runs it without benchmarking)."""
+        for tuner in self.tuners:
+            configs = self.originals[id(tuner)]
+            tuner.configs = list(configs) if index is None or not configs else [configs[index % len(configs)]]
+
+    def chosen(self) -> dict[str, dict[str, str]]:
+        chosen = {}
+        for name, tuner in zip(self.names(), self.tuners):
+            config = getattr(tuner, "best_config", None)
+            if config is not None:
+                chosen[name] = _config_kwargs(config)
+        return chosen
+
+
+# --- the worker -----------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, hello: Hello, channel: Channel, isolation: IsolationReport) -> None:
+        self.hello = hello
+        self.channel = channel
+        self.isolation = isolation
+        self.io_dir = Path(hello.io_dir)
+        self.autotuners = Autotuners()
+        self.handlers = {CheckRequest: self.check}
+
+    def synchronize(self) -> None:
+        if self.hello.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def start(self) -> bool:
+        """Import torch, the input generator and the candidate; answer Ready or ImportFailed."""
+        import torch
+
+        from harness.sandbox.transfer import export_tensor
+
+        self.torch = torch
+        self.export_tensor = export_tensor
+        self.reference = importlib.import_module(self.hello.reference_module)
+        self.channel.send(Started(token=self.hello.token))
+        workdir = self.hello.workdir
+        sys.path.insert(0, workdir)
+        started = perf_counter()
+        try:
+            spec = importlib.util.spec_from_file_location("submission", os.path.join(workdir, "submission.py"))
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["submission"] = module
+            spec.loader.exec_module(module)
+            entry = getattr(module, self.hello.entry_point, None)
+            if not callable(entry):
+                raise ImportError(f"submission.py defines no function {self.hello.entry_point}")
+        except Exception as exc:
+            traceback.print_exc()
+            kind = classify(exc, self.hello.device)
+            if kind == "runtime_error":
+                kind = "compile_error"
+            self.channel.send(
+                ImportFailed(token=self.hello.token, kind=kind, error=one_line(exc), import_s=perf_counter() - started)
+            )
+            return False
+        self.entry = entry
+        self.autotuners.scan()
+        self.channel.send(
+            Ready(
+                token=self.hello.token,
+                import_s=perf_counter() - started,
+                autotuners=self.autotuners.describe(),
+                isolation=self.isolation,
+            )
+        )
+        return True
+
+    def serve(self) -> None:
+        while True:
+            line = self.channel.receive_line()
+            if line is None:
+                return
+            request = REQUEST.validate_json(line)
+            if isinstance(request, Shutdown):
+                return
+            self.channel.send(self.handlers[type(request)](request))
+
+    def make_inputs(self, shape: dict, seed: int) -> tuple:
+        return self.reference.generate_input(**shape, seed=seed, device=self.hello.device)
+
+    def fill_output_buffer(self, data: tuple) -> None:
+        index = self.hello.output_index
+        if index is not None and data[index].is_floating_point():
+            data[index].fill_(float("nan"))
+
+    def check(self, request: CheckRequest) -> CheckReply:
+        """One call on fresh inputs. The output buffer is NaN before the call; afterwards the
+        returned object and every input go to files for the parent, then the returned tensor and
+        the buffer are overwritten with NaN so that no later call finds this answer in memory."""
+        torch = self.torch
+        reply = CheckReply(token=self.hello.token, id=request.id)
+        data = self.make_inputs(request.shape, request.seed)
+        self.fill_output_buffer(data)
+        self.autotuners.scan()
+        self.autotuners.force(request.autotune_config)
+        self.synchronize()
+        started = perf_counter()
+        try:
+            result = self.entry(data)
+            self.synchronize()
+        except Exception as exc:
+            traceback.print_exc()
+            reply.error = CallError(kind=classify(exc, self.hello.device), error=one_line(exc))
+            return reply
+        reply.seconds = perf_counter() - started
+        self.autotuners.scan()
+        reply.autotuners = self.autotuners.describe()
+        reply.autotune_config = self.autotuners.chosen()
+        reply.output = self.export_tensor(result, self.io_dir / f"output-{request.id}.bin")
+        reply.inputs = [
+            self.export_tensor(data[index], self.io_dir / f"input-{request.id}-{index}.bin")
+            for index in self.hello.input_indices
+        ]
+        if reply.output.exact_tensor:
+            storage = result.untyped_storage().data_ptr()
+            reply.output_aliases_input = any(
+                type(data[index]) is torch.Tensor and data[index].untyped_storage().data_ptr() == storage
+                for index in self.hello.input_indices
+            )
+            if not reply.output_aliases_input and result.is_floating_point():
+                result.fill_(float("nan"))
+        self.fill_output_buffer(data)
+        self.synchronize()
+        return reply
+
+
+# --- entry points ---------------------------------------------------------------------------
+
+
+def probe(scratch: str) -> int:
+    """Try the full isolation inside the namespaces the caller made: hide one directory, keep one
+    writable, remount the rest read-only, fork an init, lock. Prints "ok" when all of it works."""
+    hidden, writable = Path(scratch, "hidden"), Path(scratch, "writable")
+    report = isolate_filesystem([str(hidden)], [str(writable)])
+    status_read, status_write = os.pipe()
+    become_init(status_write, [])
+    lock_namespaces()
+    (writable / "probe").write_text("ok")
+    problems = list(report.problems)
+    if any(hidden.iterdir()):
+        problems.append("hidden directory still visible")
+    if _libc().umount2(str(hidden).encode(), 0) == 0:
+        problems.append("hiding mount could be undone")
+    print("ok" if not problems else "; ".join(problems), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harness.sandbox.child")
+    parser.add_argument("--request-fd", type=int)
+    parser.add_argument("--reply-fd", type=int)
+    parser.add_argument("--status-fd", type=int)
+    parser.add_argument("--probe", metavar="SCRATCH_DIR")
+    args = parser.parse_args(argv)
+    if args.probe:
+        return probe(args.probe)
+    pipes = [args.request_fd, args.reply_fd] + ([args.status_fd] if args.status_fd is not None else [])
+    for fd in pipes:
+        os.set_inheritable(fd, False)
+    channel = Channel(args.request_fd, args.reply_fd)
+    line = channel.receive_line()
+    if line is None:
+        return 0
+    hello = Hello.model_validate_json(line)
+    isolation = apply_isolation(hello.isolation, args.status_fd, [args.request_fd, args.reply_fd])
+    os.chdir(hello.workdir)
+    worker = Worker(hello, channel, isolation)
+    if worker.start():
+        worker.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""Messages between the supervisor (parent) and the sandboxed child: pydantic models, one JSON
+object per line, on two private pipes (requests: parent -> child; replies: child -> parent).
+
+The parent speaks first: `Hello` (the per-run token and what the child needs to set itself up).
+The child answers `Started` once torch is imported (the import/compile time limit starts then),
+then `Ready` or `ImportFailed`, then one reply per request, in order: the child
+serves a sequence of requests (check shape k, later time shape k) until `Shutdown`, so that a
+tournament can interleave several children shape by shape. Every reply carries the token and the
+request's id; the parent rejects anything else as a protocol violation.
+
+Tensors never travel in messages: the child copies them as raw bytes into files in a directory
+the parent created (see `harness.sandbox.transfer`) and describes them with `TensorInfo`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- parent -> child ------------------------------------------------------------------------
+
+
+class IsolationPlan(Message):
+    """What the child sets up before it imports anything of the candidate's.
+
+    `mount`: the child is in its own mount namespace: it hides `hidden` under empty tmpfs mounts,
+    keeps `writable` writable and remounts everything else read-only. `pid_init`: the child is
+    pid 1 of its own pid namespace: it forks, stays behind as init (reaping, reporting the
+    worker's exit on the status pipe) and the worker serves. `lock`: the worker enters a nested
+    user and mount namespace so that the candidate cannot undo the mounts."""
+
+    mount: bool = False
+    pid_init: bool = False
+    lock: bool = False
+    hidden: list[str] = []
+    writable: list[str] = []
+
+
+class Hello(Message):
+    type: Literal["hello"] = "hello"
+    token: str
+    device: Literal["cpu", "cuda"]
+    reference_module: str  # harness.tasks.<name>: its generate_input makes the inputs
+    entry_point: str
+    output_index: int | None
+    input_indices: list[int]
+    workdir: str
+    io_dir: str
+    isolation: IsolationPlan = IsolationPlan()
+
+
+class CheckRequest(Message):
+    """Run the entry point once on the inputs of one shape, and export output and inputs."""
+
+    type: Literal["check"] = "check"
+    id: int
+    shape: dict[str, int | float | str | bool]
+    seed: int
+    autotune_config: int | None = None  # force every Autotuner to its config (index mod count)
+
+
+class Shutdown(Message):
+    type: Literal["shutdown"] = "shutdown"
+
+
+Request = Annotated[Union[CheckRequest, Shutdown], Field(discriminator="type")]
+REQUEST = TypeAdapter(Request)
+
+
+# --- child -> parent ------------------------------------------------------------------------
+
+
+class TensorInfo(Message):
+    """What the child saw of a returned object or an input after the call. `written` says
+    whether its bytes were copied to the file the parent named (only for an exact torch.Tensor)."""
+
+    type_name: str
+    exact_tensor: bool
+    shape: list[int] | None = None
+    dtype: str | None = None
+    device: str | None = None
+    contiguous: bool | None = None
+    nbytes: int | None = None
+    written: bool = False
+
+
+class AutotunerInfo(Message):
+    name: str
+    configs: list[dict[str, str]]
+
+
+class IsolationReport(Message):
+    namespaces: list[str] = []
+    read_only: bool = False
+    hidden: list[str] = []
+    locked: bool = False
+    problems: list[str] = []
+
+
+class Started(Message):
+    type: Literal["started"] = "started"
+    token: str
+
+
+class Ready(Message):
+    type: Literal["ready"] = "ready"
+    token: str
+    import_s: float
+    autotuners: list[AutotunerInfo]
+    isolation: IsolationReport
+
+
+class ImportFailed(Message):
+    type: Literal["import_failed"] = "import_failed"
+    token: str
+    kind: Literal["compile_error", "unsupported", "runtime_error"]
+    error: str
+    import_s: float
+
+
+class CallError(Message):
+    kind: Literal["compile_error", "unsupported", "runtime_error"]
+    error: str
+
+
+class CheckReply(Message):
+    type: Literal["check_reply"] = "check_reply"
+    token: str
+    id: int
+    seconds: float | None = None
+    error: CallError | None = None
+    output: TensorInfo | None = None
+    output_aliases_input: bool = False
+    inputs: list[TensorInfo] = []
+    autotuners: list[AutotunerInfo] = []
+    autotune_config: dict[str, dict[str, str]] | None = None  # per Autotuner: the config it ran
+
+
+Reply = Annotated[Union[Started, Ready, ImportFailed, CheckReply], Field(discriminator="type")]
+REPLY = TypeAdapter(Reply)
+
+
+class InitStatus(Message):
+    """Written once by the pid-namespace init on its own pipe when the worker ends."""
+
+    exit_code: int | None = None
+    signal: int | None = None
+
+
+def encode(message: Message) -> bytes:
+    return message.model_dump_json().encode() + b"\n"

@@ -1,0 +1,507 @@
+"""The parent side of the sandbox: start a child per evaluation, talk to it, enforce limits.
+
+`ChildProcess` is one sandboxed child serving a sequence of requests; `evaluate` uses one to
+check a candidate on a shape set. How it defends itself (docs/runner.md has the full account):
+
+- a fresh process (`python -m harness.sandbox.child`) in a new session, in a temporary working
+  directory with the candidate as submission.py and the task's shim as task.py;
+- a scrubbed environment: no HARNESS_* values, no store URL, no secrets; HOME and TMPDIR in the
+  working directory; Triton and torch-extension caches keyed by the code's sha256;
+- where `unshare` works, new user, network, pid and mount namespaces (detected once, falling back
+  silently; the result records what was used); resource limits (file size, core dumps, CPU time,
+  process count) set between fork and exec;
+- messages over two private pipes with a per-run token, never over stdout; the candidate's output
+  goes to a pipe whose last 64 KiB are kept;
+- a deadline for the import/compile phase and one per call; on expiry the whole process group
+  is killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import resource
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from time import monotonic
+from typing import Literal
+from urllib.parse import unquote
+
+from pydantic import BaseModel, ValidationError
+
+from harness.config import DB_DIR, get_settings
+from harness.sandbox.protocol import (
+    MAX_MESSAGE_BYTES,
+    REPLY,
+    CheckReply,
+    CheckRequest,
+    Hello,
+    ImportFailed,
+    InitStatus,
+    IsolationPlan,
+    Message,
+    Ready,
+    Shutdown,
+    Started,
+    encode,
+)
+from harness.sandbox.transfer import make_io_dir
+from harness.tasks import TaskSpec
+
+LOG_TAIL_BYTES = 64 * 1024
+REASON_LOG_TAIL_CHARS = 300
+SHUTDOWN_GRACE_S = 5.0
+PROBE_TIMEOUT_S = 20.0
+KEPT_ENVIRONMENT = (
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "TORCH_CUDA_ARCH_LIST",
+    "CC",
+    "CXX",
+    "MAX_JOBS",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+)
+
+
+class SandboxLimits(BaseModel):
+    """Limits of one evaluation. `from_settings()` takes the time limits from the settings."""
+
+    startup_timeout_s: float = 120.0  # spawn until torch is imported in the child
+    import_timeout_s: float = 300.0
+    call_timeout_s: float = 120.0
+    cpu_time_s: int = 4 * 3600
+    file_size_bytes: int = 8 * 1024**3
+    extra_processes: int = 1024  # RLIMIT_NPROC above the user's current count (not for root)
+    isolation: Literal["auto", "none"] = "auto"
+    hidden_paths: list[str] = []  # more directories to hide (a store's directory)
+    check_all_autotune_configs: bool | None = None  # None: on the CPU only
+
+    @classmethod
+    def from_settings(cls, **overrides: object) -> SandboxLimits:
+        settings = get_settings()
+        values = {"import_timeout_s": settings.import_timeout_s, "call_timeout_s": settings.call_timeout_s}
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        return cls(**values)
+
+
+class ChildFailure(Exception):
+    """The child timed out, died, or broke the protocol; it is gone when this is raised."""
+
+    def __init__(self, status: Literal["timeout", "crashed"], reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+# --- isolation ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IsolationLevel:
+    name: str
+    prefix: tuple[str, ...]
+    full: bool  # mount + pid namespaces: the child hides, remounts read-only, forks an init, locks
+
+
+UNSHARE_FULL = ("--net", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
+ISOLATION_LEVELS = (
+    IsolationLevel("user+net+pid+mount", ("unshare", "--user", "--map-root-user", *UNSHARE_FULL), True),
+    IsolationLevel("net+pid+mount", ("unshare", *UNSHARE_FULL), True),
+    IsolationLevel("user+net", ("unshare", "--user", "--map-root-user", "--net"), False),
+    IsolationLevel("net", ("unshare", "--net"), False),
+)
+NO_ISOLATION = IsolationLevel("none", (), False)
+
+
+@cache
+def detect_isolation() -> IsolationLevel:
+    """The strongest level whose namespaces this system grants, tried once per process: the full
+    levels run the child's own probe (hide, remount read-only, fork an init, lock)."""
+    if shutil.which("unshare") is None:
+        return NO_ISOLATION
+    for level in ISOLATION_LEVELS:
+        with tempfile.TemporaryDirectory(prefix="harness-probe-") as scratch:
+            if level.full:
+                for name in ("hidden", "writable"):
+                    Path(scratch, name).mkdir()
+                Path(scratch, "hidden", "secret").write_text("x")
+                command = [*level.prefix, sys.executable, "-m", "harness.sandbox.child", "--probe", scratch]
+            else:
+                command = [*level.prefix, sys.executable, "-c", "pass"]
+            try:
+                done = subprocess.run(
+                    command,
+                    capture_output=True,
+                    timeout=PROBE_TIMEOUT_S,
+                    env=_python_environment(),
+                    stdin=subprocess.DEVNULL,
+                    check=False,
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if done.returncode == 0 and (not level.full or done.stdout.strip() == b"ok"):
+                return level
+    return NO_ISOLATION
+
+
+def _python_environment() -> dict[str, str]:
+    """Just enough to run this Python and import the harness package."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": package_root}
+
+
+def sqlite_directory(url: str | None) -> str | None:
+    """The directory of a SQLite store, to hide from the child; None for other URLs."""
+    if not url or not url.startswith("sqlite:///"):
+        return None
+    path = unquote(url.removeprefix("sqlite:///").split("?", 1)[0])
+    return str(Path(path).resolve().parent) if path and path != ":memory:" else None
+
+
+def _needed_paths() -> list[Path]:
+    """Directories the child must still see: the interpreter, its libraries, the harness."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
+    paths.add(Path(__file__).resolve().parents[2])
+    paths.update(Path(entry).resolve() for entry in sys.path if entry and Path(entry).is_dir())
+    return list(paths)
+
+
+def _hidden_directories(limits: SandboxLimits) -> list[str]:
+    """Store directories and shared temporary/cache roots, except any that hold something the
+    child needs to run (a virtualenv under /tmp stays visible, read-only)."""
+    settings = get_settings()
+    candidates = [DB_DIR, sqlite_directory(settings.db), *limits.hidden_paths]
+    candidates += [tempfile.gettempdir(), "/tmp", "/dev/shm", settings.cache_dir]
+    needed = _needed_paths()
+    hidden: list[str] = []
+    for candidate in candidates:
+        if candidate is None:
+            continue
+        path = Path(candidate).resolve()
+        if path == Path("/") or not path.is_dir() or str(path) in hidden:
+            continue
+        if any(path == need or path in need.parents for need in needed):
+            continue
+        hidden.append(str(path))
+    return hidden
+
+
+# --- the child process ----------------------------------------------------------------------
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _resource_limits(limits: SandboxLimits):
+    """The preexec_fn: resource limits for the child, set between fork and exec."""
+    nproc = None
+    if os.getuid() != 0:
+        tasks = 0
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    if entry.stat().st_uid == os.getuid():
+                        tasks += len(os.listdir(f"/proc/{entry.name}/task"))
+                except OSError:
+                    continue
+        nproc = tasks + limits.extra_processes
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 5))
+        if nproc is not None:
+            soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+            if hard == resource.RLIM_INFINITY or nproc < hard:
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    return apply
+
+
+class ChildProcess:
+    """One sandboxed child running one candidate; it serves requests until `close()`.
+
+    Use it as a context manager: `start()` (import phase), then any number of `check()` calls
+    (a timing request fits the same way: send, wait with a deadline, validate the reply).
+    Every method that waits raises `ChildFailure` when the child times out, dies or breaks the
+    protocol; the child is killed by then.
+    """
+
+    def __init__(self, code: bytes, task: TaskSpec, *, device: str, limits: SandboxLimits, code_sha256: str):
+        self.task = task
+        self.device = device
+        self.limits = limits
+        self.token = secrets.token_hex(16)
+        self.level = NO_ISOLATION if limits.isolation == "none" else detect_isolation()
+        self.next_id = 0
+        self.log = bytearray()
+        self.log_total = 0
+        self.proc: subprocess.Popen | None = None
+        self.buffer = b""
+        self.status_fd: int | None = None
+        settings = get_settings()
+        self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
+        self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
+        for cache_dir in (self.triton_cache, self.extensions_cache):
+            cache_dir.mkdir(parents=True, exist_ok=True)
+        work_root = Path(tempfile.gettempdir(), f"harness-sandbox-{os.getuid()}")
+        work_root.mkdir(mode=0o700, exist_ok=True)
+        self.workdir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root))
+        (self.workdir / "tmp").mkdir()
+        (self.workdir / "submission.py").write_bytes(code)
+        (self.workdir / "task.py").write_bytes(task.shim_source())
+        self.io_dir = make_io_dir()
+
+    # lifecycle
+
+    def __enter__(self) -> ChildProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def environment(self) -> dict[str, str]:
+        env = {key: os.environ[key] for key in KEPT_ENVIRONMENT if key in os.environ}
+        env.update(
+            HOME=str(self.workdir),
+            TMPDIR=str(self.workdir / "tmp"),
+            XDG_CACHE_HOME=str(self.workdir / ".cache"),
+            PYTHONPATH=_python_environment()["PYTHONPATH"],
+            PYTHONNOUSERSITE="1",
+            PYTHONDONTWRITEBYTECODE="1",
+            TRITON_CACHE_DIR=str(self.triton_cache),
+            TORCH_EXTENSIONS_DIR=str(self.extensions_cache),
+            TORCHINDUCTOR_CACHE_DIR=str(self.workdir / ".cache" / "inductor"),
+        )
+        if self.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        return env
+
+    def start(self) -> Ready | ImportFailed:
+        """Spawn the child; wait until it has imported torch (startup_timeout_s), then until it has
+        imported the candidate (import_timeout_s)."""
+        request_read, self.request_fd = os.pipe()
+        self.reply_fd, reply_write = os.pipe()
+        child_fds = [request_read, reply_write]
+        arguments = ["--request-fd", str(request_read), "--reply-fd", str(reply_write)]
+        status_write = None
+        if self.level.full:
+            self.status_fd, status_write = os.pipe()
+            child_fds.append(status_write)
+            arguments += ["--status-fd", str(status_write)]
+        # -O on the CPU: CUDA-only wrappers assert `is_cuda` on their inputs; the interpreter
+        # runs their kernels on CPU tensors all the same. The parent checks every answer.
+        flags = ["-O"] if self.device == "cpu" else []
+        command = [*self.level.prefix, sys.executable, *flags, "-u", "-m", "harness.sandbox.child", *arguments]
+        self.started = monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=self.environment(),
+                pass_fds=child_fds,
+                start_new_session=True,
+                preexec_fn=_resource_limits(self.limits),
+            )
+        finally:
+            for fd in child_fds:
+                os.close(fd)
+        self.log_thread = threading.Thread(target=self._drain_log, daemon=True)
+        self.log_thread.start()
+        plan = IsolationPlan()
+        if self.level.full:
+            plan = IsolationPlan(
+                mount=True,
+                pid_init=True,
+                lock=True,
+                hidden=_hidden_directories(self.limits),
+                writable=[str(self.workdir), str(self.io_dir), str(self.triton_cache), str(self.extensions_cache)],
+            )
+        hello = Hello(
+            token=self.token,
+            device=self.device,
+            reference_module=f"harness.tasks.{self.task.reference}",
+            entry_point=self.task.entry_point,
+            output_index=self.task.output_index,
+            input_indices=self.task.input_indices,
+            workdir=str(self.workdir),
+            io_dir=str(self.io_dir),
+            isolation=plan,
+        )
+        self._send(hello, "startup")
+        self._receive(self.started, self.limits.startup_timeout_s, "startup", (Started,))
+        self.startup_s = monotonic() - self.started
+        return self._receive(monotonic(), self.limits.import_timeout_s, "import/compile", (Ready, ImportFailed))
+
+    def new_request_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def ask(self, request: Message, reply_type: type, *, timeout_s: float, phase: str):
+        """Send one request (it has an `id` from `new_request_id`) and wait at most `timeout_s`
+        for its reply, which must be a `reply_type` with the same id. `phase` names the request
+        in a failure's reason ("call on smoke[2]")."""
+        self._send(request, phase)
+        return self._receive(monotonic(), timeout_s, phase, (reply_type,), request.id)
+
+    def check(self, shape: dict, seed: int, *, autotune_config: int | None, phase: str) -> CheckReply:
+        """One call of the entry point on the given shape, limited to call_timeout_s."""
+        request = CheckRequest(id=self.new_request_id(), shape=shape, seed=seed, autotune_config=autotune_config)
+        return self.ask(request, CheckReply, timeout_s=self.limits.call_timeout_s, phase=phase)
+
+    def output_path(self, request_id: int) -> Path:
+        return self.io_dir / f"output-{request_id}.bin"
+
+    def input_path(self, request_id: int, index: int) -> Path:
+        return self.io_dir / f"input-{request_id}-{index}.bin"
+
+    def discard_files(self) -> None:
+        for path in self.io_dir.iterdir():
+            path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Ask the child to stop, then kill whatever is left of its process group; remove its files."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self._send(Shutdown(), "shutdown")
+                self.proc.wait(timeout=SHUTDOWN_GRACE_S)
+            except (ChildFailure, subprocess.TimeoutExpired):
+                pass
+        self._kill()
+        for fd in (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.request_fd = self.reply_fd = self.status_fd = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        shutil.rmtree(self.io_dir, ignore_errors=True)
+
+    def log_tail(self, chars: int = LOG_TAIL_BYTES) -> str:
+        text = bytes(self.log).decode("utf-8", errors="replace")
+        return text[-chars:]
+
+    # internals
+
+    def _drain_log(self) -> None:
+        stream = self.proc.stdout
+        while True:
+            chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+            if not chunk:
+                return
+            self.log_total += len(chunk)
+            self.log += chunk
+            if len(self.log) > LOG_TAIL_BYTES:
+                del self.log[: len(self.log) - LOG_TAIL_BYTES]
+
+    def _kill(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self.log_thread.join(timeout=5)
+
+    def _fail(self, status: Literal["timeout", "crashed"], reason: str) -> ChildFailure:
+        self._kill()
+        tail = self.log_tail(REASON_LOG_TAIL_CHARS).strip().splitlines()
+        if status == "crashed" and tail:
+            reason = f"{reason}; last output: {tail[-1][:200]}"
+        return ChildFailure(status, reason)
+
+    def _send(self, message: Message, phase: str) -> None:
+        data = memoryview(encode(message))
+        try:
+            while data:
+                written = os.write(self.request_fd, data)
+                data = data[written:]
+        except (BrokenPipeError, OSError):
+            raise self._fail("crashed", self._exit_reason(phase)) from None
+
+    def _exit_reason(self, phase: str) -> str:
+        """How the candidate's process ended, from the pid-namespace init or from waitpid."""
+        try:
+            self.proc.wait(timeout=SHUTDOWN_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._kill()
+        status = self._init_status()
+        if status is not None and status.signal is not None:
+            return f"killed by {_signal_name(status.signal)} during {phase}"
+        if status is not None:
+            return f"exited with code {status.exit_code} during {phase}"
+        code = self.proc.returncode
+        if code < 0:
+            return f"killed by {_signal_name(-code)} during {phase}"
+        return f"exited with code {code} during {phase}"
+
+    def _init_status(self) -> InitStatus | None:
+        if self.status_fd is None:
+            return None
+        os.set_blocking(self.status_fd, False)
+        try:
+            data = os.read(self.status_fd, 4096)
+        except BlockingIOError:
+            return None
+        try:
+            return InitStatus.model_validate_json(data.split(b"\n", 1)[0])
+        except ValidationError:
+            return None
+
+    def _receive(
+        self, since: float, limit_s: float, phase: str, expected: tuple[type, ...], request_id: int | None = None
+    ):
+        """The next reply, due `limit_s` after `since`: one of `expected`, with the run's token,
+        answering `request_id`."""
+        deadline = since + limit_s
+        while b"\n" not in self.buffer:
+            remaining = deadline - monotonic()
+            if remaining <= 0:
+                raise self._fail("timeout", f"{phase} exceeded {limit_s:g} s")
+            readable, _, _ = select.select([self.reply_fd], [], [], min(remaining, 0.5))
+            if not readable:
+                if self.proc.poll() is not None and not select.select([self.reply_fd], [], [], 0)[0]:
+                    raise self._fail("crashed", self._exit_reason(phase))
+                continue
+            chunk = os.read(self.reply_fd, 65536)
+            if not chunk:
+                raise self._fail("crashed", self._exit_reason(phase))
+            self.buffer += chunk
+            if len(self.buffer) > MAX_MESSAGE_BYTES:
+                raise self._fail("crashed", f"protocol violation during {phase}: a message over {MAX_MESSAGE_BYTES} bytes")
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        try:
+            reply = REPLY.validate_json(line)
+        except ValidationError:
+            raise self._fail("crashed", f"protocol violation during {phase}: a malformed message") from None
+        if not hmac.compare_digest(reply.token, self.token):
+            raise self._fail("crashed", f"protocol violation during {phase}: a message with a wrong token (forged?)")
+        if not isinstance(reply, expected) or getattr(reply, "id", request_id) != request_id:
+            raise self._fail("crashed", f"protocol violation during {phase}: an unexpected {reply.type} message")
+        return reply
+

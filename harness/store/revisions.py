@@ -1,0 +1,217 @@
+"""Registering revisions (the reports' submissions) and reading them back.
+
+A revision's bytes live in the content-addressed blob table; the revision row holds where it
+sits (lineage, number, parent), what it is for (task) and what parsing found (directives, entry
+point, flags). Registration checks everything before it adds anything, so a rejected file leaves
+the session as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session, selectinload
+
+from harness.candidates import SeedRevision, check_candidate_content, parse_candidate
+from harness.errors import HarnessError
+from harness.store.models import Blob, Lineage, Revision, Secret
+from harness.tasks import known_tasks
+
+DEFAULT_TASK = "conv2d_v2"
+_LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_MAX_NAME = 200  # Lineage.name and Revision.author are String(200)
+_MAX_ID = 2**63 - 1  # the largest integer that SQLite and PostgreSQL's bigint hold
+
+
+@dataclass(frozen=True)
+class RegisterOutcome:
+    """`created` is False when the lineage already held these bytes; `revision` is then the
+    revision that has them."""
+
+    revision: Revision
+    created: bool
+
+    def describe(self) -> str:
+        """One line saying what registration did (its lineage must be loaded: call it in the
+        session)."""
+        revision = self.revision
+        where = f"{revision.lineage.name} r{revision.number}"
+        if not self.created:
+            return f"unchanged: these bytes are already submission {revision.id} ({where})"
+        parent = "no parent" if revision.parent_id is None else f"parent {revision.parent_id}"
+        return f"registered submission {revision.id}: {where} ({parent})"
+
+
+def register_revision(
+    session: Session,
+    content: bytes,
+    filename: str,
+    *,
+    lineage: str | None = None,
+    parent_id: int | None = None,
+    submission_id: int | None = None,
+    message: str = "",
+    author: str = "",
+    task: str | None = None,
+) -> RegisterOutcome:
+    """Add `content` as the next revision of `lineage` (default: the file name's stem).
+
+    Defaults: parent = the lineage's latest revision; task = the `#!POPCORN leaderboard`
+    directive, else conv2d_v2. `submission_id` keeps an external id. Bytes already in the
+    lineage register nothing. HarnessError (nothing added) for bad content, a bad lineage name,
+    an unknown task or parent, or a taken id.
+    """
+    basename = Path(filename).name
+    check_candidate_content(content, basename or filename)
+    facts = parse_candidate(content)
+    lineage_name = lineage if lineage is not None else Path(basename).stem
+    _check_lineage_name(lineage_name, given=lineage is not None)
+    if len(author) > _MAX_NAME:
+        raise HarnessError(f"author name is longer than {_MAX_NAME} characters")
+    task = task or facts.directives.get("leaderboard") or DEFAULT_TASK
+    if task not in known_tasks():
+        raise HarnessError(f"unknown task {task!r} (known: {', '.join(known_tasks()) or 'none'})")
+    if parent_id is not None and (not 0 < parent_id <= _MAX_ID or session.get(Revision, parent_id) is None):
+        raise HarnessError(f"unknown parent: there is no submission {parent_id}")
+    if submission_id is not None and not 0 < submission_id <= _MAX_ID:
+        raise HarnessError(f"submission id must be an integer from 1 to {_MAX_ID}, not {submission_id}")
+
+    sha256 = hashlib.sha256(content).hexdigest()
+    lineage_row = session.scalar(select(Lineage).where(Lineage.name == lineage_name))
+    if lineage_row is not None:
+        existing = session.scalar(
+            select(Revision)
+            .where(Revision.lineage_id == lineage_row.id, Revision.code_sha256 == sha256)
+            .order_by(Revision.number)
+            .limit(1)
+        )
+        if existing is not None:
+            return RegisterOutcome(existing, created=False)
+    if submission_id is not None:
+        taken = session.get(Revision, submission_id)
+        if taken is not None:
+            raise HarnessError(
+                f"submission id {submission_id} is already taken ({_describe(session, taken)})"
+            )
+
+    if lineage_row is None:
+        lineage_row = Lineage(name=lineage_name)
+        session.add(lineage_row)
+        session.flush()
+        latest = None
+    else:
+        latest = session.scalar(
+            select(Revision).where(Revision.lineage_id == lineage_row.id).order_by(Revision.number.desc()).limit(1)
+        )
+    if parent_id is None and latest is not None:
+        parent_id = latest.id
+    if session.get(Blob, sha256) is None:
+        session.add(Blob(sha256=sha256, content=content, size=len(content)))
+    revision = Revision(
+        id=submission_id,
+        lineage=lineage_row,
+        number=(latest.number if latest is not None else 0) + 1,
+        parent_id=parent_id,
+        task=task,
+        code_sha256=sha256,
+        filename=basename,
+        message=message,
+        author=author,
+        directives=dict(facts.directives),
+        entry_point=facts.entry_point,
+        flags=list(facts.flags),
+        syntax_error=facts.syntax_error,
+    )
+    session.add(revision)
+    session.flush()
+    if submission_id is not None:
+        _advance_id_sequence(session)
+    return RegisterOutcome(revision, created=True)
+
+
+def register_seeds(session: Session, seeds: list[SeedRevision]) -> list[RegisterOutcome]:
+    """Register the revisions of a seed manifest (harness.candidates.read_seeds), in order."""
+    outcomes: list[RegisterOutcome] = []
+    for seed in seeds:
+        outcome = register_revision(
+            session,
+            seed.content,
+            seed.filename,
+            lineage=seed.lineage,
+            parent_id=outcomes[-1].revision.id if seed.follows_previous else None,
+            submission_id=seed.submission_id,
+            message=seed.message,
+            author=seed.author,
+            task=seed.task,
+        )
+        outcomes.append(outcome)
+    return outcomes
+
+
+def get_revision(session: Session, revision_id: int) -> Revision:
+    revision = None
+    if 0 < revision_id <= _MAX_ID:
+        revision = session.get(Revision, revision_id, options=[selectinload(Revision.lineage)])
+    if revision is None:
+        raise HarnessError(f"there is no submission {revision_id}")
+    return revision
+
+
+def list_revisions(session: Session, task: str | None = None, lineage: str | None = None) -> list[Revision]:
+    """Revisions in the order they were registered, their lineages loaded."""
+    query = select(Revision).options(selectinload(Revision.lineage)).order_by(Revision.created_at, Revision.id)
+    if task is not None:
+        if task not in known_tasks():
+            raise HarnessError(f"unknown task {task!r} (known: {', '.join(known_tasks()) or 'none'})")
+        query = query.where(Revision.task == task)
+    if lineage is not None:
+        lineage_id = session.scalar(select(Lineage.id).where(Lineage.name == lineage))
+        if lineage_id is None:
+            raise HarnessError(f"unknown lineage {lineage!r}")
+        query = query.where(Revision.lineage_id == lineage_id)
+    return list(session.scalars(query))
+
+
+def revision_code(revision: Revision) -> bytes:
+    """The exact bytes registered (whitespace and a missing final newline kept)."""
+    return revision.blob.content
+
+
+def get_or_create_secret(session: Session, name: str) -> str:
+    """A value kept in the store and never shown to candidates (a random 63-bit integer)."""
+    secret = session.get(Secret, name)
+    if secret is None:
+        secret = Secret(name=name, value=str(secrets.randbits(63)))
+        session.add(secret)
+        session.flush()
+    return secret.value
+
+
+def _check_lineage_name(name: str, *, given: bool) -> None:
+    if _LINEAGE_NAME.fullmatch(name) and len(name) <= _MAX_NAME:
+        return
+    hint = "" if given else " (name the lineage with --lineage)"
+    raise HarnessError(
+        f"{name!r} is not a valid lineage name: up to {_MAX_NAME} letters, digits, '_', '-', '.', "
+        f"starting with a letter or digit{hint}"
+    )
+
+
+def _describe(session: Session, revision: Revision) -> str:
+    lineage_name = session.scalar(select(Lineage.name).where(Lineage.id == revision.lineage_id))
+    return f"{lineage_name} r{revision.number}"
+
+
+def _advance_id_sequence(session: Session) -> None:
+    """After an explicit id, move PostgreSQL's id sequence past it so that generated ids do not
+    collide with it. (SQLite's INTEGER PRIMARY KEY already continues after the largest id.)"""
+    if session.get_bind().dialect.name == "postgresql":
+        largest = session.scalar(select(func.max(Revision.id)))
+        session.execute(
+            text("SELECT setval(pg_get_serial_sequence('revisions', 'id'), :largest)"), {"largest": largest}
+        )

@@ -1,0 +1,205 @@
+"""Opening the store: an engine for any SQLAlchemy URL, the schema brought to Alembic's head, and
+one transaction per `Store.session()`.
+
+SQLite gets WAL (readers do not block the writer), a busy timeout, foreign keys, and
+`BEGIN IMMEDIATE` for every transaction. pysqlite would otherwise begin a transaction only at
+the first write, so a read-then-write (claiming a run, numbering a revision) would not be
+atomic, and two deferred transactions that both try to write fail at once instead of waiting.
+The same BEGIN makes SQLite's DDL transactional, so a failed migration leaves nothing behind.
+
+Migrations run inside the transaction that checks the schema revision (under a lock on
+PostgreSQL), so processes that open a fresh store together create its schema once.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, text
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
+
+from harness.config import DB_DIR, get_settings
+from harness.errors import HarnessError
+
+MIGRATIONS_DIR = DB_DIR / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Arbitrary constant: the key of the PostgreSQL advisory lock held while checking and migrating.
+POSTGRES_MIGRATION_LOCK = 0x6861726E657373
+
+logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+@dataclass
+class Store:
+    """An open store. `previous_revision` is the schema revision found when it was opened
+    (None for an empty database); `schema_revision` is the one it is at now (Alembic's head)."""
+
+    engine: Engine
+    url: str
+    schema_revision: str
+    previous_revision: str | None
+
+    @property
+    def migrated(self) -> bool:
+        return self.previous_revision != self.schema_revision
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One transaction: commits when the block ends, rolls back if it raises.
+
+        Objects stay readable after the commit (expire_on_commit=False) so a caller can print
+        what it registered; load relationships inside the block.
+        """
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's Config, built in code so that migrations work from any working directory."""
+    config = Config(stdout=io.StringIO())
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("path_separator", "os")
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open the store at `url` (None: settings.db, SQLite under db/), creating or upgrading its
+    schema. Raises HarnessError, leaving no new file behind, when it cannot be opened."""
+    url = url or get_settings().db
+    parsed = _parse_url(url)
+    shown = parsed.render_as_string(hide_password=True)
+    sqlite_file = _sqlite_file(parsed)
+    created_file = False
+    if sqlite_file is not None:
+        if sqlite_file.parent == DB_DIR:
+            DB_DIR.mkdir(exist_ok=True)
+        _check_sqlite_path(sqlite_file, shown)
+        created_file = not sqlite_file.exists()
+    engine = _create_engine(parsed, shown)
+    try:
+        previous, head = _upgrade_to_head(engine, shown)
+    except BaseException:
+        engine.dispose()
+        if created_file:
+            _remove_sqlite_files(sqlite_file)
+        raise
+    return Store(engine=engine, url=shown, schema_revision=head, previous_revision=previous)
+
+
+def _remove_sqlite_files(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        companion = Path(f"{path}{suffix}")
+        if companion.is_file():
+            companion.unlink()
+
+
+def _parse_url(url: str) -> URL:
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise HarnessError(f"cannot open store: {url!r} is not a database URL") from None
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    if url.database.startswith("file:"):  # URI filenames: leave them to SQLite
+        return None
+    return Path(url.database)
+
+
+def _check_sqlite_path(path: Path, shown: str) -> None:
+    parent = path.parent
+    if not parent.exists():
+        raise HarnessError(f"cannot open store {shown}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise HarnessError(f"cannot open store {shown}: {parent} is not a directory")
+    if path.is_dir():
+        raise HarnessError(f"cannot open store {shown}: {path} is a directory")
+
+
+def _create_engine(url: URL, shown: str) -> Engine:
+    options = {}
+    if url.get_backend_name() == "sqlite" and _sqlite_file(url) is None:
+        options["poolclass"] = StaticPool  # one in-memory database shared by all sessions
+    try:
+        engine = create_engine(url, **options)
+    except NoSuchModuleError:
+        raise HarnessError(f"cannot open store {shown}: unknown database kind {url.drivername!r}") from None
+    except ImportError as exc:
+        raise HarnessError(f"cannot open store {shown}: its driver is not installed ({exc})") from None
+    except (ArgumentError, TypeError, ValueError) as exc:
+        raise HarnessError(f"cannot open store {shown}: {_first_line(exc)}") from None
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _configure_sqlite_connection)
+        event.listen(engine, "begin", _begin_immediate)
+    return engine
+
+
+def _configure_sqlite_connection(dbapi_connection, _record) -> None:
+    dbapi_connection.isolation_level = None  # pysqlite must not emit BEGIN; _begin_immediate does
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.close()
+
+
+def _begin_immediate(connection: Connection) -> None:
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _upgrade_to_head(engine: Engine, shown: str) -> tuple[str | None, str]:
+    """Bring the schema to head; returns (revision found, head)."""
+    config = alembic_config()
+    scripts = ScriptDirectory.from_config(config)
+    head = scripts.get_current_head()
+    try:
+        with engine.connect() as connection, connection.begin():
+            if connection.dialect.name == "postgresql":
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": POSTGRES_MIGRATION_LOCK})
+            found = MigrationContext.configure(connection).get_current_heads()
+            for revision in found:
+                if not _is_known(scripts, revision):
+                    raise HarnessError(
+                        f"store schema is newer than this harness: {shown} is at schema revision "
+                        f"{revision}, this harness knows up to {head}; upgrade the harness"
+                    )
+            if tuple(found) != (head,):
+                command.upgrade(alembic_config(connection), "head")
+    except HarnessError:
+        raise
+    except DBAPIError as exc:
+        raise HarnessError(f"cannot open store {shown}: {_first_line(exc.orig)}") from None
+    except (SQLAlchemyError, CommandError, OSError) as exc:
+        raise HarnessError(f"cannot open store {shown}: {_first_line(exc)}") from None
+    return (found[0] if found else None), head
+
+
+def _is_known(scripts: ScriptDirectory, revision: str) -> bool:
+    try:
+        return scripts.get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -1,0 +1,58 @@
+"""conv2d_v2's reference and input generator, as GPU MODE's reference.py has them.
+
+`generate_input` is the one place inputs come from: the parent (to compute the reference) and the
+sandboxed child (to feed the candidate) both call it with the same seed on the same device, and
+a seeded `torch.Generator` on that device makes the two identical.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class ExactFp32:
+    """cuDNN and cuBLAS in full fp32 (TF32 off) with deterministic algorithms, restored on exit."""
+
+    def __enter__(self) -> ExactFp32:
+        self.saved = (
+            torch.backends.cudnn.allow_tf32,
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.deterministic,
+        )
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.deterministic = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        (
+            torch.backends.cudnn.allow_tf32,
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.deterministic,
+        ) = self.saved
+
+
+def ref_kernel(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """No padding, stride 1; computes in the inputs' dtype (float64 inputs give a float64 result)."""
+    input_tensor, kernel, _output = data
+    with ExactFp32():
+        return F.conv2d(input_tensor, kernel, stride=1, padding=0)
+
+
+def generate_input(
+    size: int, kernelsize: int, channels: int, batch: int, seed: int, device: str = "cuda"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input [batch, channels, size, size], kernel [channels, channels, k, k], output buffer)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    input_tensor = torch.randn(
+        batch, channels, size, size, device=device, dtype=torch.float32, generator=gen
+    ).contiguous()
+    kernel = torch.randn(
+        channels, channels, kernelsize, kernelsize, device=device, dtype=torch.float32, generator=gen
+    ).contiguous()
+    output = torch.empty(
+        batch, channels, size - kernelsize + 1, size - kernelsize + 1, device=device, dtype=torch.float32
+    )
+    return input_tensor, kernel, output

@@ -1,0 +1,189 @@
+"""Timing candidate calls, measured the way GPU MODE's eval.py and `triton.testing.do_bench` do.
+
+Method, per shape (`time_calls`):
+
+1. Warm-up. `warmup_calls` calls (at least one), each followed by a device-wide synchronize. Their
+   host seconds are returned as `compile_s`, so that JIT compilation, Triton autotuning and cuDNN
+   algorithm search stay out of the timed calls.
+2. Timed calls, on CUDA. The inputs are made outside the timed region. Then: a device-wide
+   synchronize; an event `flush_start`; the L2 cache flushed by writing zeros over a 256 MiB
+   buffer; an event `start`; the call; an event `end`; a device-wide synchronize (so a call ends
+   only when all work on the device is done, not only the current stream's). The call's time is
+   `start -> end`. Like GPU MODE, the host's launch overhead runs while the device flushes.
+3. Cross-check against the host clock. Host wall time is taken from just before `flush_start` is
+   recorded to after the final synchronize; minus the flush's device time (`flush_start ->
+   start`) it is the call's wall time. When the call's wall time exceeds its event time by more
+   than `MISMATCH_MARGIN_MS + MISMATCH_MARGIN_REL * event time`, work escaped the timed stream
+   (another stream, a thread): that call counts with its wall time and the shape is flagged
+   `timing_mismatch`.
+4. Stopping rule (GPU MODE): at least 3 timed calls, at most 100; stop once the standard error is
+   under 0.1 % of the mean or the shape's budget (host seconds spent in the timed loop) is spent.
+
+On the CPU the times come from the host clock (`perf_counter` around the call), with no flush;
+the statistics are the same and are labelled `cpu`.
+
+Leaderboard mode is the caller's choice of `make_inputs` (fresh inputs from a new seed for every
+call) and `after_call` (hands every timed call's output to the checker); both run outside the
+timed region.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+MISMATCH_MARGIN_MS = 0.1
+MISMATCH_MARGIN_REL = 0.05
+TIMING_MISMATCH = "timing_mismatch"
+
+
+@dataclass
+class BenchmarkStats:
+    """Statistics of one shape's timed calls, in milliseconds; `times_ms` keeps every call."""
+
+    device: str
+    runs: int
+    mean_ms: float
+    median_ms: float
+    std_ms: float
+    err_ms: float
+    min_ms: float
+    max_ms: float
+    times_ms: list[float]
+    compile_s: float = 0.0
+    flags: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_times(
+        cls, times_ms: Sequence[float], *, device: str, compile_s: float = 0.0, flags: Sequence[str] = ()
+    ) -> BenchmarkStats:
+        """Sample statistics as GPU MODE computes them: std with n - 1, err = std / sqrt(n)."""
+        if not times_ms:
+            raise ValueError("no timed calls")
+        times = [float(t) for t in times_ms]
+        mean = statistics.fmean(times)
+        std = statistics.stdev(times, mean) if len(times) > 1 else 0.0
+        return cls(
+            device=device,
+            runs=len(times),
+            mean_ms=mean,
+            median_ms=statistics.median(times),
+            std_ms=std,
+            err_ms=std / math.sqrt(len(times)),
+            min_ms=min(times),
+            max_ms=max(times),
+            times_ms=times,
+            compile_s=compile_s,
+            flags=list(flags),
+        )
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """GPU MODE's rule: at least `min_runs` timed calls, at most `max_runs`; in between, stop once
+    the standard error is under `max_rel_err` of the mean or `budget_s` seconds are spent."""
+
+    min_runs: int = 3
+    max_runs: int = 100
+    max_rel_err: float = 0.001
+    budget_s: float = 10.0
+
+    def done(self, times_ms: Sequence[float], elapsed_s: float) -> bool:
+        runs = len(times_ms)
+        if runs >= self.max_runs:
+            return True
+        if runs < self.min_runs:
+            return False
+        if elapsed_s >= self.budget_s:
+            return True
+        mean = statistics.fmean(times_ms)
+        err = statistics.stdev(times_ms, mean) / math.sqrt(runs)
+        return err < self.max_rel_err * mean
+
+
+def time_calls(
+    call: Callable[[Any], Any],
+    make_inputs: Callable[[int], Any],
+    *,
+    device: str,
+    rule: StoppingRule = StoppingRule(),
+    warmup_calls: int = 1,
+    after_call: Callable[[int, Any, Any], None] | None = None,
+) -> BenchmarkStats:
+    """Warm up, then time `call(make_inputs(k))` until `rule` says stop (method: module docstring).
+
+    `k` counts the shape's calls from 0: the first `warmup_calls` are the warm-up, the rest are
+    timed. `after_call(k, inputs, output)` runs after each timed call, outside the timed region.
+    """
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"unknown device {device!r}")
+    timed_call = _CudaTimer() if device == "cuda" else _cpu_timed_call
+    warmup_calls = max(1, warmup_calls)
+    compile_s = 0.0
+    for index in range(warmup_calls):
+        inputs = make_inputs(index)
+        started = perf_counter()
+        call(inputs)
+        _synchronize(device)
+        compile_s += perf_counter() - started
+
+    times_ms: list[float] = []
+    mismatched_calls = 0
+    loop_started = perf_counter()
+    while not rule.done(times_ms, perf_counter() - loop_started):
+        index = warmup_calls + len(times_ms)
+        inputs = make_inputs(index)
+        output, event_ms, wall_ms = timed_call(call, inputs)
+        if wall_ms > event_ms + MISMATCH_MARGIN_MS + MISMATCH_MARGIN_REL * event_ms:
+            mismatched_calls += 1
+            times_ms.append(wall_ms)
+        else:
+            times_ms.append(event_ms)
+        if after_call is not None:
+            after_call(index, inputs, output)
+        del output
+    flags = [TIMING_MISMATCH] if mismatched_calls else []
+    return BenchmarkStats.from_times(times_ms, device=device, compile_s=compile_s, flags=flags)
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _cpu_timed_call(call: Callable[[Any], Any], inputs: Any) -> tuple[Any, float, float]:
+    started = perf_counter()
+    output = call(inputs)
+    wall_ms = (perf_counter() - started) * 1e3
+    return output, wall_ms, wall_ms
+
+
+class _CudaTimer:
+    """One timed call on the GPU: returns (output, event ms, wall ms of the call itself)."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
+
+    def __call__(self, call: Callable[[Any], Any], inputs: Any) -> tuple[Any, float, float]:
+        cuda = self._torch.cuda
+        flush_start, start, end = (cuda.Event(enable_timing=True) for _ in range(3))
+        cuda.synchronize()
+        started = perf_counter()
+        flush_start.record()
+        self._flush_buffer.zero_()
+        start.record()
+        output = call(inputs)
+        end.record()
+        cuda.synchronize()
+        wall_ms = (perf_counter() - started) * 1e3 - flush_start.elapsed_time(start)
+        return output, start.elapsed_time(end), wall_ms

@@ -1,0 +1,6 @@
+"""Does not parse."""
+from task import input_t, output_t
+
+
+def custom_kernel(data: input_t) -> output_t
+    return data[2]

@@ -1,0 +1,80 @@
+"""A proposer for the tests: reads the prompt on stdin, replies on stdout in the way MODE says.
+
+    python tests/proposers/reply.py MODE [ARG]
+
+Modes: whole-file, search-replace, no-match, garbage, same, hang PIDFILE, fail, bad-meta.
+It finds the parent's code in the prompt the way an agent would: the fenced block after
+the heading `# The revision to ...` (prompts/improve.j2, prompts/fix.j2).
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+MARK = "  # touched by the test proposer"
+
+
+def parent_code(prompt: str) -> str:
+    lines = prompt.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("# The revision to"))
+    opening = next(
+        i for i in range(start, len(lines)) if lines[i].startswith("```") and lines[i].endswith("python")
+    )
+    fence = lines[opening][: -len("python")]
+    closing = next(i for i in range(opening + 1, len(lines)) if lines[i] == fence)
+    return "\n".join(lines[opening + 1 : closing])
+
+
+def unique_import_line(code: str) -> str:
+    lines = code.split("\n")
+    return next(line for line in lines if line.startswith("import ") and lines.count(line) == 1)
+
+
+def meta(summary: str) -> str:
+    return "HARNESS-META " + json.dumps({"summary": summary, "tokens": 1234, "cost": 0.01, "model": "test"})
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    prompt = sys.stdin.read()
+    if mode == "hang":
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        with open(sys.argv[2], "w") as pidfile:
+            pidfile.write(str(sleeper.pid))
+        time.sleep(300)
+        return
+    if mode == "fail":
+        print("the model is overloaded", file=sys.stderr)
+        sys.exit(3)
+    if mode == "garbage":
+        print("I think the kernel is fine as it is. Have a nice day!")
+        return
+    if mode == "bad-meta":
+        print("```python\nprint('x')\n```")
+        print("HARNESS-META {not json")
+        return
+    code = parent_code(prompt)
+    if mode == "same":
+        print(f"```python\n{code}\n```")
+        return
+    if mode == "whole-file":
+        print("Here is the whole file with a comment added at the end.\n")
+        print(f"```python\n{code.rstrip()}\n# whole file from the test proposer\n```")
+        print(meta("append a comment line"))
+        return
+    line = unique_import_line(code)
+    if mode == "search-replace":
+        print("One edit:\n")
+        print(f"<<<<<<< SEARCH\n{line}\n=======\n{line}{MARK}\n>>>>>>> REPLACE")
+        print(meta(f"mark the line {line!r}"), file=sys.stderr)
+        return
+    if mode == "no-match":
+        print(f"<<<<<<< SEARCH\n{line}\n=======\n{line}{MARK}\n>>>>>>> REPLACE\n")
+        print("<<<<<<< SEARCH\nthis line is not in the parent\n=======\nx = 1\n>>>>>>> REPLACE")
+        return
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""The submission diff: the seeds reproduced byte for byte, and the edge cases of the format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.errors import HarnessError
+from harness.report.diff import DiffLine, diff_lines, render_diff
+
+ROOT = Path(__file__).resolve().parent.parent
+SEEDS_DIR = Path(__file__).resolve().parent / "data" / "seeds"
+CANDIDATES_DIR = ROOT / "candidates"
+
+SEED_LINEAGES = {
+    "000_f2b8471f63303882.txt": "conv2d_a100_ultra",
+    "001_b4a989dff272506b.txt": "conv2d_parallel_oh",
+    "003_dc5811c4f721ff3c.txt": "conv2d_cudnn_wrap",
+}
+
+
+def _manifest_revisions(lineage: str) -> list[dict]:
+    manifest = yaml.safe_load((CANDIDATES_DIR / "manifest.yml").read_text(encoding="utf-8"))
+    (entry,) = [entry for entry in manifest["lineages"] if entry["name"] == lineage]
+    return entry["revisions"]
+
+
+def test_every_seed_copy_is_covered():
+    assert sorted(path.name for path in SEEDS_DIR.glob("*.txt")) == sorted(SEED_LINEAGES)
+
+
+@pytest.mark.parametrize("seed_name", sorted(SEED_LINEAGES))
+def test_render_diff_reproduces_the_seed_byte_for_byte(seed_name: str):
+    before, after = _manifest_revisions(SEED_LINEAGES[seed_name])
+    seed = (SEEDS_DIR / seed_name).read_bytes()
+
+    rendered = render_diff(
+        (CANDIDATES_DIR / before["file"]).read_bytes(),
+        (CANDIDATES_DIR / after["file"]).read_bytes(),
+        after["id"],
+    )
+
+    assert rendered.encode("utf-8") == seed
+
+
+def test_identical_files_give_one_marker_for_all_lines():
+    content = b"import torch\n\ndef f():\n    return 1\n"  # five lines: the last one is empty
+    assert render_diff(content, content, 5) == "submission 5\n\n  \u22ef 5 unchanged lines"
+
+
+def test_first_revision_adds_every_line():
+    content = b"a\n  b  \nc"
+    expected = "submission 9\n\n+ a\n+   b  \n+ c"
+    assert render_diff(None, content, 9) == expected
+    assert render_diff(b"", content, 9) == expected
+
+
+def test_empty_new_file_against_nothing_is_only_the_header():
+    assert render_diff(None, b"", 1) == "submission 1"
+
+
+def test_whitespace_is_trimmed_only_at_the_very_end():
+    rendered = render_diff(b"keep\n", b"keep\nadded  \t\n  \n", 2)
+    assert rendered == "submission 2\n\n  keep\n+ added  \t\n+"
+
+
+def test_lost_final_newline_is_a_bare_removed_line():
+    assert render_diff(b"x = 1\ny = 2\n", b"x = 1\ny = 2", 4) == "submission 4\n\n  x = 1\n  y = 2\n-"
+
+
+def test_one_line_change_deep_in_a_long_file_collapses_both_sides():
+    old_lines = [f"line {number}" for number in range(1, 101)]
+    new_lines = list(old_lines)
+    new_lines[49] = "line fifty"
+    old = ("\n".join(old_lines) + "\n").encode()
+    new = ("\n".join(new_lines) + "\n").encode()
+
+    rendered = render_diff(old, new, 77)
+
+    # 101 lines (the final newline gives an empty last one); line 50 changed
+    assert rendered.split("\n") == [
+        "submission 77",
+        "",
+        "  \u22ef 46 unchanged lines",
+        "  line 47",
+        "  line 48",
+        "  line 49",
+        "- line 50",
+        "+ line fifty",
+        "  line 51",
+        "  line 52",
+        "  line 53",
+        "  \u22ef 48 unchanged lines",
+    ]
+
+
+def test_context_between_changes_is_shown_when_at_most_six_lines_and_collapsed_above():
+    def numbered(count: int, changed: tuple[int, ...]) -> bytes:
+        return "\n".join("X" if i in changed else f"{i}" for i in range(count)).encode()
+
+    six_apart = render_diff(numbered(8, ()), numbered(8, (0, 7)), 1).split("\n")[2:]
+    assert six_apart == ["- 0", "+ X", "  1", "  2", "  3", "  4", "  5", "  6", "- 7", "+ X"]
+
+    seven_apart = render_diff(numbered(9, ()), numbered(9, (0, 8)), 1).split("\n")[2:]
+    assert seven_apart == [
+        "- 0",
+        "+ X",
+        "  1",
+        "  2",
+        "  3",
+        "  \u22ef 1 unchanged line",
+        "  5",
+        "  6",
+        "  7",
+        "- 8",
+        "+ X",
+    ]
+
+
+def test_crlf_line_endings_are_kept():
+    rendered = render_diff(b"a\r\nb\r\nc\r\n", b"a\r\nB\r\nc\r\n", 3)
+    assert rendered == "submission 3\n\n  a\r\n- b\r\n+ B\r\n  c"
+
+
+def test_myers_edit_script_is_the_one_used():
+    # Two shortest scripts exist; difflib keeps "c" (`+ a`, `  c`, `- a`), Myers' greedy
+    # search removes first and keeps "a".
+    rendered = render_diff(b"c\na", b"a\nc", 6)
+    assert rendered.split("\n")[2:] == ["- c", "  a", "+ c"]
+
+
+def test_diff_lines_numbers_lines_in_both_files():
+    lines = diff_lines(b"one\ntwo\nthree", b"one\n2\nthree")
+    assert lines == [
+        DiffLine("context", "one", 1, 1),
+        DiffLine("removed", "two", 2, None),
+        DiffLine("added", "2", None, 2),
+        DiffLine("context", "three", 3, 3),
+    ]
+
+
+def test_diff_lines_skipped_marker_counts_and_starts_at_the_first_hidden_line():
+    old = "\n".join(str(i) for i in range(10)).encode()
+    new = "\n".join(str(i) for i in range(9)).encode() + b"\nnine"
+    lines = diff_lines(old, new)
+    assert lines[0] == DiffLine("skipped", "", 1, 1, skipped=6)
+    assert [line.kind for line in lines[1:]] == ["context", "context", "context", "removed", "added"]
+
+
+def test_bytes_that_are_not_utf8_are_rejected():
+    with pytest.raises(HarnessError, match="not UTF-8"):
+        render_diff(b"ok\n", b"\xff\xfe broken", 1)

@@ -1,0 +1,165 @@
+"""The store: the migration builds exactly the models' schema, SQLite settings, transactions,
+upgrades, and every way opening a store can fail."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, func, select
+
+from harness.errors import HarnessError
+from harness.store.models import Base, Secret
+from harness.store.session import alembic_config, open_store
+
+
+def _sqlite_path(url: str) -> Path:
+    return Path(url.removeprefix("sqlite:///"))
+
+
+def test_the_migrated_schema_matches_the_models(store_url):
+    store = open_store(store_url)
+    try:
+        with store.engine.connect() as connection:
+            differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    finally:
+        store.close()
+    assert differences == [], "models.py and db/migrations differ: run db/regenerate_initial.py"
+
+
+def test_opening_an_empty_store_creates_the_schema_once(store_url):
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    first = open_store(store_url)
+    first.close()
+    assert (first.previous_revision, first.schema_revision, first.migrated) == (None, head, True)
+    second = open_store(store_url)
+    second.close()
+    assert (second.previous_revision, second.schema_revision, second.migrated) == (head, head, False)
+
+
+def test_a_store_at_the_first_revision_is_upgraded_to_head(store_url):
+    scripts = ScriptDirectory.from_config(alembic_config())
+    first_revision = scripts.get_base()
+    engine = create_engine(store_url)
+    with engine.connect() as connection, connection.begin():
+        command.upgrade(alembic_config(connection), first_revision)
+    engine.dispose()
+
+    store = open_store(store_url)
+    try:
+        assert store.previous_revision == first_revision
+        assert store.schema_revision == scripts.get_current_head()
+        with store.engine.connect() as connection:
+            assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+    finally:
+        store.close()
+
+
+def test_sqlite_runs_in_wal_mode_with_foreign_keys_and_a_busy_timeout(store_url):
+    store = open_store(store_url)
+    try:
+        with store.engine.connect() as connection:
+            pragma = connection.exec_driver_sql
+            assert pragma("PRAGMA journal_mode").scalar() == "wal"
+            assert pragma("PRAGMA foreign_keys").scalar() == 1
+            assert pragma("PRAGMA busy_timeout").scalar() >= 1000
+    finally:
+        store.close()
+
+
+def test_a_session_commits_on_success_and_rolls_back_on_error(store_url):
+    store = open_store(store_url)
+    try:
+        with store.session() as session:
+            session.add(Secret(name="kept", value="1"))
+        with pytest.raises(RuntimeError), store.session() as session:
+            session.add(Secret(name="dropped", value="2"))
+            session.flush()
+            raise RuntimeError("boom")
+        with store.session() as session:
+            assert session.scalars(select(Secret.name)).all() == ["kept"]
+    finally:
+        store.close()
+
+
+def test_harness_db_in_the_environment_is_the_default_url(store_url, monkeypatch):
+    monkeypatch.setenv("HARNESS_DB", store_url)
+    open_store().close()
+    assert _sqlite_path(store_url).is_file()
+
+
+def test_processes_that_open_a_fresh_store_together_create_its_schema_once(store_url):
+    program = (
+        "import sys\nfrom harness.store.session import open_store\n"
+        "store = open_store(sys.argv[1])\nprint(store.previous_revision)\n"
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", program, store_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    results = [process.communicate(timeout=120) + (process.returncode,) for process in processes]
+    assert [returncode for _, _, returncode in results] == [0, 0, 0], results
+    assert sorted(stdout.strip() for stdout, _, _ in results).count("None") == 1  # exactly one created it
+    store = open_store(store_url)
+    try:
+        with store.session() as session:
+            assert session.scalar(select(func.count()).select_from(Secret)) == 0
+    finally:
+        store.close()
+
+
+def test_a_store_newer_than_the_harness_is_refused_and_left_alone(store_url):
+    open_store(store_url).close()
+    path = _sqlite_path(store_url)
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = 'f00dfeed'")
+    connection.close()
+    before = path.read_bytes()
+    with pytest.raises(HarnessError, match=r"store schema is newer than this harness.*f00dfeed"):
+        open_store(store_url)
+    assert path.read_bytes() == before
+
+
+def _broken_urls(tmp_path: Path) -> list[tuple[str, str]]:
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    return [
+        ("sqlite:////nonexistent/dir/x.sqlite", "directory /nonexistent/dir does not exist"),
+        (f"sqlite:///{a_file}/x.sqlite", "is not a directory"),
+        (f"sqlite:///{tmp_path}", "is a directory"),
+        ("nosuchdb://x", "unknown database kind 'nosuchdb'"),
+        ("not a url at all", "is not a database URL"),
+        ("postgresql+nosuchdriver://user@localhost/x", "unknown database kind"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_a_broken_url_is_one_clear_error_and_creates_nothing(tmp_path, case):
+    url, message = _broken_urls(tmp_path)[case]
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(HarnessError, match=message) as raised:
+        open_store(url)
+    assert "\n" not in str(raised.value)
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_an_unreachable_or_driverless_server_is_one_clear_error():
+    # Without psycopg2 the driver is missing; with it, nothing listens on port 1.
+    with pytest.raises(HarnessError, match=r"cannot open store postgresql://harness:\*\*\*@127\.0\.0\.1:1/x: ") as raised:
+        open_store("postgresql://harness:secret@127.0.0.1:1/x")
+    assert "secret" not in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_store_that_fails_after_its_file_was_created_leaves_no_file(store_url):
+    path = _sqlite_path(store_url)
+    Path(f"{path}-wal").mkdir()  # SQLite cannot write its WAL, after it has created the main file
+    with pytest.raises(HarnessError, match="cannot open store"):
+        open_store(store_url)
+    assert not path.exists()
