@@ -47,9 +47,12 @@ class ReferenceCase:
 
 
 class Mismatch(BaseModel):
+    """A mismatching element; NaN and infinities are kept as the strings "nan", "inf", "-inf"
+    so that the JSON column stays standard JSON."""
+
     index: list[int]
-    received: float
-    expected: float
+    received: float | str
+    expected: float | str
 
 
 class OutputCheck(BaseModel):
@@ -166,7 +169,7 @@ def compare_output(received: torch.Tensor, case: ReferenceCase, *, rtol: float, 
         for position in _first_positions(mismatched, MAX_PRINT):
             index = tuple(position)
             check.first_mismatches.append(
-                Mismatch(index=position, received=float(received[index]), expected=float(expected[index]))
+                Mismatch(index=position, received=_json_number(received[index]), expected=_json_number(expected[index]))
             )
         check.reason = describe_mismatches(check, received.numel())
     return check
@@ -185,5 +188,10 @@ def describe_mismatches(check: OutputCheck, numel: int) -> str:
     return "; ".join(parts)
 
 
-def _number(value: float) -> str:
-    return str(value) if math.isnan(value) or math.isinf(value) else f"{value:.6g}"
+def _json_number(value: torch.Tensor) -> float | str:
+    number = float(value)
+    return number if math.isfinite(number) else str(number)
+
+
+def _number(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:.6g}"

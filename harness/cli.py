@@ -202,6 +202,45 @@ def show(
 # --- runner and timing (issues 3, 4) ---------------------------------------------------------
 
 
+@app.command("test")
+def test_command(
+    ids: Annotated[list[int], typer.Argument(help="Submission ids to check.", show_default=False)],
+    device: Annotated[
+        Optional[str], typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
+    ] = None,
+    mode: Annotated[str, typer.Option(help="test (public seeds) or leaderboard (secret seeds).")] = "test",
+    force: Annotated[bool, typer.Option(help="Check again even if this environment has a result.")] = False,
+    call_timeout: Annotated[
+        Optional[float], typer.Option(help="Seconds allowed per call (default: settings).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Check revisions against the task's reference in a sandbox; store one run per environment."""
+    from harness.sandbox.checks import check_revisions, describe_environment, render_checks
+    from harness.sandbox.evaluation import default_shape_set, resolve_device
+    from harness.sandbox.supervisor import SandboxLimits
+    from harness.store.session import open_store
+
+    device = resolve_device(device)
+    store = open_store(db)
+    try:
+        limits = SandboxLimits.from_settings(call_timeout_s=call_timeout)
+        checked = check_revisions(store, ids, device=device, mode=mode, force=force, limits=limits)
+    finally:
+        store.close()
+    runs = [item.run for item in checked if item.run is not None]
+    environment = runs[0].environment if runs else {"device": device, "device_name": ""}
+    isolation = next((run.details.get("isolation", "") for run in runs if run.details.get("isolation")), "")
+    from harness.environment import Environment
+
+    console.print(
+        describe_environment(Environment.model_validate(environment), default_shape_set(device), isolation)
+        if runs
+        else f"device: {device}"
+    )
+    console.print(render_checks(checked))
+
+
 # --- tournament and reports (issue 5) -------------------------------------------------------
 
 

@@ -2,9 +2,9 @@
 
 Method, per shape (`time_calls`):
 
-1. Warm-up. `warmup_calls` calls (at least one), each followed by a device-wide synchronize. Their
-   host seconds are returned as `compile_s`, so that JIT compilation, Triton autotuning and cuDNN
-   algorithm search stay out of the timed calls.
+1. Warm-up: at least `warmup_calls` calls (at least one) and `warmup_s` seconds, each call
+   followed by a device-wide synchronize. Their host seconds are returned as `compile_s`, so that
+   JIT compilation, Triton autotuning and cuDNN algorithm search stay out of the timed calls.
 2. Timed calls, on CUDA. The inputs are made outside the timed region. Then: a device-wide
    synchronize; an event `flush_start`; the L2 cache flushed by writing zeros over a 256 MiB
    buffer; an event `start`; the call; an event `end`; a device-wide synchronize (so a call ends
@@ -33,6 +33,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from time import perf_counter
 from typing import Any
 
@@ -113,30 +114,33 @@ def time_calls(
     device: str,
     rule: StoppingRule = StoppingRule(),
     warmup_calls: int = 1,
+    warmup_s: float = 0.0,
     after_call: Callable[[int, Any, Any], None] | None = None,
 ) -> BenchmarkStats:
     """Warm up, then time `call(make_inputs(k))` until `rule` says stop (method: module docstring).
 
-    `k` counts the shape's calls from 0: the first `warmup_calls` are the warm-up, the rest are
-    timed. `after_call(k, inputs, output)` runs after each timed call, outside the timed region.
+    The warm-up is at least `warmup_calls` calls (at least one) and at least `warmup_s` seconds
+    (so that the GPU's clocks are up). `k` counts the shape's calls from 0, warm-up included.
+    `after_call(k, inputs, output)` runs after each timed call, outside the timed region.
     """
     if device not in ("cuda", "cpu"):
         raise ValueError(f"unknown device {device!r}")
-    timed_call = _CudaTimer() if device == "cuda" else _cpu_timed_call
-    warmup_calls = max(1, warmup_calls)
+    timed_call = _cuda_timed_call if device == "cuda" else _cpu_timed_call
     compile_s = 0.0
-    for index in range(warmup_calls):
-        inputs = make_inputs(index)
+    calls = 0
+    while calls < max(1, warmup_calls) or compile_s < warmup_s:
+        inputs = make_inputs(calls)
         started = perf_counter()
         call(inputs)
         _synchronize(device)
         compile_s += perf_counter() - started
+        calls += 1
 
     times_ms: list[float] = []
     mismatched_calls = 0
     loop_started = perf_counter()
     while not rule.done(times_ms, perf_counter() - loop_started):
-        index = warmup_calls + len(times_ms)
+        index = calls + len(times_ms)
         inputs = make_inputs(index)
         output, event_ms, wall_ms = timed_call(call, inputs)
         if wall_ms > event_ms + MISMATCH_MARGIN_MS + MISMATCH_MARGIN_REL * event_ms:
@@ -165,25 +169,28 @@ def _cpu_timed_call(call: Callable[[Any], Any], inputs: Any) -> tuple[Any, float
     return output, wall_ms, wall_ms
 
 
-class _CudaTimer:
-    """One timed call on the GPU: returns (output, event ms, wall ms of the call itself)."""
+@cache
+def _l2_flush_buffer() -> Any:
+    """One 256 MiB buffer per process, written over before every timed call."""
+    import torch
 
-    def __init__(self) -> None:
-        import torch
+    return torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
 
-        self._torch = torch
-        self._flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
 
-    def __call__(self, call: Callable[[Any], Any], inputs: Any) -> tuple[Any, float, float]:
-        cuda = self._torch.cuda
-        flush_start, start, end = (cuda.Event(enable_timing=True) for _ in range(3))
-        cuda.synchronize()
-        started = perf_counter()
-        flush_start.record()
-        self._flush_buffer.zero_()
-        start.record()
-        output = call(inputs)
-        end.record()
-        cuda.synchronize()
-        wall_ms = (perf_counter() - started) * 1e3 - flush_start.elapsed_time(start)
-        return output, start.elapsed_time(end), wall_ms
+def _cuda_timed_call(call: Callable[[Any], Any], inputs: Any) -> tuple[Any, float, float]:
+    """One timed call on the GPU: (output, event ms, wall ms of the call itself)."""
+    import torch
+
+    cuda = torch.cuda
+    flush_buffer = _l2_flush_buffer()
+    flush_start, start, end = (cuda.Event(enable_timing=True) for _ in range(3))
+    cuda.synchronize()
+    started = perf_counter()
+    flush_start.record()
+    flush_buffer.zero_()
+    start.record()
+    output = call(inputs)
+    end.record()
+    cuda.synchronize()
+    wall_ms = (perf_counter() - started) * 1e3 - flush_start.elapsed_time(start)
+    return output, start.elapsed_time(end), wall_ms

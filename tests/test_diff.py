@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
+import myers
 import pytest
 import yaml
 
 from harness.errors import HarnessError
-from harness.report.diff import DiffLine, diff_lines, render_diff
+from harness.report.diff import DiffLine, diff_lines, myers_edit_script, render_diff
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS_DIR = Path(__file__).resolve().parent / "data" / "seeds"
@@ -129,6 +131,15 @@ def test_myers_edit_script_is_the_one_used():
     # search removes first and keeps "a".
     rendered = render_diff(b"c\na", b"a\nc", 6)
     assert rendered.split("\n")[2:] == ["- c", "  a", "+ c"]
+
+
+def test_edit_script_matches_the_myers_package_step_for_step():
+    rng = random.Random(20240611)
+    alphabet = ["a", "b", "c", "", " ", "a\r"]
+    for _ in range(3000):
+        old = [rng.choice(alphabet) for _ in range(rng.randint(0, 10))]
+        new = [rng.choice(alphabet) for _ in range(rng.randint(0, 10))]
+        assert myers_edit_script(old, new) == myers.diff(old, new), (old, new)
 
 
 def test_diff_lines_numbers_lines_in_both_files():

@@ -64,13 +64,14 @@ class RunRecorder:
     def __init__(self) -> None:
         self.clock = START
 
-    def add(self, session, revision_id: int, env: dict, mode: str, status: str, reason: str = "",
+    def add(self, session, revision_id: int, env: dict, mode: str, status: str | None, reason: str = "",
             means: list[float] | None = None, shapes: list[dict] | None = None, state: str = "done") -> Run:
         self.clock += timedelta(minutes=1)
         shapes = shapes or GPU_SHAPES
         run = Run(
             revision_id=revision_id, task=TASK, mode=mode, state=state, status=status, reason=reason,
-            environment={"torch": "2.13"}, started_at=self.clock, finished_at=self.clock, **env,
+            environment={"torch": "2.13"}, started_at=self.clock,
+            finished_at=self.clock if state == "done" else None, **env,
         )
         for index, shape in enumerate(shapes):
             timed = means is not None
@@ -108,8 +109,8 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
         recorder.add(session, 99238, H200, "test", "timeout", "shape 3: the call ran past 120 s")
         recorder.add(session, 512025, H200, "test", "wrong_answer", "shape 1: 12 of 4096 elements differ [first at (0, 1, 2, 3)]")
         recorder.add(session, 779808, H200, "leaderboard", "wrong_answer", "output replayed from an earlier call")
-        # A claimed run is work in progress: its score must not count.
-        recorder.add(session, 512025, H200, "benchmark", "pass", means=[0.01, 0.01], state="claimed")
+        # A claimed run is work in progress (no status yet): it must not count at all.
+        recorder.add(session, 2, H200, "leaderboard", None, state="claimed")
     store.close()
     return url
 
@@ -254,8 +255,8 @@ def test_chart_places_points_by_revision_and_score(board: Leaderboard):
     assert chart.top <= chart.reference_y <= chart.bottom
 
 
-def test_unknown_task_and_device_are_one_line_errors(store_url: str):
-    for args in (("--task", "nope"), ("--device", "tpu")):
+def test_bad_leaderboard_requests_are_one_line_errors(store_url: str, tmp_path: Path):
+    for args in (("--task", "nope"), ("--device", "tpu"), ("--out", tmp_path / "missing" / "board.md")):
         result = _cli(store_url, "leaderboard", *args)
         assert result.returncode == 2
         assert result.stdout == b""

@@ -68,6 +68,14 @@ class ExperimentSettings(BaseModel):
     max_fix_attempts: int = Field(default=DEFAULT_MAX_FIX_ATTEMPTS, ge=0)
 
 
+def evaluate_revision(store: Store, revision_id: int, device: str) -> None:
+    """The evaluator `harness evolve` uses: check the revision as `harness test` does (a stored
+    result in this environment is reused) and record the run."""
+    from harness.sandbox.checks import check_revisions  # imports torch: only when evaluating
+
+    check_revisions(store, [revision_id], device=device)
+
+
 def create_experiment(
     store: Store,
     *,

@@ -15,22 +15,20 @@ from harness.errors import HarnessError
 from harness.report.diff import render_diff
 from harness.report.leaderboard import LeaderboardEntry, build_leaderboard, format_ms, format_speedup
 from harness.scoring import SAME
-from harness.store.models import Revision
-from harness.store.revisions import get_revision, revision_code
+from harness.store.revisions import get_revision, list_revisions, revision_code
+
+
+def diff_inputs(session: Session, submission_id: int, against: int | None = None) -> tuple[bytes | None, bytes]:
+    """(old bytes, new bytes) of a revision's diff: against `against`, else against its parent;
+    a first revision is diffed against nothing (every line added)."""
+    revision = get_revision(session, submission_id)
+    base = get_revision(session, against) if against is not None else revision.parent
+    return (revision_code(base) if base is not None else None), revision_code(revision)
 
 
 def revision_diff(session: Session, submission_id: int, against: int | None = None) -> str:
-    """`harness diff`: the revision against `against`, else against its parent (a first revision
-    against nothing: every line added), in the seeds' format (no final newline)."""
-    revision = get_revision(session, submission_id)
-    base = _diff_base(session, revision, against)
-    return render_diff(revision_code(base) if base is not None else None, revision_code(revision), revision.id)
-
-
-def _diff_base(session: Session, revision: Revision, against: int | None) -> Revision | None:
-    if against is not None:
-        return get_revision(session, against)
-    return revision.parent
+    """`harness diff`: the seeds' format (no final newline)."""
+    return render_diff(*diff_inputs(session, submission_id, against), submission_id)
 
 
 @dataclass
@@ -57,8 +55,8 @@ def build_history(
             raise HarnessError(f"no lineage {lineage!r} in task {task!r} (lineages: {choices})")
         entries = [entry for entry in entries if entry.lineage == lineage]
     if not rank:
-        revisions = {entry.submission_id: get_revision(session, entry.submission_id) for entry in entries}
-        entries = sorted(entries, key=lambda e: (revisions[e.submission_id].created_at, e.submission_id))
+        submitted = {revision.id: position for position, revision in enumerate(list_revisions(session, task=task))}
+        entries = sorted(entries, key=lambda entry: submitted[entry.submission_id])
     return [HistoryItem(entry, revision_diff(session, entry.submission_id)) for entry in entries]
 
 

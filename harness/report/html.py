@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from harness.errors import HarnessError
 from harness.report.diff import DiffLine, diff_lines, format_diff_line
+from harness.report.history import diff_inputs
 from harness.report.leaderboard import (
     Leaderboard,
     LeaderboardEntry,
@@ -38,7 +39,6 @@ from harness.report.leaderboard import (
     shape_key,
     shape_label,
 )
-from harness.store.revisions import get_revision, revision_code
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -146,7 +146,8 @@ def _nice_step(span: float, target_ticks: int = 6) -> float:
 
 
 def _y_scale(values: list[float]) -> tuple[bool, float, float, list[float]]:
-    """(log scale?, low, high, tick values) covering every value with a little headroom."""
+    """(log scale?, low, high, tick values) covering every value: a log scale when the values
+    span more than a factor of ten, else a linear scale from zero."""
     low, high = min(values), max(values)
     if high / low > 10:
         low_exp, high_exp = math.floor(math.log10(low)), math.ceil(math.log10(high))
@@ -154,12 +155,9 @@ def _y_scale(values: list[float]) -> tuple[bool, float, float, list[float]]:
         lower = min([low, *ticks]) / 1.15
         upper = max([high, *ticks]) * 1.15
         return True, lower, upper, ticks
-    if math.isclose(low, high):
-        low, high = low * 0.9, high * 1.1
-    step = _nice_step(high - low)
-    start = math.floor(low / step) * step
-    ticks = [start + i * step for i in range(math.ceil((high - start) / step) + 1)]
-    return False, max(0.0, ticks[0]), ticks[-1], [t for t in ticks if t >= 0]
+    step = _nice_step(high)  # linear axes start at zero, so that bar-like heights compare honestly
+    ticks = [i * step for i in range(math.ceil(high * 1.05 / step) + 1)]  # headroom above the top point
+    return False, 0.0, ticks[-1], ticks
 
 
 def build_chart(board: Leaderboard, width: int = 1100, height: int = 440) -> Chart | None:
@@ -237,13 +235,10 @@ class RevisionDiff:
 
 def revision_diffs(session: Session, board: Leaderboard) -> list[RevisionDiff]:
     """Each entry's diff against its parent (a first revision: every line added)."""
-    diffs = []
-    for entry in board.entries:
-        revision = get_revision(session, entry.submission_id)
-        parent = revision.parent
-        old = revision_code(parent) if parent is not None else None
-        diffs.append(RevisionDiff(entry, entry.parent_id, diff_lines(old, revision_code(revision))))
-    return diffs
+    return [
+        RevisionDiff(entry, entry.parent_id, diff_lines(*diff_inputs(session, entry.submission_id)))
+        for entry in board.entries
+    ]
 
 
 def render_leaderboard(session: Session, board: Leaderboard, fmt: ReportFormat, *, color: bool = False, width: int = 160) -> str:

@@ -9,11 +9,12 @@ What it reads, and why:
   test). A failed run in any mode is the revision's verdict (a leaderboard recheck that catches a
   cached output outranks an earlier pass); otherwise the score and per-shape timings come from
   the most trusted run that was timed.
-- The reference (lineage `<task>_reference`) is ranked like any revision, marked in every format,
+- The reference (the lineage named after the task's `reference_candidate` file, for conv2d_v2
+  `conv2d_v2_reference`) is ranked like any revision, marked in the table, markdown and HTML,
   and gives `reference_ms`, the score every speedup is measured against.
 
-`Leaderboard.model_dump_json()` is the `--format json` contract of issue 5; the extra facts the
-other formats show (per-call times, the reference mark) stay out of it.
+`Leaderboard.model_dump_json()` is the `--format json` contract of issue 5, field for field; the
+per-call times behind `vs_parent` stay out of it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
-from harness.scoring import compare, rank_by_score
+from harness.scoring import compare, rank_by_score, speedup
 from harness.store.models import Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions
 from harness.tasks import load_task
@@ -168,9 +169,11 @@ def _choose_environment(runs: list[Run], task: str, device: str | None) -> Run |
     return _most_recent(matching)
 
 
-def _standing(revision: Revision, runs: list[Run], env_key: str) -> _Standing:
+def _standing(revision: Revision, runs: list[Run], environment: Run | None) -> _Standing:
+    env_key = environment.env_key if environment is not None else ""
     if not runs:
-        return _Standing(revision, env_key, NOT_RUN, "no completed run in this environment")
+        where = f" on {_device_label(environment)}" if environment is not None else ""
+        return _Standing(revision, env_key, NOT_RUN, f"no completed run{where} yet")
     by_priority = sorted(runs, key=lambda run: MODE_PRIORITY.index(run.mode) if run.mode in MODE_PRIORITY else 99)
     for run in by_priority:
         if run.status != "pass":
@@ -198,8 +201,7 @@ def build_leaderboard(session: Session, task: str, device: str | None = None) ->
         for run in runs:
             if run.env_key == environment.env_key:
                 runs_by_revision[run.revision_id].append(run)
-    env_key = environment.env_key if environment is not None else ""
-    standings = {revision.id: _standing(revision, runs_by_revision[revision.id], env_key) for revision in revisions}
+    standings = {revision.id: _standing(revision, runs_by_revision[revision.id], environment) for revision in revisions}
 
     reference_name = reference_lineage_name(task)
     reference_scores = [
@@ -230,7 +232,9 @@ def _entry(
 ) -> LeaderboardEntry:
     revision = standing.revision
     parent = standings.get(revision.parent_id) if revision.parent_id is not None else None
-    speedup = reference_ms / standing.score_ms if reference_ms is not None and standing.score_ms else None
+    speedup_vs_reference = (
+        speedup(reference_ms, standing.score_ms) if reference_ms is not None and standing.score_ms else None
+    )
     return LeaderboardEntry(
         rank=rank,
         submission_id=revision.id,
@@ -241,7 +245,7 @@ def _entry(
         status=standing.status,
         reason=standing.reason,
         score_ms=standing.score_ms,
-        speedup_vs_reference=speedup,
+        speedup_vs_reference=speedup_vs_reference,
         vs_parent=_compare_with_parent(standing, parent, ranking_by),
         flags=[str(flag) for flag in revision.flags],
         benchmarks=[

@@ -36,7 +36,9 @@ from harness.sandbox.protocol import (
     MAX_MESSAGE_BYTES,
     REQUEST,
     AutotunerInfo,
+    CallDone,
     CallError,
+    CallSeed,
     CheckReply,
     CheckRequest,
     Hello,
@@ -46,10 +48,14 @@ from harness.sandbox.protocol import (
     IsolationReport,
     Message,
     Ready,
+    SeedWanted,
     Shutdown,
     Started,
+    TimeReply,
+    TimeRequest,
     encode,
 )
+from harness.timing import StoppingRule, time_calls
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -84,6 +90,10 @@ NO_CUDA_MESSAGES = (
     "no NVIDIA driver on your system",
 )
 COMPILE_ERROR_CLASSES = ("CompilationError", "CompileTimeAssertionFailure", "PTXASError")
+
+
+class MissingEntryPoint(Exception):
+    """The candidate imported, but has no callable under the task's entry point name."""
 
 
 # --- namespaces and mounts ------------------------------------------------------------------
@@ -333,7 +343,7 @@ class Worker:
         self.isolation = isolation
         self.io_dir = Path(hello.io_dir)
         self.autotuners = Autotuners()
-        self.handlers = {CheckRequest: self.check}
+        self.handlers = {CheckRequest: self.check, TimeRequest: self.time}
 
     def synchronize(self) -> None:
         if self.hello.device == "cuda":
@@ -359,8 +369,8 @@ class Worker:
             spec.loader.exec_module(module)
             entry = getattr(module, self.hello.entry_point, None)
             if not callable(entry):
-                raise ImportError(f"submission.py defines no function {self.hello.entry_point}")
-        except Exception as exc:
+                raise MissingEntryPoint(f"submission.py defines no function {self.hello.entry_point}")
+        except Exception as exc:  # noqa: BLE001 - whatever the candidate raises is its result
             traceback.print_exc()
             kind = classify(exc, self.hello.device)
             if kind == "runtime_error":
@@ -403,7 +413,6 @@ class Worker:
         """One call on fresh inputs. The output buffer is NaN before the call; afterwards the
         returned object and every input go to files for the parent, then the returned tensor and
         the buffer are overwritten with NaN so that no later call finds this answer in memory."""
-        torch = self.torch
         reply = CheckReply(token=self.hello.token, id=request.id)
         data = self.make_inputs(request.shape, request.seed)
         self.fill_output_buffer(data)
@@ -414,7 +423,7 @@ class Worker:
         try:
             result = self.entry(data)
             self.synchronize()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the candidate raises is its result
             traceback.print_exc()
             reply.error = CallError(kind=classify(exc, self.hello.device), error=one_line(exc))
             return reply
@@ -428,16 +437,86 @@ class Worker:
             for index in self.hello.input_indices
         ]
         if reply.output.exact_tensor:
-            storage = result.untyped_storage().data_ptr()
-            reply.output_aliases_input = any(
-                type(data[index]) is torch.Tensor and data[index].untyped_storage().data_ptr() == storage
-                for index in self.hello.input_indices
-            )
+            reply.output_aliases_input = self.aliases_input(result, data)
             if not reply.output_aliases_input and result.is_floating_point():
                 result.fill_(float("nan"))
         self.fill_output_buffer(data)
         self.synchronize()
         return reply
+
+    def aliases_input(self, result: object, data: tuple) -> bool:
+        """Whether the returned tensor shares its storage with an input."""
+        torch = self.torch
+        if type(result) is not torch.Tensor:
+            return False
+        storage = result.untyped_storage().data_ptr()
+        return any(
+            type(data[index]) is torch.Tensor and data[index].untyped_storage().data_ptr() == storage
+            for index in self.hello.input_indices
+        )
+
+    def time(self, request: TimeRequest) -> TimeReply:
+        """Warm up and time the entry point on one shape (harness.timing.time_calls).
+
+        Before each call the child asks the parent for that call's seed and makes the inputs from
+        it, outside the timed region; when the seed repeats (benchmark mode) the inputs are made
+        once, as GPU MODE does. With `export_outputs` (leaderboard mode: a fresh secret seed per
+        call) the output buffer is NaN before each call and every timed call's output goes to a
+        file for the parent to check. After each timed call a `CallDone` tells the parent that
+        the call is over (its deadline is per call)."""
+        reply = TimeReply(token=self.hello.token, id=request.id)
+        self.autotuners.scan()
+        self.autotuners.force(request.autotune_config)
+        made: dict[int, tuple] = {}
+
+        def make_inputs(index: int) -> tuple:
+            self.channel.send(SeedWanted(token=self.hello.token, id=request.id, index=index))
+            seed = self.receive_call_seed(request.id, index)
+            if seed not in made:
+                made.clear()
+                made[seed] = self.make_inputs(request.shape, seed)
+            if request.export_outputs:
+                self.fill_output_buffer(made[seed])
+            return made[seed]
+
+        def after_call(index: int, data: tuple, result: object) -> None:
+            done = CallDone(token=self.hello.token, id=request.id, index=index)
+            if request.export_outputs:
+                done.output = self.export_tensor(result, self.io_dir / f"timed-{request.id}-{index}.bin")
+                done.output_aliases_input = self.aliases_input(result, data)
+            self.channel.send(done)
+
+        rule = StoppingRule(
+            min_runs=request.min_runs,
+            max_runs=request.max_runs,
+            max_rel_err=request.max_rel_err,
+            budget_s=request.budget_s,
+        )
+        try:
+            stats = time_calls(
+                self.entry,
+                make_inputs,
+                device=self.hello.device,
+                rule=rule,
+                warmup_calls=request.warmup_calls,
+                warmup_s=request.warmup_s,
+                after_call=after_call,
+            )
+        except Exception as exc:  # noqa: BLE001 - whatever the candidate raises is a result
+            traceback.print_exc()
+            reply.error = CallError(kind=classify(exc, self.hello.device), error=one_line(exc))
+            return reply
+        reply.times_ms, reply.compile_s, reply.flags = stats.times_ms, stats.compile_s, stats.flags
+        return reply
+
+    def receive_call_seed(self, request_id: int, index: int) -> int:
+        line = self.channel.receive_line()
+        if line is None:
+            raise EOFError("the parent closed the request pipe")
+        message = REQUEST.validate_json(line)
+        if not isinstance(message, CallSeed) or (message.id, message.index) != (request_id, index):
+            raise ValueError(f"expected the seed of call {index} of request {request_id}, got {message.type}")
+        return message.seed
 
 
 # --- entry points ---------------------------------------------------------------------------
@@ -448,7 +527,7 @@ def probe(scratch: str) -> int:
     writable, remount the rest read-only, fork an init, lock. Prints "ok" when all of it works."""
     hidden, writable = Path(scratch, "hidden"), Path(scratch, "writable")
     report = isolate_filesystem([str(hidden)], [str(writable)])
-    status_read, status_write = os.pipe()
+    _status_read, status_write = os.pipe()
     become_init(status_write, [])
     lock_namespaces()
     (writable / "probe").write_text("ok")

@@ -8,23 +8,32 @@ shape is run once per config index with every Autotuner forced to that config.
 An evaluation stops at the first shape that ends in anything but `pass` or `wrong_answer` (a
 crash, a timeout, an exception: after a CUDA error the context is gone); the shapes after it are
 `not_run`.
+
+A timed evaluation also warms up and times each shape after its check (`Evaluator`); the
+per-shape statistics come from harness.timing and the score from harness.scoring.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import secrets
+from pathlib import Path
 from time import perf_counter
 from typing import Literal
 
 import torch
 from pydantic import BaseModel
+from typing_extensions import Self
 
-from harness import checking
+from harness import checking, scoring
+from harness.config import get_settings
 from harness.errors import HarnessError
-from harness.sandbox.protocol import AutotunerInfo, CheckReply, ImportFailed, IsolationReport
+from harness.sandbox.protocol import AutotunerInfo, CallDone, CheckReply, ImportFailed, IsolationReport
 from harness.sandbox.supervisor import ChildFailure, ChildProcess, IsolationLevel, SandboxLimits
 from harness.sandbox.transfer import read_tensor
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
+from harness.timing import TIMING_MISMATCH, BenchmarkStats, StoppingRule
 
 STATUSES = ("pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported")
 Status = Literal["pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported"]
@@ -33,6 +42,7 @@ ShapeStatus = Literal[
 ]
 MODES = ("test", "leaderboard")
 LOG_TAIL_CHARS = 4000
+WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
 
 
 class ShapeOutcome(BaseModel):
@@ -56,6 +66,8 @@ class ShapeOutcome(BaseModel):
     min_ms: float | None = None
     max_ms: float | None = None
     times_ms: list[float] = []
+    compile_s: float | None = None  # the timing warm-up's seconds
+    timing_flags: list[str] = []  # harness.timing.TIMING_MISMATCH
 
 
 class Evaluation(BaseModel):
@@ -66,6 +78,7 @@ class Evaluation(BaseModel):
     code_sha256: str
     device: str
     mode: str
+    timed: bool = False
     shape_set: str
     compile_s: float | None = None  # the candidate's import (and anything it compiles there)
     startup_s: float | None = None  # spawn until the child has imported torch (parent's clock)
@@ -74,14 +87,23 @@ class Evaluation(BaseModel):
     autotuners: list[AutotunerInfo] = []
     shapes: list[ShapeOutcome] = []
     log_tail: str = ""
+    score_ms: float | None = None  # timed and passed: the task's score (ranking_by) of the shape means
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+def resolve_device(device: str | None) -> str:
+    """`device`, or cuda when torch sees a GPU and cpu otherwise; HarnessError when unusable."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise HarnessError(f"unknown device {device!r}: use cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise HarnessError("--device cuda, but torch sees no CUDA GPU here")
+    return device
 
 
-def default_shape_set(device: str) -> str:
-    return "tests" if device == "cuda" else "smoke"
+def default_shape_set(device: str, timed: bool = False) -> str:
+    if device == "cpu":
+        return "smoke"
+    return "benchmarks" if timed else "tests"
 
 
 def describe_isolation(level: IsolationLevel, report: IsolationReport | None) -> str:
@@ -187,6 +209,215 @@ def _check_shape(
     return config_count
 
 
+class Evaluator:
+    """One candidate in one long-lived sandboxed child, evaluated shape by shape.
+
+    `evaluate` runs one to the end. A tournament holds one per revision and asks each in turn,
+    shape by shape (A B C A B C ...), so that clock and temperature drift hits them all alike:
+
+        evaluators = [Evaluator(code, name, task, device=..., timed=True) for ...]
+        for ev in evaluators: ev.start()
+        for k in range(shape_count):
+            for ev in evaluators: ev.run_shape(k)
+        evaluations = [ev.finish() for ev in evaluators]
+
+    `timed`: after a shape passes its check it is warmed up and timed (harness.timing) in the same
+    child, as long as every shape before it passed. Test mode times every call on the check's
+    inputs (GPU MODE's benchmark); leaderboard mode makes each call's inputs from a fresh secret
+    seed that the child learns only when it asks for that call, and checks every timed call's
+    output here, so that a candidate that caches or replays outputs fails.
+    """
+
+    def __init__(
+        self,
+        code: bytes,
+        filename: str,
+        task: TaskSpec,
+        *,
+        device: str,
+        mode: str = "test",
+        timed: bool = False,
+        shape_set: str | None = None,
+        secret_seed: int | None = None,
+        limits: SandboxLimits | None = None,
+        rule: StoppingRule | None = None,
+    ) -> None:
+        device = resolve_device(device)
+        if mode not in MODES:
+            raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(MODES)}")
+        if mode == "leaderboard" and secret_seed is None:
+            raise HarnessError("leaderboard mode needs the secret seed")
+        shape_set = shape_set or default_shape_set(device, timed)
+        self.shapes = task.shapes(shape_set)
+        self.task, self.device, self.mode, self.timed, self.secret_seed = task, device, mode, timed, secret_seed
+        self.limits = limits or SandboxLimits.from_settings()
+        self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget_s)
+        code_sha256 = hashlib.sha256(code).hexdigest()
+        self.reference = load_reference(task)
+        self.started = perf_counter()
+        self.evaluation = Evaluation(
+            status="pass",
+            task=task.name,
+            filename=filename,
+            code_sha256=code_sha256,
+            device=device,
+            mode=mode,
+            timed=timed,
+            shape_set=shape_set,
+            shapes=[
+                ShapeOutcome(set_name=shape_set, index=i, shape={**s.parameters, "seed": s.seed})
+                for i, s in enumerate(self.shapes)
+            ],
+        )
+        force_configs = self.limits.check_all_autotune_configs
+        self.force_configs = device == "cpu" if force_configs is None else force_configs
+        self.config_count = 0
+        self.stopped = False  # the import failed, or a shape ended the evaluation
+        self.child = ChildProcess(code, task, device=device, limits=self.limits, code_sha256=code_sha256)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.child.close()
+
+    @property
+    def shape_count(self) -> int:
+        return len(self.shapes)
+
+    def start(self) -> bool:
+        """Spawn the child and import the candidate; False when no shape can run."""
+        evaluation = self.evaluation
+        try:
+            first = self.child.start()
+        except ChildFailure as failure:
+            evaluation.status, evaluation.reason = failure.status, failure.reason
+            self.stopped = True
+            return False
+        evaluation.startup_s = self.child.startup_s
+        evaluation.compile_s = first.import_s
+        if isinstance(first, ImportFailed):
+            evaluation.status, evaluation.reason = first.kind, first.error
+            self.stopped = True
+            return False
+        evaluation.isolation = describe_isolation(self.child.level, first.isolation)
+        evaluation.autotuners = first.autotuners
+        if self.force_configs:
+            self.config_count = max((len(t.configs) for t in first.autotuners), default=0)
+        return True
+
+    def run_shape(self, index: int) -> ShapeOutcome:
+        """Check shape `index`, then time it when timed. After a shape that ended the evaluation
+        (anything but pass or wrong_answer) the remaining shapes stay `not_run`."""
+        outcome = self.evaluation.shapes[index]
+        if self.stopped:
+            return outcome
+        shape = self.shapes[index]
+        seed = combine_seeds(shape.seed, self.secret_seed) if self.mode == "leaderboard" else shape.seed
+        all_passed_before = all(s.status == "pass" for s in self.evaluation.shapes[:index])
+        try:
+            self.config_count = _check_shape(
+                self.child, self.task, self.reference, outcome, shape, seed, self.config_count, self.force_configs
+            )
+            if self.timed and outcome.status == "pass" and all_passed_before:
+                self._time_shape(outcome, shape, seed)
+        except ChildFailure as failure:
+            outcome.status, outcome.reason, outcome.passed = failure.status, failure.reason, False
+        if outcome.status not in ("pass", "wrong_answer"):
+            self.stopped = True
+        return outcome
+
+    def finish(self) -> Evaluation:
+        """Stop the child and return the evaluation: its status is the first failing shape's, and
+        a timed evaluation that passed everywhere gets the task's score."""
+        evaluation = self.evaluation
+        if not evaluation.isolation:
+            evaluation.isolation = describe_isolation(self.child.level, None)
+        evaluation.log_tail = self.child.log_tail(LOG_TAIL_CHARS)
+        self.child.close()
+        failed = next((s for s in evaluation.shapes if s.status not in ("pass", "not_run")), None)
+        if evaluation.status == "pass" and failed is not None:
+            shape_label = " ".join(f"{k}={v}" for k, v in failed.shape.items() if k != "seed")
+            evaluation.status = failed.status
+            evaluation.reason = f"{failed.set_name}[{failed.index}] ({shape_label}): {failed.reason}"
+        means = [s.mean_ms for s in evaluation.shapes]
+        if self.timed and evaluation.status == "pass" and all(m is not None for m in means):
+            evaluation.score_ms = scoring.score(means, self.task.ranking_by)
+        evaluation.wall_s = perf_counter() - self.started
+        return evaluation
+
+    def _time_shape(self, outcome: ShapeOutcome, shape: Shape, check_seed: int) -> None:
+        """Warm up and time one shape that passed its check; fill the outcome's timing fields, or
+        fail it (an exception, implausible times, a timed output that is wrong)."""
+        leaderboard = self.mode == "leaderboard"
+        seeds: dict[int, int] = {}
+        problems: list[str] = []
+        checked = 0
+
+        def seed_for(index: int) -> int:
+            return seeds.setdefault(index, secrets.randbits(63)) if leaderboard else check_seed
+
+        def on_output(done: CallDone) -> None:
+            nonlocal checked
+            checked += 1
+            path = self.child.timed_output_path(done.id, done.index)
+            try:
+                if not problems:
+                    problem = self._timed_output_problem(shape, seeds.get(done.index), done, path)
+                    if problem is not None:
+                        problems.append(f"timed call {done.index} (seed {seeds.get(done.index)}): {problem}")
+            finally:
+                path.unlink(missing_ok=True)
+
+        warmup_calls, warmup_s = WARMUP[self.device]
+        reply = self.child.time(
+            shape.parameters,
+            seed_for=seed_for,
+            rule=self.rule,
+            warmup_calls=warmup_calls,
+            warmup_s=warmup_s,
+            autotune_config=0 if self.config_count else None,
+            on_output=on_output if leaderboard else None,
+            phase=f"timing on {outcome.set_name}[{outcome.index}]",
+        )
+        times = reply.times_ms
+        if reply.error is not None:
+            outcome.status, outcome.reason = reply.error.kind, f"during timing: {reply.error.error}"
+        elif not 1 <= len(times) <= self.rule.max_runs or not all(0 < t < math.inf for t in times):
+            outcome.status, outcome.reason = "crashed", "protocol violation during timing: implausible times"
+        elif leaderboard and checked != len(times):
+            outcome.status = "wrong_answer"
+            outcome.reason = f"{len(times)} timed calls, but {checked} outputs handed over for checking"
+        elif problems:
+            outcome.status, outcome.reason = "wrong_answer", f"leaderboard recheck: {problems[0]}"
+        else:
+            flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
+            stats = BenchmarkStats.from_times(times, device=self.device, compile_s=reply.compile_s, flags=flags)
+            for name in ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms", "times_ms"):
+                setattr(outcome, name, getattr(stats, name))
+            outcome.compile_s, outcome.timing_flags = stats.compile_s, stats.flags
+            outcome.check["timing"] = {"device": self.device, "compile_s": stats.compile_s, "flags": stats.flags}
+            return
+        outcome.passed = False
+
+    def _timed_output_problem(self, shape: Shape, seed: int | None, done: CallDone, path: Path) -> str | None:
+        """Why a timed call's output is not the reference's for its seed, or None. Only the fp32
+        reference is computed (no float64 error measures) to keep the recheck cheap."""
+        if seed is None:
+            return "an output for a call whose seed was never sent"
+        data = self.reference.generate_input(**shape.parameters, seed=seed, device=self.device)
+        case = checking.ReferenceCase(data=data, expected=self.reference.ref_kernel(data), expected64=None)
+        problem = checking.output_problem(done.output, case.expected, done.output_aliases_input)
+        if problem is not None:
+            return problem
+        try:
+            received = read_tensor(path, done.output)
+        except (ValueError, OSError) as exc:
+            return f"output could not be read back: {exc}"
+        check = checking.compare_output(received, case, rtol=self.task.rtol, atol=self.task.atol)
+        return None if check.passed else check.reason
+
+
 def evaluate(
     code: bytes,
     filename: str,
@@ -194,73 +425,29 @@ def evaluate(
     *,
     device: str,
     mode: str = "test",
+    timed: bool = False,
     shape_set: str | None = None,
     secret_seed: int | None = None,
     limits: SandboxLimits | None = None,
+    rule: StoppingRule | None = None,
 ) -> Evaluation:
-    """Check `code` on every shape of `shape_set` (default: `smoke` on the CPU, `tests` on CUDA)
-    in one sandboxed child. Leaderboard mode combines each shape's seed with `secret_seed`.
+    """Check `code` on every shape of `shape_set` (default: `smoke` on the CPU; on CUDA `tests`,
+    or `benchmarks` when timed) in one sandboxed child, and with `timed` time each shape after
+    its check (see `Evaluator`). Leaderboard mode combines each shape's seed with `secret_seed`.
     Bad arguments raise HarnessError; anything the candidate does is a status in the result."""
-    if device not in ("cpu", "cuda"):
-        raise HarnessError(f"unknown device {device!r}: use cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise HarnessError("--device cuda, but torch sees no CUDA GPU here")
-    if mode not in MODES:
-        raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(MODES)}")
-    if mode == "leaderboard" and secret_seed is None:
-        raise HarnessError("leaderboard mode needs the secret seed")
-    shape_set = shape_set or default_shape_set(device)
-    shapes = task.shapes(shape_set)
-    limits = limits or SandboxLimits.from_settings()
-    code_sha256 = hashlib.sha256(code).hexdigest()
-    reference = load_reference(task)
-    started = perf_counter()
-    evaluation = Evaluation(
-        status="pass",
-        task=task.name,
-        filename=filename,
-        code_sha256=code_sha256,
+    with Evaluator(
+        code,
+        filename,
+        task,
         device=device,
         mode=mode,
+        timed=timed,
         shape_set=shape_set,
-        shapes=[
-            ShapeOutcome(set_name=shape_set, index=i, shape={**s.parameters, "seed": s.seed})
-            for i, s in enumerate(shapes)
-        ],
-    )
-    force_configs = limits.check_all_autotune_configs
-    if force_configs is None:
-        force_configs = device == "cpu"
-    with ChildProcess(code, task, device=device, limits=limits, code_sha256=code_sha256) as child:
-        try:
-            first = child.start()
-            evaluation.startup_s = child.startup_s
-            evaluation.compile_s = first.import_s
-            if isinstance(first, ImportFailed):
-                evaluation.status, evaluation.reason = first.kind, first.error
-            else:
-                evaluation.isolation = describe_isolation(child.level, first.isolation)
-                evaluation.autotuners = first.autotuners
-                config_count = max((len(t.configs) for t in first.autotuners), default=0) if force_configs else 0
-                for outcome, shape in zip(evaluation.shapes, shapes):
-                    seed = combine_seeds(shape.seed, secret_seed) if mode == "leaderboard" else shape.seed
-                    try:
-                        config_count = _check_shape(
-                            child, task, reference, outcome, shape, seed, config_count, force_configs
-                        )
-                    except ChildFailure as failure:
-                        outcome.status, outcome.reason, outcome.passed = failure.status, failure.reason, False
-                    if outcome.status not in ("pass", "wrong_answer"):
-                        break
-        except ChildFailure as failure:
-            evaluation.status, evaluation.reason = failure.status, failure.reason
-        if not evaluation.isolation:
-            evaluation.isolation = describe_isolation(child.level, None)
-        evaluation.log_tail = child.log_tail(LOG_TAIL_CHARS)
-    failed = next((s for s in evaluation.shapes if s.status not in ("pass", "not_run")), None)
-    if evaluation.status == "pass" and failed is not None:
-        shape_label = " ".join(f"{k}={v}" for k, v in failed.shape.items() if k != "seed")
-        evaluation.status = failed.status
-        evaluation.reason = f"{failed.set_name}[{failed.index}] ({shape_label}): {failed.reason}"
-    evaluation.wall_s = perf_counter() - started
-    return evaluation
+        secret_seed=secret_seed,
+        limits=limits,
+        rule=rule,
+    ) as evaluator:
+        if evaluator.start():
+            for index in range(evaluator.shape_count):
+                evaluator.run_shape(index)
+        return evaluator.finish()

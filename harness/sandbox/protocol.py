@@ -14,7 +14,7 @@ the parent created (see `harness.sandbox.transfer`) and describes them with `Ten
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -71,7 +71,36 @@ class Shutdown(Message):
     type: Literal["shutdown"] = "shutdown"
 
 
-Request = Annotated[Union[CheckRequest, Shutdown], Field(discriminator="type")]
+class TimeRequest(Message):
+    """Warm up and time the entry point on one shape (harness.timing.time_calls with this rule).
+    Before every call the child asks for that call's seed (`SeedWanted`, answered by `CallSeed`),
+    so that no call's inputs are known before it is made; after every timed call it sends
+    `CallDone`, with `export_outputs` once the output is in a file for the parent to check; it
+    ends with `TimeReply`."""
+
+    type: Literal["time"] = "time"
+    id: int
+    shape: dict[str, int | float | str | bool]
+    export_outputs: bool
+    warmup_calls: int = 1
+    warmup_s: float = 0.0
+    min_runs: int = 3
+    max_runs: int = 100
+    max_rel_err: float = 0.001
+    budget_s: float = 10.0
+    autotune_config: int | None = None
+
+
+class CallSeed(Message):
+    """The seed of call `index` of a `TimeRequest`'s shape (its inputs come from this seed)."""
+
+    type: Literal["call_seed"] = "call_seed"
+    id: int
+    index: int
+    seed: int
+
+
+Request = Annotated[CheckRequest | TimeRequest | CallSeed | Shutdown, Field(discriminator="type")]
 REQUEST = TypeAdapter(Request)
 
 
@@ -144,7 +173,40 @@ class CheckReply(Message):
     autotune_config: dict[str, dict[str, str]] | None = None  # per Autotuner: the config it ran
 
 
-Reply = Annotated[Union[Started, Ready, ImportFailed, CheckReply], Field(discriminator="type")]
+class SeedWanted(Message):
+    type: Literal["seed_wanted"] = "seed_wanted"
+    token: str
+    id: int
+    index: int
+
+
+class CallDone(Message):
+    """Call `index` was timed; with `export_outputs` its output is in the file the parent named."""
+
+    type: Literal["call_done"] = "call_done"
+    token: str
+    id: int
+    index: int
+    output: TensorInfo | None = None
+    output_aliases_input: bool = False
+
+
+class TimeReply(Message):
+    """Every timed call's time in ms (event time, or the call's wall time where work escaped the
+    timed stream), the warm-up seconds and the timing flags; or the error that ended the calls."""
+
+    type: Literal["time_reply"] = "time_reply"
+    token: str
+    id: int
+    error: CallError | None = None
+    times_ms: list[float] = []
+    compile_s: float = 0.0
+    flags: list[str] = []
+
+
+Reply = Annotated[
+    Started | Ready | ImportFailed | CheckReply | SeedWanted | CallDone | TimeReply, Field(discriminator="type")
+]
 REPLY = TypeAdapter(Reply)
 
 

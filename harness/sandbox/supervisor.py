@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -37,11 +38,14 @@ from typing import Literal
 from urllib.parse import unquote
 
 from pydantic import BaseModel, ValidationError
+from typing_extensions import Self
 
 from harness.config import DB_DIR, get_settings
 from harness.sandbox.protocol import (
     MAX_MESSAGE_BYTES,
     REPLY,
+    CallDone,
+    CallSeed,
     CheckReply,
     CheckRequest,
     Hello,
@@ -50,12 +54,16 @@ from harness.sandbox.protocol import (
     IsolationPlan,
     Message,
     Ready,
+    SeedWanted,
     Shutdown,
     Started,
+    TimeReply,
+    TimeRequest,
     encode,
 )
 from harness.sandbox.transfer import make_io_dir
 from harness.tasks import TaskSpec
+from harness.timing import StoppingRule
 
 LOG_TAIL_BYTES = 64 * 1024
 REASON_LOG_TAIL_CHARS = 300
@@ -231,7 +239,7 @@ def _resource_limits(limits: SandboxLimits):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 5))
         if nproc is not None:
-            soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+            _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
             if hard == resource.RLIM_INFINITY or nproc < hard:
                 resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
@@ -274,7 +282,7 @@ class ChildProcess:
 
     # lifecycle
 
-    def __enter__(self) -> ChildProcess:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -324,7 +332,8 @@ class ChildProcess:
                 env=self.environment(),
                 pass_fds=child_fds,
                 start_new_session=True,
-                preexec_fn=_resource_limits(self.limits),
+                # Only setrlimit calls run between fork and exec (no locks, no allocation to speak of).
+                preexec_fn=_resource_limits(self.limits),  # noqa: PLW1509
             )
         finally:
             for fd in child_fds:
@@ -372,8 +381,58 @@ class ChildProcess:
         request = CheckRequest(id=self.new_request_id(), shape=shape, seed=seed, autotune_config=autotune_config)
         return self.ask(request, CheckReply, timeout_s=self.limits.call_timeout_s, phase=phase)
 
+    def time(
+        self,
+        shape: dict,
+        *,
+        seed_for: Callable[[int], int],
+        rule: StoppingRule,
+        warmup_calls: int,
+        warmup_s: float,
+        autotune_config: int | None,
+        on_output: Callable[[CallDone], None] | None,
+        phase: str,
+    ) -> TimeReply:
+        """Warm up and time the entry point on one shape (harness.timing in the child).
+
+        The child asks for each call's seed in turn (calls 0, 1, 2 ..., warm-up included) and
+        gets `seed_for(k)`. With `on_output` (leaderboard mode) every timed call's output is
+        exported to `timed_output_path(id, k)` and handed to `on_output` as soon as the call is
+        over, before the next call's seed is sent. Every message is due within call_timeout_s of
+        the one before it, so a hanging call is killed like one in `check`."""
+        request = TimeRequest(
+            id=self.new_request_id(),
+            shape=shape,
+            export_outputs=on_output is not None,
+            warmup_calls=warmup_calls,
+            warmup_s=warmup_s,
+            min_runs=rule.min_runs,
+            max_runs=rule.max_runs,
+            max_rel_err=rule.max_rel_err,
+            budget_s=rule.budget_s,
+            autotune_config=autotune_config,
+        )
+        self._send(request, phase)
+        next_index = 0
+        while True:
+            message = self._receive(
+                monotonic(), self.limits.call_timeout_s, phase, (SeedWanted, CallDone, TimeReply), request.id
+            )
+            if isinstance(message, TimeReply):
+                return message
+            if isinstance(message, SeedWanted):
+                if message.index != next_index:
+                    raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
+                next_index += 1
+                self._send(CallSeed(id=request.id, index=message.index, seed=seed_for(message.index)), phase)
+            elif on_output is not None:
+                on_output(message)
+
     def output_path(self, request_id: int) -> Path:
         return self.io_dir / f"output-{request_id}.bin"
+
+    def timed_output_path(self, request_id: int, index: int) -> Path:
+        return self.io_dir / f"timed-{request_id}-{index}.bin"
 
     def input_path(self, request_id: int, index: int) -> Path:
         return self.io_dir / f"input-{request_id}-{index}.bin"

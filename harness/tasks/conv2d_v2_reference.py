@@ -14,7 +14,7 @@ import torch.nn.functional as F
 class ExactFp32:
     """cuDNN and cuBLAS in full fp32 (TF32 off) with deterministic algorithms, restored on exit."""
 
-    def __enter__(self) -> ExactFp32:
+    def __enter__(self) -> None:
         self.saved = (
             torch.backends.cudnn.allow_tf32,
             torch.backends.cuda.matmul.allow_tf32,
@@ -23,7 +23,6 @@ class ExactFp32:
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.deterministic = True
-        return self
 
     def __exit__(self, *exc: object) -> None:
         (

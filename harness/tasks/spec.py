@@ -30,15 +30,9 @@ class Shape(BaseModel):
     and its public seed, written flat as GPU MODE writes them."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
+    __pydantic_extra__: dict[str, int | float | str | bool]
 
     seed: int
-
-    @model_validator(mode="after")
-    def _parameters_are_scalars(self) -> Shape:
-        for key, value in self.parameters.items():
-            if not isinstance(value, (int, float, str, bool)):
-                raise ValueError(f"shape parameter {key!r} must be a number or a string, not {value!r}")
-        return self
 
     @property
     def parameters(self) -> dict[str, int | float | str | bool]:

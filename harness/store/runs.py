@@ -1,0 +1,166 @@
+"""Runs in the store: claimed before the work, written whole after it.
+
+A run is keyed by (revision, task, mode, environment). A worker first claims the key (a row with
+state `claimed`, its name and a claim expiry), commits, does the work outside any transaction,
+and then writes the status, the per-shape results and state `done` in one transaction. So a run
+is either complete or visibly in progress; a worker that died leaves a claim that expires, and
+the next worker to claim the key replaces it.
+
+Run modes written by the runner: `test` (`harness test`, public seeds), `test-leaderboard`
+(`harness test --mode leaderboard`: secret seeds, checks only); the timing commands write
+`benchmark` and `leaderboard`.
+"""
+
+from __future__ import annotations
+
+import socket
+from datetime import timedelta
+from os import getpid
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from harness.environment import Environment
+from harness.store.models import Run, ShapeResult, utcnow
+
+if TYPE_CHECKING:
+    from harness.sandbox.evaluation import Evaluation
+
+TIMING_FIELDS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{getpid()}"
+
+
+def _key(revision_id: int, task: str, mode: str, env_key: str):
+    return (Run.revision_id == revision_id, Run.task == task, Run.mode == mode, Run.env_key == env_key)
+
+
+def find_run(session: Session, revision_id: int, task: str, mode: str, env_key: str) -> Run | None:
+    """The completed run for this key, with its shapes, or None (a claimed run is not a result)."""
+    return session.scalar(
+        select(Run)
+        .where(*_key(revision_id, task, mode, env_key), Run.state == "done")
+        .options(selectinload(Run.shapes))
+    )
+
+
+def claim_holder(session: Session, revision_id: int, task: str, mode: str, env_key: str) -> str | None:
+    """Who holds the claim on this key (None when there is no claimed row)."""
+    return session.scalar(select(Run.claimed_by).where(*_key(revision_id, task, mode, env_key), Run.state == "claimed"))
+
+
+def claim_run(
+    session: Session,
+    revision_id: int,
+    task: str,
+    mode: str,
+    environment: Environment,
+    *,
+    worker: str,
+    ttl_s: float,
+    replace_done: bool = False,
+) -> Run | None:
+    """Claim the run for this key for `worker`, until `ttl_s` from now. Returns the claimed row,
+    or None when the key is done (and not `replace_done`) or held by a live claim. A claim whose
+    expiry has passed is taken over; a done run is reset when `replace_done`. Commit the session
+    before doing the work, so that other workers see the claim."""
+    now = utcnow()
+    expires = now + timedelta(seconds=ttl_s)
+    existing = session.scalar(select(Run).where(*_key(revision_id, task, mode, environment.env_key)))
+    if existing is None:
+        run = Run(
+            revision_id=revision_id,
+            task=task,
+            mode=mode,
+            env_key=environment.env_key,
+            device=environment.device,
+            device_name=environment.device_name,
+            environment=environment.model_dump(),
+            state="claimed",
+            claimed_by=worker,
+            claim_expires_at=expires,
+            started_at=now,
+        )
+        try:
+            with session.begin_nested():
+                session.add(run)
+        except IntegrityError:  # another worker inserted the same key first
+            return None
+        return run
+    if existing.state == "done" and not replace_done:
+        return None
+    if existing.state == "claimed" and existing.claim_expires_at is not None and existing.claim_expires_at > now:
+        return None
+    # Take the row over only if nobody else changed it since we read it.
+    taken = session.execute(
+        update(Run)
+        .where(Run.id == existing.id, Run.state == existing.state, Run.claimed_by == existing.claimed_by)
+        .values(
+            state="claimed",
+            claimed_by=worker,
+            claim_expires_at=expires,
+            started_at=now,
+            finished_at=None,
+            status=None,
+            reason="",
+            environment=environment.model_dump(),
+            device_name=environment.device_name,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if taken.rowcount != 1:
+        return None
+    session.execute(delete(ShapeResult).where(ShapeResult.run_id == existing.id))
+    session.expire(existing)
+    return session.get(Run, existing.id)
+
+
+def release_claim(session: Session, run_id: int, worker: str) -> None:
+    """Drop a claim that will not be completed (the worker itself failed), if it is still ours."""
+    session.execute(delete(Run).where(Run.id == run_id, Run.state == "claimed", Run.claimed_by == worker))
+
+
+def record_run(
+    session: Session, run_id: int, worker: str, evaluation: Evaluation, *, score_ms: float | None = None
+) -> Run | None:
+    """Write the evaluation into the claimed run and mark it done, in the caller's transaction.
+    Returns None (and writes nothing) when the claim is no longer this worker's: its claim expired
+    and another worker took the key over, whose result counts instead."""
+    run = session.get(Run, run_id, options=[selectinload(Run.shapes)])
+    if run is None or run.state != "claimed" or run.claimed_by != worker:
+        return None
+    run.status = evaluation.status
+    run.reason = evaluation.reason
+    run.compile_s = evaluation.compile_s
+    run.wall_s = evaluation.wall_s
+    run.score_ms = score_ms
+    run.details = {
+        "filename": evaluation.filename,
+        "code_sha256": evaluation.code_sha256,
+        "shape_set": evaluation.shape_set,
+        "startup_s": evaluation.startup_s,
+        "isolation": evaluation.isolation,
+        "autotuners": [tuner.model_dump() for tuner in evaluation.autotuners],
+        "log_tail": evaluation.log_tail,
+    }
+    run.shapes = [
+        ShapeResult(
+            set_name=outcome.set_name,
+            index=outcome.index,
+            shape=outcome.shape,
+            passed=outcome.passed,
+            check={**outcome.check, "status": outcome.status, "reason": outcome.reason, "call_s": outcome.call_s},
+            times_ms=list(outcome.times_ms),
+            **{name: getattr(outcome, name) for name in TIMING_FIELDS},
+        )
+        for outcome in evaluation.shapes
+    ]
+    run.state = "done"
+    run.claim_expires_at = None
+    run.finished_at = utcnow()
+    session.flush()
+    return run
