@@ -20,7 +20,9 @@ Stand-alone: needs only torch and triton (and a CUDA GPU). For every variant and
 Variants: `name=path.py` calls the file's `custom_kernel(data)`; `name=path.py:k=v,k=v` calls
 its `conv2d(x, w, out, k=v, ...)` (ints parsed); a `time=0` item checks without timing.
 Built-in references: cudnn_strict, cudnn_search (TF32 off, deterministic, benchmark=True),
-cudnn_tf32 (TF32 on, benchmark=True; fails the tolerance, shown for speed).
+cudnn_tf32 (TF32 on, benchmark=True; fails the tolerance, shown for speed), exact64 (the float64
+result rounded to fp32, checked but not timed: the best any kernel can do against the strict
+reference).
 
 The full record goes to --out (JSON lines and a log); a short table is printed last.
 """
@@ -101,7 +103,15 @@ def _cudnn_variant(tf32, deterministic, benchmark):
     return run
 
 
+def _exact(data):
+    """The float64 result rounded to fp32: what a perfect kernel returns."""
+    x, w, out = data
+    out.copy_(F.conv2d(x.double(), w.double()))
+    return out
+
+
 BUILTIN = {
+    "exact64": _exact,
     "cudnn_strict": _cudnn_variant(False, True, False),
     "cudnn_search": _cudnn_variant(False, True, True),
     "cudnn_tf32": _cudnn_variant(True, False, True),
@@ -128,7 +138,7 @@ def load_module(path):
 def parse_variant(spec):
     """'name=file.py[:k=v,...]' or a built-in name -> (name, callable, timed)."""
     if spec in BUILTIN:
-        return spec, BUILTIN[spec], True
+        return spec, BUILTIN[spec], spec != "exact64"
     name, _, rest = spec.partition("=")
     path, _, kw_text = rest.partition(":")
     kwargs = {}

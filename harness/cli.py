@@ -241,6 +241,41 @@ def test_command(
     console.print(render_checks(checked))
 
 
+@app.command()
+def bench(
+    ids: Annotated[list[int], typer.Argument(help="Submission ids to time.", show_default=False)],
+    device: Annotated[
+        Optional[str], typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
+    ] = None,
+    mode: Annotated[
+        str, typer.Option(help="benchmark (public seeds) or leaderboard (a secret seed per call, every output checked).")
+    ] = "benchmark",
+    force: Annotated[bool, typer.Option(help="Time again even if this environment has a result.")] = False,
+    budget: Annotated[
+        Optional[float], typer.Option(help="Seconds of timed calls per shape (default: settings, 10).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Time revisions with the task's reference in the same run; store and print per-shape tables."""
+    from harness.environment import probe_environment
+    from harness.sandbox.bench import bench_revisions, render_bench
+    from harness.sandbox.evaluation import resolve_device
+    from harness.store.session import open_store
+    from harness.timing import StoppingRule
+
+    device = resolve_device(device)
+    if budget is not None and budget <= 0:
+        raise HarnessError(f"--budget must be positive, got {budget:g}")
+    rule = StoppingRule(budget_s=budget) if budget is not None else None
+    environment = probe_environment(device)
+    store = open_store(db)
+    try:
+        benched = bench_revisions(store, ids, mode=mode, force=force, rule=rule, environment=environment)
+    finally:
+        store.close()
+    console.print(render_bench(benched, environment))
+
+
 # --- tournament and reports (issue 5) -------------------------------------------------------
 
 
@@ -336,6 +371,58 @@ prompt_app = typer.Typer(help="The prompts agents read (jinja2 templates in prom
 app.add_typer(prompt_app, name="prompt")
 experiments_app = typer.Typer(help="Evolution experiments: list them, or tell one's story.")
 app.add_typer(experiments_app, name="experiments")
+
+
+@app.command()
+def evolve(
+    from_id: Annotated[
+        Optional[int], typer.Option("--from", metavar="ID", help="Start from this revision (its lineage gets the children).")
+    ] = None,
+    lineage: Annotated[Optional[str], typer.Option(help="Start from this lineage's revisions.")] = None,
+    resume: Annotated[
+        Optional[int], typer.Option("--resume", metavar="ID", help="Continue an interrupted experiment.")
+    ] = None,
+    generations: Annotated[Optional[int], typer.Option(help="Number of generations (one child each).")] = None,
+    proposer: Annotated[
+        Optional[str], typer.Option(help="builtin:mutate, or a command that reads the prompt on stdin.")
+    ] = None,
+    population: Annotated[int, typer.Option(help="Parents are chosen among the best K passing revisions.")] = 4,
+    seed: Annotated[int, typer.Option(help="Seed of every random choice (parents, mutations).")] = 0,
+    device: Annotated[
+        Optional[str], typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
+    ] = None,
+    proposer_timeout: Annotated[float, typer.Option(help="Seconds a proposer may take per reply.")] = 600.0,
+    max_fix_attempts: Annotated[int, typer.Option(help="Fix prompts per failing revision, at most.")] = 2,
+    db: DbOption = None,
+) -> None:
+    """Evolve revisions: choose a parent, prompt a proposer, register and evaluate the child."""
+    from harness.evolve.experiment import create_experiment, evaluate_revision, run_experiment
+    from harness.store.session import open_store
+
+    if resume is not None:
+        given = [name for name, value in (("--from", from_id), ("--lineage", lineage),
+                 ("--generations", generations), ("--proposer", proposer)) if value is not None]
+        if given:
+            raise HarnessError(f"--resume continues with the experiment's own settings; drop {', '.join(given)}")
+    elif generations is None or proposer is None:
+        raise HarnessError("give --generations N and --proposer P (or --resume ID)")
+    store = open_store(db)
+    try:
+        if resume is None:
+            from harness.sandbox.evaluation import resolve_device
+
+            experiment_id = create_experiment(
+                store, proposer=proposer, device=resolve_device(device), generations=generations,
+                from_id=from_id, lineage=lineage, population=population, seed=seed,
+                proposer_timeout_s=proposer_timeout, max_fix_attempts=max_fix_attempts,
+            )
+            print(f"experiment {experiment_id}")
+        else:
+            experiment_id = resume
+        status = run_experiment(store, experiment_id, evaluate_revision, report=print)
+    finally:
+        store.close()
+    print(f"experiment {experiment_id}: {status}; `harness experiments show {experiment_id}` tells the story")
 
 
 @prompt_app.command("render")

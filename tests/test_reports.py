@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import os
 import pty
+import statistics
 import subprocess
 import tty
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,14 +21,16 @@ from conftest import HARNESS_SCRIPT
 
 from harness.candidates import read_seeds
 from harness.config import CANDIDATES_DIR
+from harness.environment import Environment
 from harness.errors import HarnessError
 from harness.report.diff import render_diff
 from harness.report.history import build_history, render_history, revision_diff
 from harness.report.html import build_chart, render_markdown
 from harness.report.leaderboard import Leaderboard, build_leaderboard
+from harness.sandbox.evaluation import Evaluation, ShapeOutcome
 from harness.scoring import FASTER, SAME, score
-from harness.store.models import Run, ShapeResult
 from harness.store.revisions import get_revision, register_revision, register_seeds, revision_code
+from harness.store.runs import claim_run, record_run
 from harness.store.session import open_store
 
 SEEDS_DIR = Path(__file__).resolve().parent / "data" / "seeds"
@@ -38,9 +40,19 @@ GPU_SHAPES = [
     {"size": 512, "kernelsize": 5, "channels": 32, "batch": 4, "seed": 12},
 ]
 CPU_SHAPES = [{"size": 16, "kernelsize": 3, "channels": 2, "batch": 1, "seed": 21}]
-H200 = {"env_key": "h200-env", "device": "cuda", "device_name": "NVIDIA H200"}
-CPU = {"env_key": "cpu-env", "device": "cpu", "device_name": "cpu"}
-START = datetime(2025, 1, 1, 12, 0, 0)
+
+
+def _environment(device: str, device_name: str, env_key: str) -> Environment:
+    return Environment(
+        device=device, device_name=device_name, driver_version="570.1" if device == "cuda" else "",
+        cuda_runtime="12.8" if device == "cuda" else "", torch="2.13.0", triton="3.9.0", python="3.11.7",
+        harness="0.1.0", env_key=env_key,
+    )
+
+
+H200 = _environment("cuda", "NVIDIA H200", "h200-env")
+CPU = _environment("cpu", "AMD EPYC 7B13", "cpu-env")
+WORKER = "test-worker"
 
 # Mean time per shape (ms) of each revision's H200 benchmark run.
 GPU_MEANS = {
@@ -58,41 +70,33 @@ def _times(mean_ms: float, calls: int = 30) -> list[float]:
     return [mean_ms * (1 + 0.002 * ((i % 5) - 2)) for i in range(calls)]
 
 
-class RunRecorder:
-    """Adds completed runs as ORM rows, the way the runner stores its results."""
-
-    def __init__(self) -> None:
-        self.clock = START
-
-    def add(self, session, revision_id: int, env: dict, mode: str, status: str | None, reason: str = "",
-            means: list[float] | None = None, shapes: list[dict] | None = None, state: str = "done") -> Run:
-        self.clock += timedelta(minutes=1)
-        shapes = shapes or GPU_SHAPES
-        run = Run(
-            revision_id=revision_id, task=TASK, mode=mode, state=state, status=status, reason=reason,
-            environment={"torch": "2.13"}, started_at=self.clock,
-            finished_at=self.clock if state == "done" else None, **env,
-        )
-        for index, shape in enumerate(shapes):
-            timed = means is not None
-            times = _times(means[index]) if timed else []
-            run.shapes.append(ShapeResult(
-                set_name="benchmarks" if env is H200 else "smoke", index=index, shape=shape,
-                passed=status == "pass", runs=len(times) if timed else None,
-                mean_ms=sum(times) / len(times) if timed else None,
-                err_ms=means[index] * 0.0005 if timed else None, times_ms=times,
-            ))
+def _record(session, revision_id: int, env: Environment, mode: str, status: str, reason: str = "",
+            means: list[float] | None = None, shapes: list[dict] | None = None) -> None:
+    """Claim and record a run through the store's functions, as the runner does; `means` gives
+    each shape per-call times (and the run a score), else the run is a check without timings."""
+    shapes = shapes or GPU_SHAPES
+    run = claim_run(session, revision_id, TASK, mode, env, worker=WORKER, ttl_s=600)
+    outcomes = []
+    for index, shape in enumerate(shapes):
+        outcome = ShapeOutcome(set_name="benchmarks" if env is H200 else "smoke", index=index, shape=shape,
+                               status=status, passed=status == "pass")
         if means is not None:
-            run.score_ms = score([shape.mean_ms for shape in run.shapes])
-        session.add(run)
-        return run
+            times = _times(means[index])
+            outcome = outcome.model_copy(update={
+                "times_ms": times, "runs": len(times), "mean_ms": statistics.fmean(times),
+                "err_ms": statistics.stdev(times) / len(times) ** 0.5,
+            })
+        outcomes.append(outcome)
+    evaluation = Evaluation(status=status, reason=reason, task=TASK, filename="candidate.py", code_sha256="",
+                            device=env.device, mode=mode, shape_set=outcomes[0].set_name, shapes=outcomes)
+    score_ms = score([outcome.mean_ms for outcome in outcomes]) if means is not None else None
+    assert record_run(session, run.id, WORKER, evaluation, score_ms=score_ms) is not None
 
 
 @pytest.fixture(scope="module")
 def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('reports') / 'store.sqlite'}"
     store = open_store(url)
-    recorder = RunRecorder()
     with store.session() as session:
         register_seeds(session, read_seeds(CANDIDATES_DIR / "manifest.yml"))
         extra = (CANDIDATES_DIR / "conv2d_a100_ultra.py").read_bytes() + b"\n# same kernel, new comment\n"
@@ -100,17 +104,17 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
                           submission_id=EXTRA_ID, author="agent-7")
         # Older CPU results: never mixed into the H200 board.
         for revision_id in (1, 2, 99237):
-            recorder.add(session, revision_id, CPU, "benchmark", "pass", means=[10.0], shapes=CPU_SHAPES)
+            _record(session, revision_id, CPU, "benchmark", "pass", means=[10.0], shapes=CPU_SHAPES)
         for revision_id in (1, 2, 99237, 512024, 779808, EXTRA_ID):
-            recorder.add(session, revision_id, H200, "test", "pass", "5/5 shapes pass")
+            _record(session, revision_id, H200, "test", "pass", "5/5 shapes pass")
         for revision_id, means in GPU_MEANS.items():
-            recorder.add(session, revision_id, H200, "benchmark", "pass", means=means)
-        recorder.add(session, EXTRA_ID, H200, "benchmark", "pass", means=GPU_MEANS[99237])
-        recorder.add(session, 99238, H200, "test", "timeout", "shape 3: the call ran past 120 s")
-        recorder.add(session, 512025, H200, "test", "wrong_answer", "shape 1: 12 of 4096 elements differ [first at (0, 1, 2, 3)]")
-        recorder.add(session, 779808, H200, "leaderboard", "wrong_answer", "output replayed from an earlier call")
+            _record(session, revision_id, H200, "benchmark", "pass", means=means)
+        _record(session, EXTRA_ID, H200, "benchmark", "pass", means=GPU_MEANS[99237])
+        _record(session, 99238, H200, "test", "timeout", "shape 3: the call ran past 120 s")
+        _record(session, 512025, H200, "test", "wrong_answer", "shape 1: 12 of 4096 elements differ [first at (0, 1, 2, 3)]")
+        _record(session, 779808, H200, "leaderboard", "wrong_answer", "output replayed from an earlier call")
         # A claimed run is work in progress (no status yet): it must not count at all.
-        recorder.add(session, 2, H200, "leaderboard", None, state="claimed")
+        assert claim_run(session, 2, TASK, "leaderboard", H200, worker=WORKER, ttl_s=600) is not None
     store.close()
     return url
 
@@ -171,7 +175,7 @@ def test_device_picks_one_environment_and_never_mixes_cpu_with_gpu(store_url: st
         by_name = build_leaderboard(session, TASK, device="nvidia h200")
         with pytest.raises(HarnessError, match="no completed runs .* 'tpu'"):
             build_leaderboard(session, TASK, device="tpu")
-    assert cpu.device == "cpu"
+    assert cpu.device == "cpu (AMD EPYC 7B13)"
     assert [(e.rank, e.submission_id) for e in cpu.ranked()] == [(1, 1), (1, 2), (1, 99237)]
     assert all(e.status == "not_run" for e in cpu.unranked())
     assert [b.shape for b in cpu.ranked()[0].benchmarks] == CPU_SHAPES
@@ -350,3 +354,17 @@ def test_history_shows_each_diff_exactly(store_url: str):
         assert f"\n{diff}" in text
     result = _cli(store_url, "history", "conv2d_a100_ultra")
     assert result.stdout == text.encode("utf-8")
+
+
+def test_chart_turns_logarithmic_when_scores_span_more_than_ten_times(board: Leaderboard):
+    entries = [
+        entry.model_copy(update={"score_ms": entry.score_ms * 100}) if entry.submission_id == 2 else entry
+        for entry in board.entries
+    ]
+    chart = build_chart(board.model_copy(update={"entries": entries}))
+    assert chart is not None and chart.log_scale
+    (a100,) = [series for series in chart.series if series.lineage == "conv2d_a100_ultra"]
+    y_values = [point.y for point in a100.points]
+    assert all(chart.top <= y <= chart.bottom for y in [*y_values, chart.reference_y])
+    tick_labels = [tick.label for tick in chart.y_ticks]
+    assert {"1", "10", "100"} <= set(tick_labels)

@@ -10,6 +10,9 @@ import time
 import pytest
 import torch
 
+from harness.sandbox.evaluation import Evaluator, evaluate, evaluate_interleaved
+from harness.scoring import score
+from harness.tasks import load_task
 from harness.timing import BenchmarkStats, StoppingRule, time_calls
 
 
@@ -97,3 +100,96 @@ def test_cpu_timing_of_a_real_call_records_every_call():
 def test_unknown_device_is_refused():
     with pytest.raises(ValueError, match="device"):
         time_calls(lambda x: x, lambda index: index, device="tpu")
+
+
+# --- through the sandbox, on the CPU (smoke shapes, Triton interpreter) -----------------------
+
+TINY_TRITON_CONV = b'''from task import input_t, output_t
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def conv2d_kernel(x_ptr, w_ptr, out_ptr, C, H, W, K, OH, OW, BLOCK: tl.constexpr):
+    batch = tl.program_id(0)
+    out_channel = tl.program_id(1)
+    offsets = tl.arange(0, BLOCK)
+    mask = offsets < OH * OW
+    row = offsets // OW
+    col = offsets % OW
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for in_channel in range(0, C):
+        for kh in range(0, K):
+            for kw in range(0, K):
+                x = tl.load(x_ptr + ((batch * C + in_channel) * H + row + kh) * W + col + kw, mask=mask, other=0.0)
+                w = tl.load(w_ptr + ((out_channel * C + in_channel) * K + kh) * K + kw)
+                acc += x * w
+    tl.store(out_ptr + (batch * C + out_channel) * OH * OW + offsets, acc, mask=mask)
+
+
+def custom_kernel(data: input_t) -> output_t:
+    x, w, out = data
+    batch, channels, height, width = x.shape
+    k = w.shape[-1]
+    oh, ow = height - k + 1, width - k + 1
+    conv2d_kernel[(batch, channels)](x, w, out, channels, height, width, k, oh, ow, BLOCK=triton.next_power_of_2(oh * ow))
+    return out
+'''
+
+# Computes the right answer on its first call for each output shape, then returns that forever.
+REPLAYS_FIRST_OUTPUT = b'''from task import input_t, output_t
+import torch.nn.functional as F
+
+_first = {}
+
+
+def custom_kernel(data: input_t) -> output_t:
+    x, w, out = data
+    key = tuple(out.shape)
+    if key not in _first:
+        _first[key] = F.conv2d(x, w)
+    out.copy_(_first[key])
+    return out
+'''
+
+QUICK_RULE = StoppingRule(max_runs=5, budget_s=0.2)
+
+
+def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
+    evaluation = evaluate(TINY_TRITON_CONV, "tiny.py", load_task("conv2d_v2"), device="cpu", timed=True, rule=QUICK_RULE)
+    assert (evaluation.status, evaluation.shape_set, evaluation.timed) == ("pass", "smoke", True), evaluation.reason
+    for shape in evaluation.shapes:
+        assert shape.status == "pass"
+        assert 3 <= shape.runs <= 5 and len(shape.times_ms) == shape.runs
+        assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
+        assert shape.min_ms == min(shape.times_ms) and shape.max_ms == max(shape.times_ms)
+        assert shape.check["timing"]["device"] == "cpu"
+        assert shape.compile_s is not None and shape.compile_s > 0
+    assert evaluation.score_ms == pytest.approx(score([s.mean_ms for s in evaluation.shapes], "geom"))
+
+
+def test_leaderboard_mode_fails_a_candidate_that_replays_its_first_output():
+    """The same candidate, interleaved: in benchmark mode every call has the check's inputs, so
+    replaying is not detectable there; leaderboard mode's fresh secret inputs catch it."""
+    task = load_task("conv2d_v2")
+    benchmark, leaderboard = evaluate_interleaved(
+        [
+            Evaluator(REPLAYS_FIRST_OUTPUT, "replay.py", task, device="cpu", timed=True, rule=QUICK_RULE),
+            Evaluator(
+                REPLAYS_FIRST_OUTPUT,
+                "replay.py",
+                task,
+                device="cpu",
+                mode="leaderboard",
+                timed=True,
+                secret_seed=123456789,
+                rule=QUICK_RULE,
+            ),
+        ]
+    )
+    assert benchmark.shapes[0].status == "pass" and benchmark.shapes[0].runs >= 3
+    assert leaderboard.status == "wrong_answer"
+    assert leaderboard.shapes[0].status == "wrong_answer"
+    assert "leaderboard recheck" in leaderboard.shapes[0].reason
+    assert leaderboard.shapes[0].check["passed"] is True  # its check call, before the timed calls
+    assert leaderboard.score_ms is None and leaderboard.shapes[0].mean_ms is None

@@ -1,6 +1,9 @@
-"""The HTML leaderboard: one self-contained page (inline CSS and SVG, no external assets) made
-with jinja2 from harness/report/templates: the ranked table, a chart of score per revision for
-each lineage, and each revision's diff against its parent with added and removed lines coloured.
+"""The leaderboard rendered: `render_leaderboard` picks the format (table, json, markdown, html);
+markdown and HTML come from the jinja2 templates in harness/report/templates.
+
+The HTML is one self-contained page (inline CSS and SVG, no external assets): the ranked table, a
+chart of score per revision for each lineage, and each revision's diff against its parent with
+added and removed lines coloured.
 
 The chart is plain SVG laid out here (x = revision number, y = score in ms, one polyline per
 lineage, each point labelled with its submission id, the reference as a dashed horizontal line).

@@ -57,14 +57,19 @@ def check_revisions(
             revision = get_revision(session, revision_id)
             load_task(revision.task)
     environment = environment or probe_environment(device)
-    limits = limits or SandboxLimits.from_settings()
-    store_dir = sqlite_directory(store.engine.url.render_as_string(hide_password=False))
-    if store_dir is not None:
-        limits = limits.model_copy(update={"hidden_paths": [*limits.hidden_paths, store_dir]})
+    limits = store_limits(store, limits or SandboxLimits.from_settings())
     return [
         check_revision(store, revision_id, environment=environment, mode=mode, force=force, limits=limits)
         for revision_id in revision_ids
     ]
+
+
+def store_limits(store: Store, limits: SandboxLimits) -> SandboxLimits:
+    """`limits` with the store's own directory (a SQLite file's) hidden from the child too."""
+    store_dir = sqlite_directory(store.engine.url.render_as_string(hide_password=False))
+    if store_dir is None:
+        return limits
+    return limits.model_copy(update={"hidden_paths": [*limits.hidden_paths, store_dir]})
 
 
 def check_revision(

@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import importlib
 import importlib.util
 import os
 import sys
 import traceback
 from pathlib import Path
 from time import perf_counter
+from types import ModuleType
 
 from harness.sandbox.protocol import (
     MAX_MESSAGE_BYTES,
@@ -336,6 +336,14 @@ class Autotuners:
 # --- the worker -----------------------------------------------------------------------------
 
 
+def _load_module(name: str, path: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 class Worker:
     def __init__(self, hello: Hello, channel: Channel, isolation: IsolationReport) -> None:
         self.hello = hello
@@ -357,19 +365,14 @@ class Worker:
 
         self.torch = torch
         self.export_tensor = export_tensor
-        self.reference = importlib.import_module(self.hello.reference_module)
-        self.channel.send(Started(token=self.hello.token))
         workdir = self.hello.workdir
+        self.reference = _load_module("reference", os.path.join(workdir, "reference.py"))
+        self.channel.send(Started(token=self.hello.token))
         sys.path.insert(0, workdir)
         started = perf_counter()
         try:
-            spec = importlib.util.spec_from_file_location("submission", os.path.join(workdir, "submission.py"))
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["submission"] = module
-            spec.loader.exec_module(module)
-            entry = getattr(module, self.hello.entry_point, None)
-            if not callable(entry):
-                raise MissingEntryPoint(f"submission.py defines no function {self.hello.entry_point}")
+            module = _load_module("submission", os.path.join(workdir, "submission.py"))
+            self.entry = self.find_entry_point(module)
         except Exception as exc:  # noqa: BLE001 - whatever the candidate raises is its result
             traceback.print_exc()
             kind = classify(exc, self.hello.device)
@@ -379,7 +382,6 @@ class Worker:
                 ImportFailed(token=self.hello.token, kind=kind, error=one_line(exc), import_s=perf_counter() - started)
             )
             return False
-        self.entry = entry
         self.autotuners.scan()
         self.channel.send(
             Ready(
@@ -390,6 +392,18 @@ class Worker:
             )
         )
         return True
+
+    def find_entry_point(self, module: object):
+        """A callable taking the data tuple: the entry point, or the first unpacked alternative."""
+        entry = getattr(module, self.hello.entry_point, None)
+        if callable(entry):
+            return entry
+        for name in self.hello.unpacked_entry_points:
+            unpacked = getattr(module, name, None)
+            if callable(unpacked):
+                return lambda data: unpacked(*data)
+        names = " or ".join([self.hello.entry_point, *self.hello.unpacked_entry_points])
+        raise MissingEntryPoint(f"submission.py defines no function {names}")
 
     def serve(self) -> None:
         while True:

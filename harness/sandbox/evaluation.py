@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+from contextlib import ExitStack
 from pathlib import Path
 from time import perf_counter
 from typing import Literal
@@ -365,7 +366,7 @@ class Evaluator:
                 if not problems:
                     problem = self._timed_output_problem(shape, seeds.get(done.index), done, path)
                     if problem is not None:
-                        problems.append(f"timed call {done.index} (seed {seeds.get(done.index)}): {problem}")
+                        problems.append(f"call {done.index} (seed {seeds.get(done.index)}): {problem}")
             finally:
                 path.unlink(missing_ok=True)
 
@@ -435,7 +436,7 @@ def evaluate(
     or `benchmarks` when timed) in one sandboxed child, and with `timed` time each shape after
     its check (see `Evaluator`). Leaderboard mode combines each shape's seed with `secret_seed`.
     Bad arguments raise HarnessError; anything the candidate does is a status in the result."""
-    with Evaluator(
+    evaluator = Evaluator(
         code,
         filename,
         task,
@@ -446,8 +447,20 @@ def evaluate(
         secret_seed=secret_seed,
         limits=limits,
         rule=rule,
-    ) as evaluator:
-        if evaluator.start():
-            for index in range(evaluator.shape_count):
-                evaluator.run_shape(index)
-        return evaluator.finish()
+    )
+    return evaluate_interleaved([evaluator])[0]
+
+
+def evaluate_interleaved(evaluators: list[Evaluator]) -> list[Evaluation]:
+    """Run several evaluators shape by shape: each checks (and times) shape k before any goes on
+    to shape k + 1, so that clock and temperature drift hits every candidate alike. Every child is
+    stopped on the way out, also when this raises."""
+    with ExitStack() as stack:
+        for evaluator in evaluators:
+            stack.enter_context(evaluator)
+        started = [evaluator.start() for evaluator in evaluators]
+        for index in range(max((evaluator.shape_count for evaluator in evaluators), default=0)):
+            for evaluator, running in zip(evaluators, started):
+                if running and index < evaluator.shape_count:
+                    evaluator.run_shape(index)
+        return [evaluator.finish() for evaluator in evaluators]

@@ -48,8 +48,8 @@ class Hello(Message):
     type: Literal["hello"] = "hello"
     token: str
     device: Literal["cpu", "cuda"]
-    reference_module: str  # harness.tasks.<name>: its generate_input makes the inputs
-    entry_point: str
+    entry_point: str  # called entry(data)
+    unpacked_entry_points: list[str] = []  # when entry_point is missing: the first found, entry(*data)
     output_index: int | None
     input_indices: list[int]
     workdir: str

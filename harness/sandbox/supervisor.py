@@ -277,7 +277,8 @@ class ChildProcess:
         self.workdir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root))
         (self.workdir / "tmp").mkdir()
         (self.workdir / "submission.py").write_bytes(code)
-        (self.workdir / "task.py").write_bytes(task.shim_source())
+        (self.workdir / "task.py").write_bytes(task.shim_file.read_bytes())
+        (self.workdir / "reference.py").write_bytes(task.reference_file.read_bytes())
         self.io_dir = make_io_dir()
 
     # lifecycle
@@ -352,8 +353,8 @@ class ChildProcess:
         hello = Hello(
             token=self.token,
             device=self.device,
-            reference_module=f"harness.tasks.{self.task.reference}",
             entry_point=self.task.entry_point,
+            unpacked_entry_points=self.task.unpacked_entry_points,
             output_index=self.task.output_index,
             input_indices=self.task.input_indices,
             workdir=str(self.workdir),

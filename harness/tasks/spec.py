@@ -1,16 +1,20 @@
 """Task specs: a YAML file per task in harness/tasks/, in the style of GPU MODE's task.yml.
 
-A task is its YAML file plus two modules next to it, both named in the file:
+A task is its YAML file plus two Python files next to it, both named in the file:
 - `reference`: a module with `generate_input(**shape, seed, device) -> data` (the one place inputs
-  come from) and `ref_kernel(data) -> output` (what candidates are checked against);
+  come from) and `ref_kernel(data) -> output` (what candidates are checked against). The parent
+  loads it from its file; the sandbox copies it beside the candidate as reference.py (as GPU MODE
+  does), where the child uses only its generate_input;
 - `task_shim`: the file copied as task.py beside the candidate (`from task import input_t, output_t`).
-A second task is a new YAML file and those two modules; the runner does not change.
+A second task is a new YAML file and those two files; the runner does not change. The tasks in
+harness/tasks/ are known by name (`load_task`); a task elsewhere loads with `load_task_file`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
+import importlib.util
+import sys
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -47,12 +51,14 @@ class TaskSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
+    directory: Path = TASKS_DIR  # where the reference and the shim are; set by the loader
     lang: str = "py"
     description: str
     reference: str
     task_shim: str
     reference_candidate: str | None = None
     entry_point: str = "custom_kernel"
+    unpacked_entry_points: list[str] = []  # tried in order when entry_point is missing; called f(*data)
     data: list[str]
     output_buffer: str | None = None
     dtype: str = "float32"
@@ -71,11 +77,19 @@ class TaskSpec(BaseModel):
     def _consistent(self) -> TaskSpec:
         if self.output_buffer is not None and self.output_buffer not in self.data:
             raise ValueError(f"output_buffer {self.output_buffer!r} is not one of data {self.data}")
-        if not (TASKS_DIR / self.task_shim).is_file():
-            raise ValueError(f"task_shim {self.task_shim!r} is not a file in {TASKS_DIR}")
-        if not (TASKS_DIR / f"{self.reference}.py").is_file():
-            raise ValueError(f"reference module {self.reference!r} is not a file in {TASKS_DIR}")
+        if not self.shim_file.is_file():
+            raise ValueError(f"task_shim {self.task_shim!r} is not a file in {self.directory}")
+        if not self.reference_file.is_file():
+            raise ValueError(f"reference module {self.reference!r} is not a file in {self.directory}")
         return self
+
+    @property
+    def reference_file(self) -> Path:
+        return self.directory / f"{self.reference}.py"
+
+    @property
+    def shim_file(self) -> Path:
+        return self.directory / self.task_shim
 
     @property
     def output_index(self) -> int | None:
@@ -92,8 +106,6 @@ class TaskSpec(BaseModel):
             raise HarnessError(f"unknown shape set {set_name!r}; known: {', '.join(SHAPE_SETS)}")
         return list(getattr(self, set_name))
 
-    def shim_source(self) -> bytes:
-        return (TASKS_DIR / self.task_shim).read_bytes()
 
 
 def known_tasks() -> list[str]:
@@ -106,17 +118,37 @@ def load_task(name: str) -> TaskSpec:
     path = TASKS_DIR / f"{name}.yml"
     if "/" in name or not path.is_file():
         raise HarnessError(f"unknown task {name!r}; known: {', '.join(known_tasks()) or 'none'}")
+    return load_task_file(path)
+
+
+def load_task_file(path: Path) -> TaskSpec:
+    """A task spec from its YAML file; its reference and shim are looked up beside it."""
+    path = Path(path).resolve()
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return TaskSpec.model_validate(raw)
+        if not isinstance(raw, dict):
+            raise HarnessError(f"task file {path.name} is malformed: not a mapping")
+        return TaskSpec.model_validate({**raw, "directory": path.parent})
+    except OSError as exc:
+        raise HarnessError(f"cannot read task file {path}: {exc.strerror}") from exc
     except (yaml.YAMLError, ValidationError) as exc:
         first = str(exc).splitlines()
         raise HarnessError(f"task file {path.name} is malformed: {' '.join(first[:3])}") from exc
 
 
 def load_reference(task: TaskSpec) -> ModuleType:
-    """The task's reference module (generate_input, ref_kernel); imports torch."""
-    return importlib.import_module(f"harness.tasks.{task.reference}")
+    """The task's reference module (generate_input, ref_kernel), loaded from its file; imports torch."""
+    return _load_module_file(task.reference_file)
+
+
+@cache
+def _load_module_file(path: Path) -> ModuleType:
+    name = f"harness_task_reference_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def combine_seeds(seed: int, secret: int) -> int:

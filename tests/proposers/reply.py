@@ -2,15 +2,19 @@
 
     python tests/proposers/reply.py MODE [ARG]
 
-Modes: whole-file, search-replace, no-match, garbage, same, hang PIDFILE, fail, bad-meta.
+Modes: whole-file, search-replace, no-match, garbage, same, hang PIDFILE, fail, bad-meta, and
+second-call-hangs STATE_DIR (counts its calls in STATE_DIR/calls; the second call writes its pid
+to STATE_DIR/hanging and sleeps, every other call marks the first import line with its number).
 It finds the parent's code in the prompt the way an agent would: the fenced block after
 the heading `# The revision to ...` (prompts/improve.j2, prompts/fix.j2).
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 MARK = "  # touched by the test proposer"
 
@@ -35,9 +39,25 @@ def meta(summary: str) -> str:
     return "HARNESS-META " + json.dumps({"summary": summary, "tokens": 1234, "cost": 0.01, "model": "test"})
 
 
+def second_call_hangs(state: Path, code: str) -> None:
+    counter = state / "calls"
+    calls = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(calls))
+    if calls == 2:
+        (state / "hanging").write_text(str(os.getpid()))
+        time.sleep(300)
+        return
+    line = unique_import_line(code)
+    print(f"<<<<<<< SEARCH\n{line}\n=======\n{line}  # call {calls}\n>>>>>>> REPLACE")
+    print(meta(f"call {calls}: mark {line!r}"))
+
+
 def main() -> None:
     mode = sys.argv[1]
     prompt = sys.stdin.read()
+    if mode == "second-call-hangs":
+        second_call_hangs(Path(sys.argv[2]), parent_code(prompt))
+        return
     if mode == "hang":
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
         with open(sys.argv[2], "w") as pidfile:

@@ -1,0 +1,271 @@
+"""`harness bench`: time stored revisions together with their task's reference, store the runs,
+and the tables it prints.
+
+A run is keyed by (revision, task, mode, environment); a completed run is reused unless `force`.
+The others are claimed (committed), evaluated together in sandboxed children interleaved shape by
+shape (`evaluate_interleaved`, so that drift hits every revision alike) and each written in one
+transaction. The task's reference candidate (its lineage, when registered) joins every bench, so
+that each revision's speedup against it comes from the same environment.
+
+Modes: `benchmark` checks each shape with its public seed and times it on those inputs;
+`leaderboard` checks with the secret seed, then times with a fresh secret seed per call and checks
+every timed call's output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.console import Group
+from rich.table import Table
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from harness.config import get_settings
+from harness.environment import Environment, probe_environment
+from harness.errors import HarnessError
+from harness.report.leaderboard import reference_lineage_name
+from harness.sandbox.checks import LEADERBOARD_SECRET, store_limits
+from harness.sandbox.evaluation import Evaluator, default_shape_set, evaluate_interleaved, resolve_device
+from harness.sandbox.supervisor import SandboxLimits
+from harness.scoring import compare, speedup
+from harness.store.models import Lineage, Revision, Run
+from harness.store.revisions import get_or_create_secret, get_revision, revision_code
+from harness.store.runs import claim_holder, claim_run, find_run, record_run, release_claim, worker_name
+from harness.store.session import Store
+from harness.tasks import load_task, revision_secret
+from harness.timing import StoppingRule
+
+BENCH_MODES = {"benchmark": "test", "leaderboard": "leaderboard"}  # run mode -> the evaluation's seeds
+STATISTICS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
+
+
+@dataclass
+class BenchedRevision:
+    revision_id: int
+    label: str  # "lineage rN"
+    task: str
+    parent_id: int | None
+    is_reference: bool
+    run: Run | None = None  # None when another worker holds the claim
+    reused: bool = False
+    busy_with: str = ""
+    speedup: float | None = None  # reference score / score
+    vs_reference: str | None = None  # scoring.compare verdict
+    vs_parent: str | None = None
+    flags: list[str] = field(default_factory=list)
+
+
+def bench_revisions(
+    store: Store,
+    revision_ids: list[int],
+    *,
+    device: str | None = None,
+    mode: str = "benchmark",
+    force: bool = False,
+    limits: SandboxLimits | None = None,
+    rule: StoppingRule | None = None,
+    environment: Environment | None = None,
+) -> list[BenchedRevision]:
+    """Time each revision and its task's reference on `device` (default: cuda if torch sees a
+    GPU, else cpu). Everything is validated first: bad input fails before any work or write."""
+    device = resolve_device(device)
+    if mode not in BENCH_MODES:
+        raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(BENCH_MODES)}")
+    if not revision_ids:
+        raise HarnessError("no revision to bench")
+    with store.session() as session:
+        benched = _with_references(session, revision_ids)
+    environment = environment or probe_environment(device)
+    limits = store_limits(store, limits or SandboxLimits.from_settings())
+    rule = rule or StoppingRule(budget_s=get_settings().shape_budget_s)
+    worker = worker_name()
+
+    pending: list[tuple[BenchedRevision, int, Evaluator]] = []
+    try:
+        with store.session() as session:
+            for item in benched:
+                claimed = _claim(session, item, mode, environment, force, limits, rule, worker)
+                if claimed is not None:
+                    pending.append(claimed)
+        evaluations = evaluate_interleaved([evaluator for _, _, evaluator in pending])
+    except BaseException:
+        with store.session() as session:
+            for _, run_id, _ in pending:
+                release_claim(session, run_id, worker)
+        raise
+    with store.session() as session:
+        for (item, run_id, _), evaluation in zip(pending, evaluations):
+            item.run = record_run(session, run_id, worker, evaluation, score_ms=evaluation.score_ms)
+            if item.run is None:
+                item.busy_with = "a worker that took over"
+        _compare(session, benched, mode, environment.env_key)
+    return benched
+
+
+def _with_references(session: Session, revision_ids: list[int]) -> list[BenchedRevision]:
+    """The revisions asked for, then each task's reference revision (the latest of its lineage)
+    when it is registered and not asked for already."""
+    benched: list[BenchedRevision] = []
+    for revision_id in dict.fromkeys(revision_ids):
+        revision = get_revision(session, revision_id)
+        load_task(revision.task)
+        benched.append(_benched(revision, is_reference=False))
+    for task in dict.fromkeys(item.task for item in benched):
+        lineage = reference_lineage_name(task)
+        reference = session.scalar(
+            select(Revision.id)
+            .join(Revision.lineage)
+            .where(Lineage.name == lineage, Revision.task == task)
+            .order_by(Revision.number.desc())
+            .limit(1)
+        )
+        if reference is None:
+            continue
+        existing = next((item for item in benched if item.revision_id == reference), None)
+        if existing is not None:
+            existing.is_reference = True
+        else:
+            benched.append(_benched(get_revision(session, reference), is_reference=True))
+    return benched
+
+
+def _benched(revision: Revision, *, is_reference: bool) -> BenchedRevision:
+    return BenchedRevision(
+        revision_id=revision.id,
+        label=f"{revision.lineage.name} r{revision.number}",
+        task=revision.task,
+        parent_id=revision.parent_id,
+        is_reference=is_reference,
+    )
+
+
+def _claim(
+    session: Session,
+    item: BenchedRevision,
+    mode: str,
+    environment: Environment,
+    force: bool,
+    limits: SandboxLimits,
+    rule: StoppingRule,
+    worker: str,
+) -> tuple[BenchedRevision, int, Evaluator] | None:
+    """Reuse the stored run, or claim the key and make the item's evaluator; None when there is
+    nothing to evaluate (reused, or another worker holds the claim)."""
+    task = load_task(item.task)
+    if not force:
+        existing = find_run(session, item.revision_id, task.name, mode, environment.env_key)
+        if existing is not None:
+            item.run, item.reused = existing, True
+            return None
+    revision = get_revision(session, item.revision_id)
+    shapes = len(task.shapes(default_shape_set(environment.device, timed=True)))
+    per_shape_s = limits.call_timeout_s * 16 + rule.budget_s
+    ttl_s = limits.startup_timeout_s + limits.import_timeout_s + per_shape_s * shapes * 4
+    run = claim_run(
+        session, item.revision_id, task.name, mode, environment, worker=worker, ttl_s=ttl_s, replace_done=force
+    )
+    if run is None:
+        holder = claim_holder(session, item.revision_id, task.name, mode, environment.env_key)
+        item.busy_with = holder or "another worker"
+        return None
+    secret_seed = None
+    if mode == "leaderboard":
+        secret_seed = revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)
+    evaluator = Evaluator(
+        revision_code(revision),
+        revision.filename,
+        task,
+        device=environment.device,
+        mode=BENCH_MODES[mode],
+        timed=True,
+        secret_seed=secret_seed,
+        limits=limits,
+        rule=rule,
+    )
+    return item, run.id, evaluator
+
+
+def _times(run: Run | None) -> list[list[float]] | None:
+    if run is None or run.score_ms is None or not all(shape.times_ms for shape in run.shapes):
+        return None
+    return [list(shape.times_ms) for shape in run.shapes]
+
+
+def _comparable(a: Run, b: Run) -> bool:
+    return [(s.set_name, s.index) for s in a.shapes] == [(s.set_name, s.index) for s in b.shapes]
+
+
+def _compare(session: Session, benched: list[BenchedRevision], mode: str, env_key: str) -> None:
+    """Speedup and verdict against the reference, verdict against the parent's stored run of the
+    same mode and environment, and the timing flags of each revision."""
+    references = {item.task: item.run for item in benched if item.is_reference}
+    for item in benched:
+        run = item.run
+        if run is None:
+            continue
+        item.flags = sorted({flag for shape in run.shapes for flag in shape.check.get("timing", {}).get("flags", [])})
+        own = _times(run)
+        if own is None:
+            continue
+        ranking_by = load_task(item.task).ranking_by
+        reference = references.get(item.task)
+        if reference is not None and _times(reference) is not None and _comparable(run, reference):
+            item.speedup = speedup(reference.score_ms, run.score_ms)
+            if not item.is_reference:
+                item.vs_reference = compare(own, _times(reference), ranking_by).verdict
+        if item.parent_id is not None:
+            parent = find_run(session, item.parent_id, item.task, mode, env_key)
+            if parent is not None and _times(parent) is not None and _comparable(run, parent):
+                item.vs_parent = compare(own, _times(parent), ranking_by).verdict
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if value < 1 else f"{value:.3f}" if value < 100 else f"{value:.1f}"
+
+
+def shape_table(item: BenchedRevision) -> Table:
+    """One revision's per-shape statistics (ms), titled with its status, score and comparisons."""
+    run = item.run
+    title = f"{item.revision_id} {item.label}" + (" (reference)" if item.is_reference else "")
+    if run is None:
+        table = Table(title=f"{title}: busy, claimed by {item.busy_with}", title_justify="left")
+        return table
+    facts = [f"[bold]{run.status}[/bold]"]
+    if run.reason:
+        facts.append(run.reason)
+    if run.score_ms is not None:
+        facts.append(f"score {_ms(run.score_ms)} ms")
+    if item.speedup is not None and not item.is_reference:
+        facts.append(f"{item.speedup:.2f}x the reference ({item.vs_reference})")
+    if item.vs_parent is not None:
+        facts.append(f"vs parent: {item.vs_parent}")
+    if item.flags:
+        facts.append(f"flags: {', '.join(item.flags)}")
+    if item.reused:
+        facts.append("stored result")
+    table = Table(title=f"{title}: {'; '.join(facts)}", title_justify="left")
+    keys = [key for key in (run.shapes[0].shape if run.shapes else {}) if key != "seed"]
+    table.add_column(",".join(keys) or "shape", no_wrap=True)
+    for name in STATISTICS:
+        table.add_column(name.removesuffix("_ms") + (" ms" if name.endswith("_ms") else ""), justify="right")
+    for shape in run.shapes:
+        label = ",".join(str(shape.shape.get(key, "")) for key in keys)
+        status = shape.check.get("status", "")
+        if shape.mean_ms is None:
+            table.add_row(label, status or "-", *[""] * (len(STATISTICS) - 1))
+            continue
+        table.add_row(label, str(shape.runs), *[_ms(getattr(shape, name)) for name in STATISTICS[1:]])
+    return table
+
+
+def render_bench(benched: list[BenchedRevision], environment: Environment) -> Group:
+    device = f"{environment.device} ({environment.device_name})"
+    if environment.device == "cpu":
+        device += ": host clock, Triton through the interpreter; never ranked with GPU results"
+    return Group(f"device: {device}", *[shape_table(item) for item in benched])

@@ -1,0 +1,229 @@
+"""`harness evolve` end to end on the CPU: the real CLI in a subprocess, a SQLite store in a tmp
+dir, the sandboxed runner with the Triton interpreter on the smoke shapes, real proposers
+(builtin:mutate, and tests/proposers/reply.py behind --proposer)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.config import CANDIDATES_DIR
+from harness.evolve.mutate import mutate_candidate
+
+HARNESS = Path(sys.executable).parent / "harness"
+REPLY_SCRIPT = Path(__file__).parent / "proposers" / "reply.py"
+SEED_ID = 99237  # conv2d_a100_ultra, the autotuned Triton seed (7 configs)
+TINY = b"""import torch
+import torch.nn.functional as F
+
+
+def custom_kernel(data):
+    input_tensor, kernel, output = data
+    output.copy_(F.conv2d(input_tensor, kernel))
+    return output
+"""
+
+
+def harness(db: str, *args: object, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(HARNESS), *(str(arg) for arg in args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HARNESS_DB": db},
+        timeout=timeout,
+        check=False,
+    )
+
+
+def rows(db: str, query: str, *parameters: object) -> list[tuple]:
+    connection = sqlite3.connect(db.removeprefix("sqlite:///"))
+    try:
+        return connection.execute(query, parameters).fetchall()
+    finally:
+        connection.close()
+
+
+def reply_command(mode: str, *args: object) -> str:
+    return shlex.join([sys.executable, str(REPLY_SCRIPT), mode, *(str(arg) for arg in args)])
+
+
+@pytest.fixture(scope="module")
+def seeded_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    db = f"sqlite:///{tmp_path_factory.mktemp('evolve') / 'store.sqlite'}"
+    assert harness(db, "seed").returncode == 0
+    return db
+
+
+def test_builtin_mutate_experiment_from_a_seed(seeded_store: str):
+    db = seeded_store
+    before = rows(db, "select max(id) from revisions")[0][0]
+    result = harness(db, "evolve", "--from", SEED_ID, "--generations", 2, "--proposer", "builtin:mutate", "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "experiment 1"
+    assert "experiment 1: finished" in result.stdout
+
+    assert rows(db, "select status, task, proposer from experiments") == [("finished", "conv2d_v2", "builtin:mutate")]
+    steps = rows(
+        db,
+        "select generation, parent_id, template, status, child_id, summary, prompt from experiment_steps "
+        "where experiment_id = 1 order by generation",
+    )
+    assert [step[0] for step in steps] == [1, 2]
+    assert steps[0][1] == SEED_ID  # the only parent there is at first
+    for generation, parent_id, template, status, child_id, summary, prompt in steps:
+        assert (template, status) == ("improve", "pass")
+        assert child_id > before
+        parent_code = rows(db, "select b.content from revisions r join blobs b on b.sha256 = r.code_sha256 where r.id = ?", parent_id)[0][0]
+        child = rows(
+            db,
+            "select b.content, r.parent_id, r.author, r.message, r.lineage_id from revisions r "
+            "join blobs b on b.sha256 = r.code_sha256 where r.id = ?",
+            child_id,
+        )[0]
+        # the child is the mutation of its parent under the experiment's seed and the generation
+        expected = mutate_candidate(parent_code, f"0:{generation}")
+        assert child[0] == expected.content
+        assert child[1:4] == (parent_id, "builtin:mutate", expected.summary) and summary == expected.summary
+        assert parent_code.decode() in prompt and "# The revision to improve" in prompt
+    # by generation 2 the parent's check result was known and went into the prompt
+    assert "It passes the correctness checks on cpu" in steps[1][6] or "It passes. On cpu" in steps[1][6]
+
+    story = harness(db, "experiments", "show", "1")
+    assert story.returncode == 0, story.stderr
+    assert f"generation 1: improve submission {SEED_ID}, asked builtin:mutate" in story.stdout
+    assert f"-> submission {steps[1][4]}: pass" in story.stdout
+    assert "summary: mutate: " in story.stdout
+    listing = harness(db, "experiments")
+    assert listing.returncode == 0 and "builtin:mutate" in listing.stdout and "2/2" in listing.stdout
+
+    history = harness(db, "history", "conv2d_a100_ultra", "--device", "cpu")
+    assert history.returncode == 0, history.stderr
+    for _, _, _, _, child_id, _, _ in steps:
+        assert f"submission {child_id}\n" in history.stdout
+    assert "\n+ " in history.stdout and "\n- " in history.stdout
+
+    finished_again = harness(db, "evolve", "--resume", 1)
+    assert finished_again.returncode == 2
+    assert finished_again.stderr == "error: experiment 1 has finished all its generations; start a new one to go on\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_revision(seeded_store: str, tmp_path_factory: pytest.TempPathFactory) -> int:
+    path = tmp_path_factory.mktemp("tiny") / "tiny_conv.py"
+    path.write_bytes(TINY)
+    assert harness(seeded_store, "register", path).returncode == 0
+    return rows(seeded_store, "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = 'tiny_conv'")[0][0]
+
+
+def test_an_interrupted_experiment_resumes(seeded_store: str, tiny_revision: int, tmp_path: Path):
+    db, state = seeded_store, tmp_path
+    command = reply_command("second-call-hangs", state)
+    process = subprocess.Popen(
+        [str(HARNESS), "evolve", "--from", str(tiny_revision), "--generations", "2", "--proposer", command, "--device", "cpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HARNESS_DB": db},
+    )
+    deadline = time.monotonic() + 120
+    while not (state / "hanging").exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the proposer was never called a second time"
+        time.sleep(0.2)
+    hanging_pid = int((state / "hanging").read_text())
+    process.send_signal(signal.SIGINT)  # Ctrl-C while the proposer of generation 2 hangs
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stderr.endswith("error: interrupted\n")
+    assert _gone(hanging_pid), "the interrupted proposer was left running"
+
+    (experiment_id, status, reason), = rows(db, "select id, status, reason from experiments where proposer = ?", command)
+    assert status == "interrupted" and "--resume" in reason
+    assert rows(db, "select generation, status from experiment_steps where experiment_id = ?", experiment_id) == [(1, "pass")]
+
+    resumed = harness(db, "evolve", "--resume", experiment_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "generation 1/2" not in resumed.stdout and "generation 2/2" in resumed.stdout
+    steps = rows(
+        db,
+        "select generation, status, child_id, tokens, cost, summary from experiment_steps "
+        "where experiment_id = ? order by generation",
+        experiment_id,
+    )
+    assert [(generation, status) for generation, status, *_ in steps] == [(1, "pass"), (2, "pass")]
+    assert [summary for *_, summary in steps] == ["call 1: mark 'import torch'", "call 3: mark 'import torch'"]
+    assert all((tokens, cost) == (1234, 0.01) for _, _, _, tokens, cost, _ in steps)
+    assert rows(db, "select status from experiments where id = ?", experiment_id) == [("finished",)]
+    story = harness(db, "experiments", "show", experiment_id)
+    assert "1234 tokens, cost 0.01" in story.stdout and "<<<<<<< SEARCH" in story.stdout
+
+
+def _gone(pid: int) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize(
+    ("mode", "status", "reason"),
+    [
+        ("garbage", "edit_failed", "neither SEARCH/REPLACE blocks nor a fenced"),
+        ("no-match", "edit_failed", "SEARCH/REPLACE block 2 of 2 (reply line 7) matches the parent 0 times"),
+        ("same", "unchanged", "the reply gives back the parent's exact bytes"),
+        ("fail", "proposer_failed", "exited with status 3: the model is overloaded"),
+    ],
+)
+def test_steps_without_a_child_are_recorded_with_their_reason(seeded_store, tiny_revision, mode, status, reason):
+    db = seeded_store
+    revisions_before = rows(db, "select count(*) from revisions")
+    command = reply_command(mode)
+    result = harness(db, "evolve", "--from", tiny_revision, "--generations", 1, "--proposer", command, "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    (step_status, step_reason, child_id, reply), = rows(
+        db,
+        "select s.status, s.reason, s.child_id, s.reply from experiment_steps s join experiments e "
+        "on e.id = s.experiment_id where e.proposer = ?",
+        command,
+    )
+    assert step_status == status and reason in step_reason and child_id is None
+    assert rows(db, "select count(*) from revisions") == revisions_before
+    if mode != "fail":
+        assert reply  # what the proposer said is kept for review
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--from", 424242, "--generations", 1, "--proposer", "builtin:mutate"), "there is no submission 424242"),
+        (("--lineage", "nope", "--generations", 1, "--proposer", "builtin:mutate"), "unknown lineage 'nope'"),
+        (("--from", SEED_ID, "--generations", 1, "--proposer", "builtin:mutant"), "unknown built-in proposer"),
+        (("--from", SEED_ID, "--generations", 0, "--proposer", "builtin:mutate"), "--generations must be at least 1"),
+        (("--from", SEED_ID, "--lineage", "x", "--generations", 1, "--proposer", "builtin:mutate"), "exactly one of"),
+        (("--from", SEED_ID, "--proposer", "builtin:mutate"), "give --generations N and --proposer P"),
+        (("--from", SEED_ID, "--generations", 1, "--proposer", "no-such-llm-client -m x"), "command not found"),
+        (("--resume", 1, "--generations", 3), "drop --generations"),
+        (("--resume", 4242,), "there is no experiment 4242"),
+    ],
+)
+def test_bad_evolve_requests_write_nothing(seeded_store, args, message):
+    db = seeded_store
+    before = rows(db, "select count(*) from experiments"), rows(db, "select count(*) from experiment_steps")
+    result = harness(db, "evolve", *args, "--device", "cpu")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr and result.stderr.count("\n") == 1
+    assert (rows(db, "select count(*) from experiments"), rows(db, "select count(*) from experiment_steps")) == before
