@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Build, check and time conv2d variants for GPU MODE's conv2d_v2 task in one GPU session.
 
 Stand-alone: needs only torch and triton (and a CUDA GPU). For every variant and every
@@ -26,6 +25,7 @@ reference).
 
 The full record goes to --out (JSON lines and a log); a short table is printed last.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,18 +43,18 @@ import torch.nn.functional as F
 
 RTOL = ATOL = 1e-3
 TESTS = [
-    dict(size=32, kernelsize=4, channels=16, batch=1, seed=4242),
-    dict(size=32, kernelsize=4, channels=16, batch=2, seed=5236),
-    dict(size=64, kernelsize=4, channels=32, batch=1, seed=1001),
-    dict(size=64, kernelsize=8, channels=32, batch=2, seed=5531),
-    dict(size=128, kernelsize=8, channels=64, batch=1, seed=9173),
+    {"size": 32, "kernelsize": 4, "channels": 16, "batch": 1, "seed": 4242},
+    {"size": 32, "kernelsize": 4, "channels": 16, "batch": 2, "seed": 5236},
+    {"size": 64, "kernelsize": 4, "channels": 32, "batch": 1, "seed": 1001},
+    {"size": 64, "kernelsize": 8, "channels": 32, "batch": 2, "seed": 5531},
+    {"size": 128, "kernelsize": 8, "channels": 64, "batch": 1, "seed": 9173},
 ]
 BENCHMARKS = [
-    dict(size=128, kernelsize=8, channels=64, batch=4, seed=54352),
-    dict(size=128, kernelsize=16, channels=64, batch=4, seed=93246),
-    dict(size=256, kernelsize=16, channels=128, batch=2, seed=6256),
-    dict(size=256, kernelsize=16, channels=128, batch=2, seed=8841),
-    dict(size=256, kernelsize=32, channels=128, batch=1, seed=6252),
+    {"size": 128, "kernelsize": 8, "channels": 64, "batch": 4, "seed": 54352},
+    {"size": 128, "kernelsize": 16, "channels": 64, "batch": 4, "seed": 93246},
+    {"size": 256, "kernelsize": 16, "channels": 128, "batch": 2, "seed": 6256},
+    {"size": 256, "kernelsize": 16, "channels": 128, "batch": 2, "seed": 8841},
+    {"size": 256, "kernelsize": 32, "channels": 128, "batch": 1, "seed": 6252},
 ]
 FRESH_SEED_OFFSET = 1_000_003
 # BENCH_DEVICE=cpu (with TRITON_INTERPRET=1) dry-runs the script's flow on the CPU
@@ -71,10 +71,12 @@ def generate_input(size, kernelsize, channels, batch, seed):
     gen = torch.Generator(device=DEVICE)
     gen.manual_seed(seed)
     x = torch.randn(batch, channels, size, size, device=DEVICE, dtype=torch.float32, generator=gen)
-    w = torch.randn(channels, channels, kernelsize, kernelsize, device=DEVICE, dtype=torch.float32,
-                    generator=gen)
-    out = torch.empty(batch, channels, size - kernelsize + 1, size - kernelsize + 1, device=DEVICE,
-                      dtype=torch.float32)
+    w = torch.randn(
+        channels, channels, kernelsize, kernelsize, device=DEVICE, dtype=torch.float32, generator=gen
+    )
+    out = torch.empty(
+        batch, channels, size - kernelsize + 1, size - kernelsize + 1, device=DEVICE, dtype=torch.float32
+    )
     return x.contiguous(), w.contiguous(), out
 
 
@@ -100,6 +102,7 @@ def _cudnn_variant(tf32, deterministic, benchmark):
         with cudnn_flags(tf32, deterministic, benchmark):
             out.copy_(F.conv2d(x, w))
         return out
+
     return run
 
 
@@ -148,12 +151,15 @@ def parse_variant(spec):
     timed = bool(kwargs.pop("time", 1))
     mod = load_module(path)
     if kwargs:
+
         def run(data, _mod=mod, _kw=kwargs):
             x, w, out = data
             return _mod.conv2d(x, w, out, **_kw)
     else:
+
         def run(data, _mod=mod):
             return _mod.custom_kernel(data)
+
     return name, run, timed
 
 
@@ -164,12 +170,12 @@ def compare(out, ref):
     diff = (out64 - ref64).abs()
     norm = diff / (ATOL + RTOL * ref64.abs())
     finite = bool(torch.isfinite(out64).all())
-    return dict(
-        rel_l2=float(torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64)),
-        max_norm=float(norm.max()) if finite else float("inf"),
-        max_abs=float(diff.max()) if finite else float("inf"),
-        n_fail=int((norm > 1).sum()) if finite else out.numel(),
-    )
+    return {
+        "rel_l2": float(torch.linalg.vector_norm(out64 - ref64) / torch.linalg.vector_norm(ref64)),
+        "max_norm": float(norm.max()) if finite else float("inf"),
+        "max_abs": float(diff.max()) if finite else float("inf"),
+        "n_fail": int((norm > 1).sum()) if finite else out.numel(),
+    }
 
 
 def shape_name(s):
@@ -195,8 +201,13 @@ def time_call(fn, data, flush, reps):
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     times.sort()
-    return dict(median_ms=times[len(times) // 2], mean_ms=sum(times) / len(times), min_ms=times[0],
-                max_ms=times[-1], reps=reps)
+    return {
+        "median_ms": times[len(times) // 2],
+        "mean_ms": sum(times) / len(times),
+        "min_ms": times[0],
+        "max_ms": times[-1],
+        "reps": reps,
+    }
 
 
 def probe_accumulator_rounding(log):
@@ -220,14 +231,16 @@ def probe_accumulator_rounding(log):
         a = torch.zeros(64, 16, device="cuda")
         a[:, 0] = 1.0
         b = torch.zeros(16, 64, device="cuda")
-        b[0, :] = small * 2.0 ** -23
+        b[0, :] = small * 2.0**-23
         c = torch.ones(64, 64, device="cuda")
         o = torch.empty_like(c)
         probe[(1,)](a, b, c, o, num_warps=4)
         torch.cuda.synchronize()
-        res[name] = float((o[0, 0].double() - 1.0) / 2.0 ** -23)
-    log(f"tensor-core accumulate probe (result - 1, in ulp(1)=2^-23): {res}"
-        "  [RN: +0.75->1, +0.25->0, -0.75->-0.5 or -1; RZ: +0.75->0, -0.75->-0.5]")
+        res[name] = float((o[0, 0].double() - 1.0) / 2.0**-23)
+    log(
+        f"tensor-core accumulate probe (result - 1, in ulp(1)=2^-23): {res}"
+        "  [RN: +0.75->1, +0.25->0, -0.75->-0.5 or -1; RZ: +0.75->0, -0.75->-0.5]"
+    )
     return res
 
 
@@ -242,8 +255,14 @@ def main():
     ap.add_argument("--probe", action="store_true", help="probe the tensor cores' accumulator rounding")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    log_file = open(os.path.join(args.out, "bench.log"), "a")
-    rec_file = open(os.path.join(args.out, "results.jsonl"), "a")
+    with (
+        open(os.path.join(args.out, "bench.log"), "a") as log_file,
+        open(os.path.join(args.out, "results.jsonl"), "a") as rec_file,
+    ):
+        run_all(args, log_file, rec_file)
+
+
+def run_all(args, log_file, rec_file):
 
     def log(msg):
         print(msg, flush=True)
@@ -255,10 +274,13 @@ def main():
         rec_file.flush()
 
     import triton
+
     if DEVICE == "cuda":
         dev = torch.cuda.get_device_properties(0)
-        log(f"device {dev.name} SMs {dev.multi_processor_count} torch {torch.__version__} "
-            f"triton {triton.__version__} cudnn {torch.backends.cudnn.version()}")
+        log(
+            f"device {dev.name} SMs {dev.multi_processor_count} torch {torch.__version__} "
+            f"triton {triton.__version__} cudnn {torch.backends.cudnn.version()}"
+        )
     if args.probe:
         record(kind="probe", result=probe_accumulator_rounding(log))
 
@@ -266,11 +288,14 @@ def main():
     variants = [parse_variant(v) for v in args.variants]
     groups = [g for g in args.shapes.split(",") if g]
     lim = args.limit or None
-    shapes = [("test", s) for s in TESTS[:lim] if "tests" in groups] + \
-             [("bench", s) for s in BENCHMARKS[:lim] if "benchmarks" in groups]
+    shapes = [("test", s) for s in TESTS[:lim] if "tests" in groups] + [
+        ("bench", s) for s in BENCHMARKS[:lim] if "benchmarks" in groups
+    ]
     flush = torch.empty(256 * 1024 * 1024 // 4, device=DEVICE, dtype=torch.float32)
-    summary = {name: dict(time={}, worst=0.0, worst64=0.0, rel_l2=0.0, fails=0, errors=[])
-               for name, _, _ in variants}
+    summary = {
+        name: {"time": {}, "worst": 0.0, "worst64": 0.0, "rel_l2": 0.0, "fails": 0, "errors": []}
+        for name, _, _ in variants
+    }
     ref_err = {}
 
     for kind, s in shapes:
@@ -283,31 +308,42 @@ def main():
             e = compare(ref, r64)
             ref_err.setdefault(sname, []).append(e)
             record(kind="ref_vs_f64", shape=s, seed=seed, **e)
-            log(f"[{sname} seed {seed}] cudnn_strict vs f64: rel_l2 {e['rel_l2']:.2e} "
-                f"max_norm {e['max_norm']:.3f} max_abs {e['max_abs']:.2e}")
+            log(
+                f"[{sname} seed {seed}] cudnn_strict vs f64: rel_l2 {e['rel_l2']:.2e} "
+                f"max_norm {e['max_norm']:.3f} max_abs {e['max_abs']:.2e}"
+            )
             for name, fn, _ in variants:
                 out = torch.full_like(ref, float("nan"))
                 t_start = time.time()
                 try:
                     res = fn((x, w, out))
                     sync()
-                except Exception as exc:  # a variant that fails to build is reported, not fatal
+                except Exception as exc:  # noqa: BLE001  (a variant that fails to build is reported, not fatal)
                     summary[name]["errors"].append(f"{sname}: {type(exc).__name__}: {exc}"[:300])
                     log(f"  {name:14s} ERROR {type(exc).__name__}: {str(exc)[:300]}")
                     continue
                 wall = time.time() - t_start
                 vs_ref = compare(res, ref)
                 vs64 = compare(res, r64)
-                record(kind="check", variant=name, shape=s, seed=seed, vs_ref=vs_ref, vs_f64=vs64,
-                       first_call_s=wall)
+                record(
+                    kind="check",
+                    variant=name,
+                    shape=s,
+                    seed=seed,
+                    vs_ref=vs_ref,
+                    vs_f64=vs64,
+                    first_call_s=wall,
+                )
                 sm = summary[name]
                 sm["worst"] = max(sm["worst"], vs_ref["max_norm"])
                 sm["worst64"] = max(sm["worst64"], vs64["max_norm"])
                 sm["rel_l2"] = max(sm["rel_l2"], vs64["rel_l2"])
                 sm["fails"] += vs_ref["max_norm"] > 1
-                log(f"  {name:14s} vs ref max_norm {vs_ref['max_norm']:.3f} (n_fail {vs_ref['n_fail']}) | "
+                log(
+                    f"  {name:14s} vs ref max_norm {vs_ref['max_norm']:.3f} (n_fail {vs_ref['n_fail']}) | "
                     f"vs f64 rel_l2 {vs64['rel_l2']:.2e} max_norm {vs64['max_norm']:.3f} "
-                    f"max_abs {vs64['max_abs']:.2e} | call {wall:.1f}s")
+                    f"max_abs {vs64['max_abs']:.2e} | call {wall:.1f}s"
+                )
             del x, w, ref, r64
         if kind != "bench" and not args.time_tests:
             continue
@@ -318,27 +354,36 @@ def main():
             st = time_call(fn, (x, w, out), flush, args.reps)
             summary[name]["time"][f"{sname} #{s['seed']}"] = st
             record(kind="time", variant=name, shape=s, **st)
-            log(f"  {name:14s} time median {st['median_ms']:.3f} ms mean {st['mean_ms']:.3f} ms "
-                f"(min {st['min_ms']:.3f} max {st['max_ms']:.3f})")
+            log(
+                f"  {name:14s} time median {st['median_ms']:.3f} ms mean {st['mean_ms']:.3f} ms "
+                f"(min {st['min_ms']:.3f} max {st['max_ms']:.3f})"
+            )
         del x, w, out
     log(f"total {time.time() - t0:.0f} s")
 
     log("\n== strict reference (cuDNN, TF32 off) against float64, worst of two inputs ==")
     for sname, es in ref_err.items():
-        log(f"  {sname:22s} rel_l2 {max(e['rel_l2'] for e in es):.2e} "
-            f"max_norm {max(e['max_norm'] for e in es):.3f} max_abs {max(e['max_abs'] for e in es):.2e}")
+        log(
+            f"  {sname:22s} rel_l2 {max(e['rel_l2'] for e in es):.2e} "
+            f"max_norm {max(e['max_norm'] for e in es):.3f} max_abs {max(e['max_abs'] for e in es):.2e}"
+        )
     bench_keys = [f"{shape_name(s)} #{s['seed']}" for k, s in shapes if k == "bench" or args.time_tests]
     log("\n== summary: per-shape mean ms (benchmarks), geomean; accuracy over all shapes x 2 inputs ==")
     log("  shapes: " + " | ".join(bench_keys))
     for name, _, _ in variants:
         sm = summary[name]
         means = [sm["time"][k]["mean_ms"] for k in bench_keys if k in sm["time"]]
-        geo = math.exp(sum(map(math.log, means)) / len(means)) if means and len(means) == len(bench_keys) \
+        geo = (
+            math.exp(sum(map(math.log, means)) / len(means))
+            if means and len(means) == len(bench_keys)
             else float("nan")
+        )
         cells = " ".join(f"{m:7.3f}" for m in means)
         status = "ERR" if sm["errors"] else ("PASS" if sm["fails"] == 0 else f"FAIL{sm['fails']}")
-        log(f"  {name:14s} {cells} | geo {geo:7.3f} | {status:6s} max_norm ref {sm['worst']:.3f} "
-            f"f64 {sm['worst64']:.3f} rel_l2 {sm['rel_l2']:.1e}")
+        log(
+            f"  {name:14s} {cells} | geo {geo:7.3f} | {status:6s} max_norm ref {sm['worst']:.3f} "
+            f"f64 {sm['worst64']:.3f} rel_l2 {sm['rel_l2']:.1e}"
+        )
         record(kind="summary", variant=name, geomean_ms=geo, **{k: v for k, v in sm.items()})
 
 

@@ -216,28 +216,19 @@ def test_command(
     db: DbOption = None,
 ) -> None:
     """Check revisions against the task's reference in a sandbox; store one run per environment."""
-    from harness.sandbox.checks import check_revisions, describe_environment, render_checks
-    from harness.sandbox.evaluation import default_shape_set, resolve_device
+    from harness.sandbox.checks import check_revisions, render_checks, render_summary
+    from harness.sandbox.evaluation import resolve_device
     from harness.sandbox.supervisor import SandboxLimits
     from harness.store.session import open_store
 
     device = resolve_device(device)
+    limits = SandboxLimits.from_settings(call_timeout_s=call_timeout)
     store = open_store(db)
     try:
-        limits = SandboxLimits.from_settings(call_timeout_s=call_timeout)
         checked = check_revisions(store, ids, device=device, mode=mode, force=force, limits=limits)
     finally:
         store.close()
-    runs = [item.run for item in checked if item.run is not None]
-    environment = runs[0].environment if runs else {"device": device, "device_name": ""}
-    isolation = next((run.details.get("isolation", "") for run in runs if run.details.get("isolation")), "")
-    from harness.environment import Environment
-
-    console.print(
-        describe_environment(Environment.model_validate(environment), default_shape_set(device), isolation)
-        if runs
-        else f"device: {device}"
-    )
+    console.print(render_summary(checked, device))
     console.print(render_checks(checked))
 
 
@@ -245,14 +236,14 @@ def test_command(
 def bench(
     ids: Annotated[list[int], typer.Argument(help="Submission ids to time.", show_default=False)],
     device: Annotated[
-        Optional[str], typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
+        str | None, typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
     ] = None,
     mode: Annotated[
         str, typer.Option(help="benchmark (public seeds) or leaderboard (a secret seed per call, every output checked).")
     ] = "benchmark",
     force: Annotated[bool, typer.Option(help="Time again even if this environment has a result.")] = False,
     budget: Annotated[
-        Optional[float], typer.Option(help="Seconds of timed calls per shape (default: settings, 10).")
+        float | None, typer.Option(help="Seconds of timed calls per shape (default: settings, 10).")
     ] = None,
     db: DbOption = None,
 ) -> None:
@@ -401,7 +392,7 @@ def evolve(
 
     if resume is not None:
         given = [name for name, value in (("--from", from_id), ("--lineage", lineage),
-                 ("--generations", generations), ("--proposer", proposer)) if value is not None]
+                 ("--generations", generations), ("--proposer", proposer), ("--device", device)) if value is not None]
         if given:
             raise HarnessError(f"--resume continues with the experiment's own settings; drop {', '.join(given)}")
     elif generations is None or proposer is None:
@@ -409,17 +400,19 @@ def evolve(
     store = open_store(db)
     try:
         if resume is None:
-            from harness.sandbox.evaluation import resolve_device
-
             experiment_id = create_experiment(
-                store, proposer=proposer, device=resolve_device(device), generations=generations,
+                store, proposer=proposer, device=device, generations=generations,
                 from_id=from_id, lineage=lineage, population=population, seed=seed,
                 proposer_timeout_s=proposer_timeout, max_fix_attempts=max_fix_attempts,
             )
             print(f"experiment {experiment_id}")
         else:
             experiment_id = resume
-        status = run_experiment(store, experiment_id, evaluate_revision, report=print)
+        try:
+            status = run_experiment(store, experiment_id, evaluate_revision, report=print)
+        except KeyboardInterrupt:  # typer would turn it into a return value, and exit 0
+            print(f"error: interrupted; `harness evolve --resume {experiment_id}` continues it", file=sys.stderr)
+            sys.exit(130)
     finally:
         store.close()
     print(f"experiment {experiment_id}: {status}; `harness experiments show {experiment_id}` tells the story")

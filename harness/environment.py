@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from harness import __version__
 
@@ -30,10 +30,13 @@ class Environment(BaseModel):
     triton: str
     python: str
     harness: str
-    env_key: str = ""
+    env_key: str = ""  # always the sha256 of the other fields (recomputed on validation)
 
-    def key_facts(self) -> dict[str, str]:
-        return self.model_dump(exclude={"env_key"})
+    @model_validator(mode="after")
+    def _key(self) -> Environment:
+        facts = json.dumps(self.model_dump(exclude={"env_key"}), sort_keys=True)
+        self.env_key = hashlib.sha256(facts.encode()).hexdigest()
+        return self
 
 
 def cpu_model() -> str:
@@ -84,7 +87,7 @@ def probe_environment(device: str) -> Environment:
         device_name = cpu_model()
         driver = ""
         cuda_runtime = ""
-    environment = Environment(
+    return Environment(
         device=device,
         device_name=device_name,
         driver_version=driver,
@@ -94,6 +97,3 @@ def probe_environment(device: str) -> Environment:
         python=platform.python_version(),
         harness=__version__,
     )
-    facts = json.dumps(environment.key_facts(), sort_keys=True)
-    environment.env_key = hashlib.sha256(facts.encode()).hexdigest()
-    return environment

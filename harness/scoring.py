@@ -85,7 +85,9 @@ def compare(
     return Comparison(verdict=verdict, ratio=ratio, z=z)
 
 
-def _log_score_and_variance(times_per_shape: Sequence[Sequence[float]], ranking_by: str) -> tuple[float, float]:
+def _log_score_and_variance(
+    times_per_shape: Sequence[Sequence[float]], ranking_by: str
+) -> tuple[float, float]:
     _check_ranking_by(ranking_by)
     if not times_per_shape or any(len(times) == 0 for times in times_per_shape):
         raise ValueError("every shape needs at least one timed call")

@@ -45,7 +45,6 @@ def test_whole_file_reply_with_metadata_on_stdout():
     assert (proposal.summary, proposal.tokens, proposal.cost) == ("append a comment line", 1234, 0.01)
     assert proposal.meta == {"model": "test"}
     assert "HARNESS-META" not in proposal.reply
-    assert proposal.elapsed_s > 0
     child = apply_reply(PARENT.decode(), proposal.reply).content
     assert child == PARENT.decode() + "\n# whole file from the test proposer\n"
 
@@ -101,9 +100,10 @@ def test_a_failing_proposer_reports_its_exit_status_and_last_words():
         propose("fail")
 
 
-def test_a_malformed_meta_line_fails_the_step():
-    with pytest.raises(ProposerFailed, match="HARNESS-META line is not valid"):
+def test_a_malformed_meta_line_fails_the_step_and_keeps_the_reply():
+    with pytest.raises(ProposerFailed, match="HARNESS-META line is not valid") as failure:
         propose("bad-meta")
+    assert failure.value.reply == "```python\nprint('x')\n```\nHARNESS-META {not json\n"
 
 
 def test_meta_convention():

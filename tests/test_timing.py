@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import sqlite3
 import statistics
 import time
 
 import pytest
 import torch
 
+from harness.config import CANDIDATES_DIR
 from harness.sandbox.evaluation import Evaluator, evaluate, evaluate_interleaved
 from harness.scoring import score
 from harness.tasks import load_task
@@ -85,7 +88,12 @@ def test_cpu_timing_of_a_real_call_records_every_call():
         handed.append((index, bool(torch.equal(output, inputs @ inputs))))
 
     stats = time_calls(
-        lambda x: x @ x, make_inputs, device="cpu", warmup_calls=2, rule=StoppingRule(max_runs=5), after_call=after_call
+        lambda x: x @ x,
+        make_inputs,
+        device="cpu",
+        warmup_calls=2,
+        rule=StoppingRule(max_runs=5),
+        after_call=after_call,
     )
     assert stats.device == "cpu" and 3 <= stats.runs <= 5
     assert made == list(range(2 + stats.runs))
@@ -104,7 +112,7 @@ def test_unknown_device_is_refused():
 
 # --- through the sandbox, on the CPU (smoke shapes, Triton interpreter) -----------------------
 
-TINY_TRITON_CONV = b'''from task import input_t, output_t
+TINY_TRITON_CONV = b"""from task import input_t, output_t
 import triton
 import triton.language as tl
 
@@ -134,10 +142,10 @@ def custom_kernel(data: input_t) -> output_t:
     oh, ow = height - k + 1, width - k + 1
     conv2d_kernel[(batch, channels)](x, w, out, channels, height, width, k, oh, ow, BLOCK=triton.next_power_of_2(oh * ow))
     return out
-'''
+"""
 
 # Computes the right answer on its first call for each output shape, then returns that forever.
-REPLAYS_FIRST_OUTPUT = b'''from task import input_t, output_t
+REPLAYS_FIRST_OUTPUT = b"""from task import input_t, output_t
 import torch.nn.functional as F
 
 _first = {}
@@ -150,14 +158,18 @@ def custom_kernel(data: input_t) -> output_t:
         _first[key] = F.conv2d(x, w)
     out.copy_(_first[key])
     return out
-'''
+"""
 
 QUICK_RULE = StoppingRule(max_runs=5, budget_s=0.2)
 
 
 def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
-    evaluation = evaluate(TINY_TRITON_CONV, "tiny.py", load_task("conv2d_v2"), device="cpu", timed=True, rule=QUICK_RULE)
-    assert (evaluation.status, evaluation.shape_set, evaluation.timed) == ("pass", "smoke", True), evaluation.reason
+    evaluation = evaluate(
+        TINY_TRITON_CONV, "tiny.py", load_task("conv2d_v2"), device="cpu", timed=True, rule=QUICK_RULE
+    )
+    assert (evaluation.status, evaluation.shape_set, evaluation.timed) == ("pass", "smoke", True), (
+        evaluation.reason
+    )
     for shape in evaluation.shapes:
         assert shape.status == "pass"
         assert 3 <= shape.runs <= 5 and len(shape.times_ms) == shape.runs
@@ -193,3 +205,81 @@ def test_leaderboard_mode_fails_a_candidate_that_replays_its_first_output():
     assert "leaderboard recheck" in leaderboard.shapes[0].reason
     assert leaderboard.shapes[0].check["passed"] is True  # its check call, before the timed calls
     assert leaderboard.score_ms is None and leaderboard.shapes[0].mean_ms is None
+
+
+# --- harness bench ----------------------------------------------------------------------------
+
+
+def rows(store_url: str, query: str) -> list[tuple]:
+    connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+    try:
+        return connection.execute(query).fetchall()
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def tiny_and_reference(tmp_path, run_cli, store_url) -> tuple[int, int]:
+    """A store with the task's reference candidate and the tiny Triton candidate registered."""
+    tiny = tmp_path / "tiny_triton_conv.py"
+    tiny.write_bytes(TINY_TRITON_CONV)
+    registered = run_cli(
+        "register", CANDIDATES_DIR / "conv2d_v2_reference.py", "--lineage", "conv2d_v2_reference"
+    )
+    assert registered.returncode == 0, registered.stderr
+    registered = run_cli("register", tiny)
+    assert registered.returncode == 0, registered.stderr
+    ids = [row[0] for row in rows(store_url, "select id from revisions order by id")]
+    return ids[0], ids[1]
+
+
+def test_bench_stores_prints_reuses_and_forces(run_cli, store_url, tiny_and_reference):
+    reference_id, tiny_id = tiny_and_reference
+    query = "select revision_id, mode, device, status, score_ms, finished_at from runs order by revision_id"
+    first = run_cli("bench", tiny_id, "--device", "cpu", "--budget", "0.2")
+    assert first.returncode == 0, first.stderr
+    stored = rows(store_url, query)
+    assert [(r[0], r[1], r[2], r[3]) for r in stored] == [
+        (reference_id, "benchmark", "cpu", "pass"),
+        (tiny_id, "benchmark", "cpu", "pass"),
+    ]
+    reference_score, tiny_score = stored[0][4], stored[1][4]
+    for text in ("shape: size,kernelsize,channels,batch", "mean ms", "median ms", "err ms", "(reference)"):
+        assert text in first.stdout
+    assert f"{reference_score / tiny_score:.2f}x the reference" in first.stdout
+    shapes = rows(store_url, "select runs, mean_ms, times_ms from shape_results")
+    assert shapes and all(
+        runs >= 3 and mean > 0 and len(json.loads(times)) == runs for runs, mean, times in shapes
+    )
+
+    again = run_cli("bench", tiny_id, "--device", "cpu", "--budget", "0.2")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("stored result") == 2
+    assert rows(store_url, query) == stored
+
+    forced = run_cli("bench", tiny_id, "--device", "cpu", "--budget", "0.2", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "stored result" not in forced.stdout
+    refreshed = rows(store_url, query)
+    assert [r[:4] for r in refreshed] == [r[:4] for r in stored]
+    assert all(new[5] > old[5] for new, old in zip(refreshed, stored))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["999"], "999"),
+        (["{tiny}", "--mode", "fast"], "mode"),
+        (["{tiny}", "--budget", "0"], "budget"),
+        (["{tiny}", "--device", "tpu"], "device"),
+    ],
+)
+def test_bench_rejects_bad_input_without_writing(
+    run_cli, store_url, dump_store, tiny_and_reference, arguments, message
+):
+    before = dump_store(store_url)
+    result = run_cli("bench", "--device", "cpu", *[a.format(tiny=tiny_and_reference[1]) for a in arguments])
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert message in result.stderr
+    assert dump_store(store_url) == before

@@ -22,6 +22,7 @@ uninterrupted one would have made (given the same results).
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ def create_experiment(
     store: Store,
     *,
     proposer: str,
-    device: str,
+    device: str | None,
     generations: int,
     from_id: int | None = None,
     lineage: str | None = None,
@@ -90,7 +91,8 @@ def create_experiment(
     max_fix_attempts: int = DEFAULT_MAX_FIX_ATTEMPTS,
 ) -> int:
     """Check everything, then add the experiment row; returns its id. HarnessError, with nothing
-    written, for a bad start point, a bad number or an unusable proposer."""
+    written, for a bad start point, a bad number, an unusable proposer or device (None: cuda when
+    torch sees a GPU, else cpu)."""
     if (from_id is None) == (lineage is None):
         raise HarnessError("give exactly one of --from ID and --lineage NAME")
     for name, value, least in (("generations", generations, 1), ("population", population, 1)):
@@ -111,6 +113,8 @@ def create_experiment(
             if not lineage_row.revisions:
                 raise HarnessError(f"lineage {lineage!r} has no revisions")
             task = lineage_row.revisions[-1].task
+        from harness.sandbox.evaluation import resolve_device  # imports torch: after the cheap checks
+
         settings = ExperimentSettings(
             task=task,
             lineage=lineage_row.name,
@@ -118,7 +122,7 @@ def create_experiment(
             generations=generations,
             population=population,
             seed=seed,
-            device=device,
+            device=resolve_device(device),
             proposer=proposer.strip(),
             proposer_timeout_s=proposer_timeout_s,
             max_fix_attempts=max_fix_attempts,
@@ -351,19 +355,21 @@ def _propose_and_register(
         parent_code=prepared.parent_code,
         seed=f"{settings.seed}:{prepared.generation}",
     )
-    proposal = Proposal(reply="")
     failure: StepFailed | None = None
     content: bytes | None = None
+    started = time.perf_counter()
     try:
         proposal = proposer.propose(request)
-        if proposal.content is not None:
-            content = proposal.content
-        else:
-            content = apply_reply(prepared.parent_code.decode("utf-8"), proposal.reply).content.encode(
-                "utf-8"
-            )
     except StepFailed as exc:
-        failure = exc
+        failure, proposal = exc, Proposal(reply=exc.reply)
+    elapsed_s = time.perf_counter() - started
+    if failure is None:
+        try:
+            content = proposal.content
+            if content is None:
+                content = apply_reply(prepared.parent_code.decode("utf-8"), proposal.reply).content.encode()
+        except StepFailed as exc:
+            failure = exc
     with store.session() as session:
         step = ExperimentStep(
             experiment_id=experiment_id,
@@ -374,7 +380,7 @@ def _propose_and_register(
             reply=proposal.reply,
             proposer=proposer.name[:200],
             summary=proposal.summary,
-            elapsed_s=proposal.elapsed_s,
+            elapsed_s=elapsed_s,
             tokens=proposal.tokens,
             cost=proposal.cost,
             meta=proposal.meta,

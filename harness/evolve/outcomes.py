@@ -20,9 +20,14 @@ EVALUATING = "evaluating"  # child registered, evaluation not recorded yet (resu
 
 
 class StepFailed(Exception):
-    """A step ends without a new revision; `str(exc)` is the reason stored with the step."""
+    """A step ends without a new revision; `str(exc)` is the reason stored with the step, and
+    `reply` whatever the proposer said before it failed (kept for review)."""
 
     status = PROPOSER_FAILED
+
+    def __init__(self, reason: str, *, reply: str = "") -> None:
+        super().__init__(reason)
+        self.reply = reply
 
 
 class ProposerFailed(StepFailed):

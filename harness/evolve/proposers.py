@@ -31,7 +31,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -62,7 +61,6 @@ class Proposal:
     tokens: int | None = None
     cost: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
-    elapsed_s: float = 0.0
 
 
 class Proposer(Protocol):
@@ -87,7 +85,6 @@ class MutateProposer:
     name = BUILTIN_MUTATE
 
     def propose(self, request: ProposalRequest) -> Proposal:
-        started = time.perf_counter()
         mutation = mutate_candidate(request.parent_code, request.seed)
         lines = [f"{self.name} (seed {request.seed!r}) changed {len(mutation.changes)} literal(s):"]
         lines += [f"- line {change.site.line}: {change.describe()}" for change in mutation.changes]
@@ -95,7 +92,6 @@ class MutateProposer:
             reply="\n".join(lines) + "\n",
             content=mutation.content,
             summary=mutation.summary,
-            elapsed_s=time.perf_counter() - started,
         )
 
 
@@ -120,9 +116,7 @@ class CommandProposer:
         self.timeout_s = timeout_s
 
     def propose(self, request: ProposalRequest) -> Proposal:
-        started = time.perf_counter()
         stdout, stderr, returncode = self._run(request.prompt)
-        elapsed = time.perf_counter() - started
         if returncode != 0:
             last = _last_line(stderr.decode("utf-8", "replace"))
             how = (
@@ -130,8 +124,14 @@ class CommandProposer:
                 if returncode < 0
                 else f"exited with status {returncode}"
             )
-            raise ProposerFailed(f"the proposer {how}" + (f": {last}" if last else ""))
-        reply, meta = split_meta(stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace"))
+            reason = f"the proposer {how}" + (f": {last}" if last else "")
+            raise ProposerFailed(reason, reply=stdout.decode("utf-8", "replace"))
+        text = stdout.decode("utf-8", "replace")
+        try:
+            reply, meta = split_meta(text, stderr.decode("utf-8", "replace"))
+        except ProposerFailed as exc:
+            exc.reply = text
+            raise
         if not reply.strip():
             raise ProposerFailed("the proposer's reply is empty")
         extra = meta.model_extra or {}
@@ -141,7 +141,6 @@ class CommandProposer:
             tokens=meta.tokens,
             cost=meta.cost,
             meta=dict(extra),
-            elapsed_s=elapsed,
         )
 
     def _run(self, prompt: str) -> tuple[bytes, bytes, int]:

@@ -163,7 +163,14 @@ def _claim(
     per_shape_s = limits.call_timeout_s * 16 + rule.budget_s
     ttl_s = limits.startup_timeout_s + limits.import_timeout_s + per_shape_s * shapes * 4
     run = claim_run(
-        session, item.revision_id, task.name, mode, environment, worker=worker, ttl_s=ttl_s, replace_done=force
+        session,
+        item.revision_id,
+        task.name,
+        mode,
+        environment,
+        worker=worker,
+        ttl_s=ttl_s,
+        replace_done=force,
     )
     if run is None:
         holder = claim_holder(session, item.revision_id, task.name, mode, environment.env_key)
@@ -204,7 +211,9 @@ def _compare(session: Session, benched: list[BenchedRevision], mode: str, env_ke
         run = item.run
         if run is None:
             continue
-        item.flags = sorted({flag for shape in run.shapes for flag in shape.check.get("timing", {}).get("flags", [])})
+        item.flags = sorted(
+            {flag for shape in run.shapes for flag in shape.check.get("timing", {}).get("flags", [])}
+        )
         own = _times(run)
         if own is None:
             continue
@@ -250,8 +259,8 @@ def shape_table(item: BenchedRevision) -> Table:
     if item.reused:
         facts.append("stored result")
     table = Table(title=f"{title}: {'; '.join(facts)}", title_justify="left")
-    keys = [key for key in (run.shapes[0].shape if run.shapes else {}) if key != "seed"]
-    table.add_column(",".join(keys) or "shape", no_wrap=True)
+    keys = shape_keys(run)
+    table.add_column("shape", no_wrap=True)
     for name in STATISTICS:
         table.add_column(name.removesuffix("_ms") + (" ms" if name.endswith("_ms") else ""), justify="right")
     for shape in run.shapes:
@@ -264,8 +273,17 @@ def shape_table(item: BenchedRevision) -> Table:
     return table
 
 
+def shape_keys(run: Run) -> list[str]:
+    return [key for key in (run.shapes[0].shape if run.shapes else {}) if key != "seed"]
+
+
 def render_bench(benched: list[BenchedRevision], environment: Environment) -> Group:
+    """The device line, the shape legend, then one table per revision."""
     device = f"{environment.device} ({environment.device_name})"
     if environment.device == "cpu":
         device += ": host clock, Triton through the interpreter; never ranked with GPU results"
-    return Group(f"device: {device}", *[shape_table(item) for item in benched])
+    lines = [f"device: {device}"]
+    keys = next((shape_keys(item.run) for item in benched if item.run is not None and item.run.shapes), [])
+    if keys:
+        lines.append(f"shape: {','.join(keys)}; times in ms")
+    return Group(*lines, *[shape_table(item) for item in benched])

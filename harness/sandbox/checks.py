@@ -21,7 +21,7 @@ from harness.store.models import Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
 from harness.store.runs import claim_holder, claim_run, find_run, record_run, release_claim, worker_name
 from harness.store.session import Store
-from harness.tasks import load_task, revision_secret
+from harness.tasks import TaskSpec, load_task, revision_secret
 
 LEADERBOARD_SECRET = "leaderboard_seed"
 RUN_MODES = {"test": "test", "leaderboard": "test-leaderboard"}
@@ -82,17 +82,18 @@ def check_revision(
         label = f"{revision.lineage.name} r{revision.number}"
         task = load_task(revision.task)
         code, filename = revision_code(revision), revision.filename
-        if not force:
-            existing = find_run(session, revision_id, task.name, run_mode, environment.env_key)
-            if existing is not None:
-                return CheckedRevision(revision_id, label, existing, reused=True)
+        shape_set = default_shape_set(environment.device)
+        existing = find_run(session, revision_id, task.name, run_mode, environment.env_key)
+        if existing is not None and not force and _same_shapes(existing, task, shape_set):
+            return CheckedRevision(revision_id, label, existing, reused=True)
         secret_seed = None
         if mode == "leaderboard":
             secret_seed = revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)
-        shapes = len(task.shapes(default_shape_set(environment.device)))
+        shapes = len(task.shapes(shape_set))
         ttl_s = limits.startup_timeout_s + limits.import_timeout_s + limits.call_timeout_s * shapes * 16
+        replace = existing is not None  # forced, or checked on shapes the task no longer has
         run = claim_run(
-            session, revision_id, task.name, run_mode, environment, worker=worker, ttl_s=ttl_s, replace_done=force
+            session, revision_id, task.name, run_mode, environment, worker=worker, ttl_s=ttl_s, replace_done=replace
         )
         if run is None:
             holder = claim_holder(session, revision_id, task.name, run_mode, environment.env_key)
@@ -111,6 +112,13 @@ def check_revision(
     return CheckedRevision(revision_id, label, recorded, busy_with="" if recorded else "a worker that took over")
 
 
+def _same_shapes(run: Run, task: TaskSpec, shape_set: str) -> bool:
+    """Whether a stored run covers exactly the task's current shapes (a changed task file makes
+    stored results stale)."""
+    current = [(shape_set, i, {**s.parameters, "seed": s.seed}) for i, s in enumerate(task.shapes(shape_set))]
+    return [(r.set_name, r.index, r.shape) for r in run.shapes] == current
+
+
 def _shape_lines(run: Run) -> str:
     """One line per shape that ran: index, max abs error / relative L2 error (or its status)."""
     lines = []
@@ -118,7 +126,7 @@ def _shape_lines(run: Run) -> str:
         status = shape.check.get("status", "")
         if status == "not_run":
             continue
-        numbers = " / ".join(
+        numbers = "/".join(
             "-" if value is None else f"{value:.1e}" for value in (shape.check.get("max_abs_err"), shape.check.get("rel_l2"))
         )
         lines.append(f"{shape.index}: {numbers}" + ("" if status == "pass" else f" {status}"))
@@ -129,24 +137,35 @@ def render_checks(checked: list[CheckedRevision]) -> Table:
     """id, lineage rN, status, per shape (max abs error / relative L2 error), reason."""
     table = Table()
     table.add_column("id", no_wrap=True)
-    table.add_column("revision", overflow="fold")
+    table.add_column("revision", overflow="fold", min_width=12)
     table.add_column("status", no_wrap=True)
-    table.add_column("shape: max abs / rel L2", no_wrap=True)
-    table.add_column("reason", overflow="fold", ratio=1)
+    table.add_column("shape: max abs/rel L2", no_wrap=True)
+    table.add_column("reason", overflow="fold")
     for item in checked:
         run = item.run
         if run is None:
             table.add_row(str(item.revision_id), item.label, "busy", "", f"claimed by {item.busy_with}")
             continue
         style = STATUS_STYLE.get(run.status or "", "magenta")
-        reason = run.reason + (" (stored result)" if item.reused else "")
-        table.add_row(str(item.revision_id), item.label, f"[{style}]{run.status}[/{style}]", _shape_lines(run), reason)
+        status = f"[{style}]{run.status}[/{style}]" + ("\n(stored)" if item.reused else "")
+        table.add_row(str(item.revision_id), item.label, status, _shape_lines(run), run.reason)
     return table
 
 
-def describe_environment(environment: Environment, shape_set: str, isolation: str) -> str:
-    device = environment.device
-    where = f"{device} ({environment.device_name})"
+def render_summary(checked: list[CheckedRevision], device: str) -> str:
+    """Which device and sandbox the results come from, and how many were stored already."""
+    runs = [item.run for item in checked if item.run is not None]
+    if not runs:
+        return f"device: {device}"
+    environment = runs[0].environment
+    where = f"{device} ({environment.get('device_name', '')})"
     if device == "cpu":
-        where += ", Triton through the interpreter"
-    return f"device: {where}; shapes: {shape_set}; sandbox: {isolation or 'n/a'}"
+        where += ", Triton kernels through the interpreter"
+    lines = [f"device: {where}; shapes: {runs[0].details.get('shape_set', default_shape_set(device))}"]
+    isolation = next((run.details["isolation"] for run in runs if run.details.get("isolation")), "")
+    if isolation:
+        lines.append(f"sandbox: {isolation}")
+    reused = sum(item.reused for item in checked)
+    if reused:
+        lines.append(f"{reused} of {len(checked)} stored from an earlier check here (--force checks again)")
+    return "\n".join(lines)

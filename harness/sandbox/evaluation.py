@@ -334,8 +334,8 @@ class Evaluator:
         evaluation = self.evaluation
         if not evaluation.isolation:
             evaluation.isolation = describe_isolation(self.child.level, None)
+        self.child.close()  # first: the log is complete once the child is gone
         evaluation.log_tail = self.child.log_tail(LOG_TAIL_CHARS)
-        self.child.close()
         failed = next((s for s in evaluation.shapes if s.status not in ("pass", "not_run")), None)
         if evaluation.status == "pass" and failed is not None:
             shape_label = " ".join(f"{k}={v}" for k, v in failed.shape.items() if k != "seed")

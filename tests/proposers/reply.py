@@ -75,8 +75,8 @@ def main() -> None:
         print("HARNESS-META {not json")
         return
     code = parent_code(prompt)
-    if mode == "same":
-        print(f"```python\n{code}\n```")
+    if mode == "same":  # the parent as it is (a fence cannot give back a missing final newline)
+        print(f"```python\n{code if code.endswith(chr(10)) else code + chr(10)}```")
         return
     if mode == "whole-file":
         print("Here is the whole file with a comment added at the end.\n")

@@ -1,0 +1,153 @@
+"""The parent's checks on real tensors: the tolerance rule, NaN/Inf, the error measures, the
+returned object's metadata, the inputs' integrity, and the raw-bytes transfer from the child."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import checking
+from harness.sandbox.transfer import describe, export_tensor, read_tensor
+from harness.tasks import load_reference, load_task
+
+TASK = load_task("conv2d_v2")
+REFERENCE = load_reference(TASK)
+
+
+@pytest.fixture(scope="module")
+def case() -> checking.ReferenceCase:
+    shape = TASK.smoke[1]
+    return checking.reference_case(TASK, REFERENCE, shape, shape.seed, "cpu")
+
+
+def compare(received: torch.Tensor, case: checking.ReferenceCase) -> checking.OutputCheck:
+    return checking.compare_output(received, case, rtol=TASK.rtol, atol=TASK.atol)
+
+
+def test_reference_case_regenerates_the_inputs_and_has_a_float64_reference(case):
+    shape = TASK.smoke[1]
+    again = REFERENCE.generate_input(**shape.parameters, seed=shape.seed, device="cpu")
+    assert torch.equal(case.data[0], again[0]) and torch.equal(case.data[1], again[1])
+    assert case.expected64 is not None and case.expected64.dtype == torch.float64
+    assert torch.allclose(case.expected.double(), case.expected64, rtol=1e-5, atol=1e-5)
+
+
+def test_the_exact_reference_passes_with_its_own_small_errors(case):
+    check = compare(case.expected.clone(), case)
+    assert check.passed and check.mismatches == 0 and check.reason == ""
+    assert check.max_abs_err == 0.0
+    assert check.rel_l2 is not None and check.rel_l2 == check.reference_rel_l2 < 1e-6
+
+
+def test_errors_within_tolerance_pass_and_just_beyond_it_fail(case):
+    expected = case.expected
+    tolerance = TASK.atol + TASK.rtol * expected.abs()
+    inside = expected + 0.5 * tolerance
+    assert compare(inside, case).passed
+    outside = expected.clone()
+    outside[0, 1, 2, 3] += 3 * tolerance[0, 1, 2, 3]
+    check = compare(outside, case)
+    assert not check.passed and check.mismatches == 1
+    assert check.first_mismatches[0].index == [0, 1, 2, 3]
+    assert check.first_mismatches[0].expected == pytest.approx(float(expected[0, 1, 2, 3]))
+    assert check.max_abs_err == pytest.approx(float(3 * tolerance[0, 1, 2, 3]), rel=1e-3)
+    assert "1 of" in check.reason and "(0, 1, 2, 3)" in check.reason
+
+
+def test_nan_and_inf_never_pass_and_are_reported_as_strings(case):
+    received = case.expected.clone()
+    received[0, 0, 0, 0] = float("nan")
+    received[1, 3, 2, 1] = float("inf")
+    check = compare(received, case)
+    assert not check.passed and check.not_finite == 2 and check.mismatches == 2
+    assert check.rel_l2 is None, "no L2 error over non-finite values"
+    assert check.max_abs_err == 0.0, "the finite elements are exact"
+    assert [m.received for m in check.first_mismatches] == ["nan", "inf"]
+    assert "NaN/Inf" in check.reason
+
+
+def test_only_the_first_five_mismatches_are_listed(case):
+    received = case.expected + 1.0
+    check = compare(received, case)
+    assert check.mismatches == received.numel()
+    assert len(check.first_mismatches) == checking.MAX_PRINT
+    assert [m.index for m in check.first_mismatches][:2] == [[0, 0, 0, 0], [0, 0, 0, 1]]
+
+
+def test_first_positions_scans_across_chunks(monkeypatch):
+    mask = torch.zeros(3, 1000, dtype=torch.bool)
+    mask[2, 999] = True
+    mask[1, 5] = True
+    monkeypatch.setattr(checking, "SCAN_CHUNK", 64)
+    assert checking._first_positions(mask, 5) == [[1, 5], [2, 999]]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "nothing was returned"),
+        ([1.0], "returned a builtins.list"),
+        (torch.zeros(2, 4, 9, 9).as_subclass(type("Lazy", (torch.Tensor,), {})), "not a torch.Tensor"),
+        (torch.zeros(2, 4, 9, 8), "returned shape (2, 4, 9, 8)"),
+        (torch.zeros(2, 4, 9, 9, dtype=torch.float64), "returned dtype torch.float64"),
+    ],
+)
+def test_output_problem_names_what_is_wrong_with_the_returned_object(case, tmp_path: Path, value, message):
+    info = None if value is None else export_tensor(value, tmp_path / "out.bin")
+    assert message in checking.output_problem(info, case.expected, aliases_input=False)
+
+
+def test_output_problem_accepts_the_right_tensor_unless_it_aliases_an_input(case, tmp_path: Path):
+    info = export_tensor(case.expected, tmp_path / "out.bin")
+    assert checking.output_problem(info, case.expected, aliases_input=False) is None
+    assert "shares memory" in checking.output_problem(info, case.expected, aliases_input=True)
+
+
+def test_inputs_problem_catches_a_single_changed_bit(case):
+    returned = [case.data[i].clone() for i in TASK.input_indices]
+    assert checking.inputs_problem(TASK, case, returned) is None
+    returned[1].view(torch.int32)[0, 0, 0, 0] ^= 1
+    assert checking.inputs_problem(TASK, case, returned) == "input 'kernel' was modified (1 elements differ)"
+    assert "no longer a plain tensor" in checking.inputs_problem(TASK, case, [returned[0], None])
+
+
+def test_the_float64_reference_is_skipped_and_said_so_when_the_cpu_would_take_too_long(monkeypatch):
+    monkeypatch.setattr(checking, "MAX_CPU_FLOAT64_S", 0.0)
+    shape = TASK.smoke[0]
+    case = checking.reference_case(TASK, REFERENCE, shape, shape.seed, "cpu")
+    assert case.expected64 is None and "rel_l2 skipped" in case.note
+    check = checking.compare_output(case.expected.clone(), case, rtol=TASK.rtol, atol=TASK.atol)
+    assert check.passed and check.rel_l2 is None and check.note == case.note
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_tensors_travel_as_raw_bytes_and_come_back_equal(tmp_path: Path, dtype):
+    value = (torch.arange(24).reshape(2, 3, 4) % 3).to(dtype)
+    transposed = value.transpose(0, 2)  # not contiguous: exported in C order
+    info = export_tensor(transposed, tmp_path / "t.bin")
+    assert info.written and info.contiguous is False and info.shape == [4, 3, 2]
+    assert torch.equal(read_tensor(tmp_path / "t.bin", info), transposed)
+    empty = export_tensor(torch.empty(0, 3, dtype=dtype), tmp_path / "e.bin")
+    assert read_tensor(tmp_path / "e.bin", empty).shape == (0, 3)
+
+
+def test_a_file_that_does_not_match_its_description_is_refused(tmp_path: Path):
+    info = export_tensor(torch.ones(4, 4), tmp_path / "t.bin")
+    (tmp_path / "t.bin").write_bytes(b"\0" * 60)
+    with pytest.raises(ValueError, match="holds 60 bytes"):
+        read_tensor(tmp_path / "t.bin", info)
+    lying = info.model_copy(update={"dtype": "torch.complex64"})
+    with pytest.raises(ValueError, match="no tensor"):
+        read_tensor(tmp_path / "t.bin", lying)
+
+
+def test_objects_other_than_exact_tensors_are_described_not_exported(tmp_path: Path):
+    class Sneaky(torch.Tensor):
+        pass
+
+    info = export_tensor(torch.ones(3).as_subclass(Sneaky), tmp_path / "s.bin")
+    assert not info.exact_tensor and not info.written and info.type_name.endswith("Sneaky")
+    assert not (tmp_path / "s.bin").exists()
+    assert describe((1, 2)).type_name == "builtins.tuple"

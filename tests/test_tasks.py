@@ -1,0 +1,159 @@
+"""Task specs: conv2d_v2 as GPU MODE has it, the loader's errors, the seeded input generator, the
+reference against an independent computation, and the leaderboard seeds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.errors import HarnessError
+from harness.tasks import (
+    SHAPE_SETS,
+    combine_seeds,
+    known_tasks,
+    load_reference,
+    load_task,
+    revision_secret,
+)
+from harness.tasks.spec import TASKS_DIR, load_task_file
+
+CONV2D = load_task("conv2d_v2")
+
+
+def test_conv2d_v2_is_known_and_copies_gpu_modes_shapes():
+    assert "conv2d_v2" in known_tasks()
+    assert len(CONV2D.tests) == 5 and len(CONV2D.benchmarks) == 5
+    # GPU MODE reference-kernels problems/pmpp_v2/conv2d_py/task.yml, first and last of each list
+    assert CONV2D.tests[0].parameters == {"size": 32, "kernelsize": 4, "channels": 16, "batch": 1}
+    assert CONV2D.tests[0].seed == 4242
+    assert CONV2D.benchmarks[-1].parameters == {"size": 256, "kernelsize": 32, "channels": 128, "batch": 1}
+    assert CONV2D.benchmarks[-1].seed == 6252
+    assert (CONV2D.rtol, CONV2D.atol, CONV2D.dtype) == (1e-3, 1e-3, "float32")
+    assert CONV2D.ranking_by == "geom" and CONV2D.gpumode_ranking_by == "last"
+    assert CONV2D.reference_candidate == "conv2d_v2_reference.py"
+    assert (CONV2D.output_index, CONV2D.input_indices) == (2, [0, 1])
+
+
+def test_smoke_shapes_are_small_and_distinct_in_seed():
+    smoke = CONV2D.smoke
+    assert {shape.parameters["batch"] for shape in smoke} == {1, 2}
+    for shape in smoke:
+        p = shape.parameters
+        assert 2 <= p["channels"] <= 4 and 8 <= p["size"] <= 16 and 2 <= p["kernelsize"] <= 4
+    assert len({shape.seed for shape in smoke}) == len(smoke)
+    dimensions = [tuple(shape.parameters.values()) for shape in smoke]
+    assert len(set(dimensions)) < len(dimensions), "one shape repeats with a new seed (catches caching)"
+
+
+def test_every_shape_set_is_reachable_and_an_unknown_one_is_an_error():
+    for name in SHAPE_SETS:
+        assert CONV2D.shapes(name)
+    with pytest.raises(HarnessError, match="unknown shape set"):
+        CONV2D.shapes("huge")
+
+
+def test_unknown_task_is_an_error_naming_the_known_ones():
+    with pytest.raises(HarnessError, match="unknown task 'conv3d'.*conv2d_v2"):
+        load_task("conv3d")
+    with pytest.raises(HarnessError, match="unknown task"):
+        load_task("../conv2d_v2")
+
+
+def _write_task(directory: Path, **changes: object) -> Path:
+    """A copy of conv2d_v2's spec in `directory` with `changes` applied, its files beside it."""
+    import yaml
+
+    raw = yaml.safe_load((TASKS_DIR / "conv2d_v2.yml").read_text())
+    raw.update(changes)
+    for name in (f"{raw['reference']}.py", raw["task_shim"]):
+        source = TASKS_DIR / name
+        if source.is_file():
+            (directory / name).write_bytes(source.read_bytes())
+    path = directory / "task.yml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_task_file_elsewhere_loads_with_its_files_beside_it(tmp_path: Path):
+    task = load_task_file(_write_task(tmp_path, name="conv2d_copy"))
+    assert task.name == "conv2d_copy"
+    assert task.reference_file == tmp_path / "conv2d_v2_reference.py"
+    assert task.shim_file == tmp_path / "conv2d_v2_task.py"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"rtol": "tight"}, "rtol"),
+        ({"reference": "no_such_module"}, "reference module 'no_such_module'"),
+        ({"output_buffer": "result"}, "output_buffer 'result'"),
+        ({"ranking_by": "best"}, "ranking_by"),
+        ({"tests": [{"size": 32}]}, "seed"),
+        ({"tests": [{"size": [1, 2], "seed": 1}]}, "size"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_a_malformed_task_file_is_one_harness_error(tmp_path: Path, changes: dict, message: str):
+    with pytest.raises(HarnessError, match="malformed") as raised:
+        load_task_file(_write_task(tmp_path, **changes))
+    assert message in str(raised.value)
+
+
+def test_a_task_file_that_is_not_yaml_or_missing_is_an_error(tmp_path: Path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text("name: [unclosed\n")
+    with pytest.raises(HarnessError, match="malformed"):
+        load_task_file(broken)
+    with pytest.raises(HarnessError, match="cannot read"):
+        load_task_file(tmp_path / "absent.yml")
+
+
+def test_generate_input_is_deterministic_per_seed_and_shaped_as_the_task_says():
+    reference = load_reference(CONV2D)
+    shape = CONV2D.smoke[1]
+    first = reference.generate_input(**shape.parameters, seed=shape.seed, device="cpu")
+    again = reference.generate_input(**shape.parameters, seed=shape.seed, device="cpu")
+    other = reference.generate_input(**shape.parameters, seed=shape.seed + 1, device="cpu")
+    p = shape.parameters
+    out_size = p["size"] - p["kernelsize"] + 1
+    assert first[0].shape == (p["batch"], p["channels"], p["size"], p["size"])
+    assert first[1].shape == (p["channels"], p["channels"], p["kernelsize"], p["kernelsize"])
+    assert first[2].shape == (p["batch"], p["channels"], out_size, out_size)
+    assert all(t.dtype == torch.float32 for t in first)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert not torch.equal(first[0], other[0])
+
+
+def test_ref_kernel_matches_an_independent_float64_convolution():
+    """The reference against im2col + matmul in float64: no padding, stride 1, cross-correlation."""
+    reference = load_reference(CONV2D)
+    shape = CONV2D.tests[0]
+    data = reference.generate_input(**shape.parameters, seed=shape.seed, device="cpu")
+    x, w, _ = data
+    k = w.shape[-1]
+    columns = torch.nn.functional.unfold(x.double(), k)  # [B, C*k*k, L]
+    expected = (w.double().reshape(w.shape[0], -1) @ columns).reshape(data[2].shape)
+    got = reference.ref_kernel(data)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got.double(), expected, rtol=1e-5, atol=1e-4)
+    assert not torch.backends.cudnn.deterministic, "the reference restores the flags it sets"
+
+
+def test_combine_seeds_is_gpu_modes_cantor_construction():
+    pairs = [(seed, secret) for seed in range(40) for secret in range(40)]
+    combined = {combine_seeds(seed, secret) for seed, secret in pairs}
+    assert len(combined) == len(pairs), "distinct pairs give distinct seeds"
+    big_secret = 2**31 + 12345
+    for seed in (0, 1, 4242, 93246):
+        assert combine_seeds(seed, big_secret) > big_secret**2 // 2  # a large secret keeps it large
+        assert combine_seeds(seed, 2**32 - 1) < 2**64  # torch.Generator.manual_seed's range
+
+
+def test_revision_secret_is_stable_per_revision_and_differs_between_revisions():
+    first = revision_secret("store-secret", "a" * 64)
+    assert first == revision_secret("store-secret", "a" * 64)
+    assert first != revision_secret("store-secret", "b" * 64)
+    assert first != revision_secret("other-secret", "a" * 64)
+    assert 2**31 <= first < 2**32
