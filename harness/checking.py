@@ -72,7 +72,9 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def reference_case(task: TaskSpec, reference: ModuleType, shape: Shape, seed: int, device: str) -> ReferenceCase:
+def reference_case(
+    task: TaskSpec, reference: ModuleType, shape: Shape, seed: int, device: str
+) -> ReferenceCase:
     """Inputs from the task's generator, the reference in the task's dtype, and the float64
     reference (the same reference function on the inputs cast to float64)."""
     data = reference.generate_input(**shape.parameters, seed=seed, device=device)
@@ -86,7 +88,9 @@ def reference_case(task: TaskSpec, reference: ModuleType, shape: Shape, seed: in
         note = f"rel_l2 skipped: a float64 reference would take about {seconds * FLOAT64_SLOWDOWN:.0f} s on the CPU"
         return ReferenceCase(data=data, expected=expected, expected64=None, note=note)
     data64 = tuple(
-        t.to(device=device64, dtype=torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+        t.to(device=device64, dtype=torch.float64)
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+        else t
         for t in data
     )
     expected64 = reference.ref_kernel(data64)
@@ -169,7 +173,11 @@ def compare_output(received: torch.Tensor, case: ReferenceCase, *, rtol: float, 
         for position in _first_positions(mismatched, MAX_PRINT):
             index = tuple(position)
             check.first_mismatches.append(
-                Mismatch(index=position, received=_json_number(received[index]), expected=_json_number(expected[index]))
+                Mismatch(
+                    index=position,
+                    received=_json_number(received[index]),
+                    expected=_json_number(expected[index]),
+                )
             )
         check.reason = describe_mismatches(check, received.numel())
     return check
@@ -181,7 +189,8 @@ def describe_mismatches(check: OutputCheck, numel: int) -> str:
     if check.not_finite:
         parts.append(f"{check.not_finite} NaN/Inf (unwritten elements stay NaN)")
     shown = ", ".join(
-        f"at {tuple(m.index)}: {_number(m.received)} vs {_number(m.expected)}" for m in check.first_mismatches[:3]
+        f"at {tuple(m.index)}: {_number(m.received)} vs {_number(m.expected)}"
+        for m in check.first_mismatches[:3]
     )
     if shown:
         parts.append(f"first {shown}")

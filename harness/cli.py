@@ -261,7 +261,15 @@ def bench(
     environment = probe_environment(device)
     store = open_store(db)
     try:
-        benched = bench_revisions(store, ids, mode=mode, force=force, rule=rule, environment=environment)
+        benched = bench_revisions(
+            store,
+            ids,
+            mode=mode,
+            force=force,
+            rule=rule,
+            environment=environment,
+            progress=lambda line: typer.echo(line, err=True),
+        )
     finally:
         store.close()
     console.print(render_bench(benched, environment))
@@ -291,6 +299,60 @@ def _print_exact(text: str) -> None:
     if sys.stdout.isatty():
         sys.stdout.buffer.write(b"\n")
     sys.stdout.flush()
+
+
+@app.command()
+def tournament(
+    task: TaskOption = "conv2d_v2",
+    device: Annotated[
+        Optional[str], typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
+    ] = None,
+    mode: Annotated[
+        Literal["test", "benchmark", "leaderboard"],
+        typer.Option(help="test (check only), benchmark (check, then time), leaderboard (and recheck with secret seeds)."),
+    ] = "benchmark",
+    only: Annotated[
+        Optional[list[int]], typer.Option("--only", help="Just these submission ids (repeat the option).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Evaluate again even where this environment has results.")] = False,
+    budget: Annotated[
+        Optional[float], typer.Option(help="Seconds of timed calls per shape (default: settings).")
+    ] = None,
+    db: DbOption = None,
+) -> None:
+    """Check, time and rank every revision of the task that has no result in this environment yet."""
+    from rich.console import Console
+
+    from harness.report.html import render_leaderboard
+    from harness.report.leaderboard import build_leaderboard
+    from harness.report.progress import RichTournamentProgress
+    from harness.store.session import open_store
+    from harness.timing import StoppingRule
+    from harness.tournament import run_tournament
+
+    if budget is not None and budget <= 0:
+        raise HarnessError(f"--budget must be positive, got {budget:g}")
+    rule = StoppingRule(budget_s=budget) if budget is not None else None
+    store = open_store(db)
+    try:
+        with RichTournamentProgress(Console(stderr=True)) as progress:
+            result = run_tournament(
+                store, task=task, device=device, mode=mode, only=only, force=force, rule=rule, progress=progress
+            )
+        for phase in result.phases:
+            console.print(
+                f"{phase.phase}: {len(phase.revision_ids)} revisions, {phase.evaluated} evaluated now, "
+                f"{phase.reused} reused, {phase.busy} held by other workers, {len(phase.passed)} passed"
+            )
+        with store.session() as session:
+            board = build_leaderboard(session, result.task, result.environment.device_name or result.device)
+            to_terminal = console.is_terminal
+            text = render_leaderboard(
+                session, board, "table", color=to_terminal, width=console.width if to_terminal else 200
+            )
+        _write_report(text, None)
+    finally:
+        store.close()
 
 
 @app.command()
@@ -367,32 +429,38 @@ app.add_typer(experiments_app, name="experiments")
 @app.command()
 def evolve(
     from_id: Annotated[
-        Optional[int], typer.Option("--from", metavar="ID", help="Start from this revision (its lineage gets the children).")
+        int | None, typer.Option("--from", metavar="ID", help="Start from this revision (its lineage gets the children).")
     ] = None,
-    lineage: Annotated[Optional[str], typer.Option(help="Start from this lineage's revisions.")] = None,
+    lineage: Annotated[str | None, typer.Option(help="Start from this lineage's revisions.")] = None,
     resume: Annotated[
-        Optional[int], typer.Option("--resume", metavar="ID", help="Continue an interrupted experiment.")
+        int | None, typer.Option("--resume", metavar="ID", help="Continue an interrupted experiment.")
     ] = None,
-    generations: Annotated[Optional[int], typer.Option(help="Number of generations (one child each).")] = None,
+    generations: Annotated[int | None, typer.Option(help="Number of generations (one child each).")] = None,
     proposer: Annotated[
-        Optional[str], typer.Option(help="builtin:mutate, or a command that reads the prompt on stdin.")
+        str | None, typer.Option(help="builtin:mutate, or a command that reads the prompt on stdin.")
     ] = None,
     population: Annotated[int, typer.Option(help="Parents are chosen among the best K passing revisions.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of every random choice (parents, mutations).")] = 0,
     device: Annotated[
-        Optional[str], typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
+        str | None, typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
     ] = None,
     proposer_timeout: Annotated[float, typer.Option(help="Seconds a proposer may take per reply.")] = 600.0,
     max_fix_attempts: Annotated[int, typer.Option(help="Fix prompts per failing revision, at most.")] = 2,
+    budget: Annotated[
+        float | None, typer.Option(help="Seconds of timed calls per shape (default: settings, 10).")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Evolve revisions: choose a parent, prompt a proposer, register and evaluate the child."""
-    from harness.evolve.experiment import create_experiment, evaluate_revision, run_experiment
+    from harness.evolve.experiment import create_experiment, run_experiment
     from harness.store.session import open_store
 
     if resume is not None:
-        given = [name for name, value in (("--from", from_id), ("--lineage", lineage),
-                 ("--generations", generations), ("--proposer", proposer), ("--device", device)) if value is not None]
+        own_settings = {
+            "--from": from_id, "--lineage": lineage, "--generations": generations, "--proposer": proposer,
+            "--device": device, "--budget": budget,
+        }
+        given = [name for name, value in own_settings.items() if value is not None]
         if given:
             raise HarnessError(f"--resume continues with the experiment's own settings; drop {', '.join(given)}")
     elif generations is None or proposer is None:
@@ -403,13 +471,13 @@ def evolve(
             experiment_id = create_experiment(
                 store, proposer=proposer, device=device, generations=generations,
                 from_id=from_id, lineage=lineage, population=population, seed=seed,
-                proposer_timeout_s=proposer_timeout, max_fix_attempts=max_fix_attempts,
+                proposer_timeout_s=proposer_timeout, max_fix_attempts=max_fix_attempts, budget_s=budget,
             )
             print(f"experiment {experiment_id}")
         else:
             experiment_id = resume
         try:
-            status = run_experiment(store, experiment_id, evaluate_revision, report=print)
+            status = run_experiment(store, experiment_id, report=print)
         except KeyboardInterrupt:  # typer would turn it into a return value, and exit 0
             print(f"error: interrupted; `harness evolve --resume {experiment_id}` continues it", file=sys.stderr)
             sys.exit(130)
@@ -423,7 +491,7 @@ def prompt_render(
     template: Annotated[str, typer.Argument(help="Template name: improve, fix, system (or a file in prompts/).")],
     from_id: Annotated[int, typer.Option("--from", metavar="ID", help="The revision the prompt is about.")],
     device: Annotated[
-        Optional[str], typer.Option("--device", help="Results of this device (default: the most recent run's).")
+        str | None, typer.Option("--device", help="Results of this device (default: the most recent run's).")
     ] = None,
     db: DbOption = None,
 ) -> None:

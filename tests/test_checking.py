@@ -10,16 +10,16 @@ import torch
 
 from harness import checking
 from harness.sandbox.transfer import describe, export_tensor, read_tensor
-from harness.tasks import load_reference, load_task
+from harness.tasks import Shape, load_reference, load_task
 
 TASK = load_task("conv2d_v2")
 REFERENCE = load_reference(TASK)
+SHAPE = Shape(size=12, kernelsize=4, channels=4, batch=2, seed=7)  # output [2, 4, 9, 9]
 
 
 @pytest.fixture(scope="module")
 def case() -> checking.ReferenceCase:
-    shape = TASK.smoke[1]
-    return checking.reference_case(TASK, REFERENCE, shape, shape.seed, "cpu")
+    return checking.reference_case(TASK, REFERENCE, SHAPE, SHAPE.seed, "cpu")
 
 
 def compare(received: torch.Tensor, case: checking.ReferenceCase) -> checking.OutputCheck:
@@ -27,8 +27,7 @@ def compare(received: torch.Tensor, case: checking.ReferenceCase) -> checking.Ou
 
 
 def test_reference_case_regenerates_the_inputs_and_has_a_float64_reference(case):
-    shape = TASK.smoke[1]
-    again = REFERENCE.generate_input(**shape.parameters, seed=shape.seed, device="cpu")
+    again = REFERENCE.generate_input(**SHAPE.parameters, seed=SHAPE.seed, device="cpu")
     assert torch.equal(case.data[0], again[0]) and torch.equal(case.data[1], again[1])
     assert case.expected64 is not None and case.expected64.dtype == torch.float64
     assert torch.allclose(case.expected.double(), case.expected64, rtol=1e-5, atol=1e-5)

@@ -32,7 +32,7 @@ QUICK = {"call_timeout_s": 60.0, "import_timeout_s": 60.0}
 EXPECTED = {
     "wrong_answer.py": ("wrong_answer", "elements mismatch", QUICK),
     "nan_output.py": ("wrong_answer", "NaN/Inf", QUICK),
-    "partial_write.py": ("wrong_answer", "56 NaN/Inf", QUICK),
+    "partial_write.py": ("wrong_answer", "NaN/Inf (unwritten elements stay NaN)", QUICK),
     "modifies_inputs.py": ("wrong_answer", "input 'kernel' was modified", QUICK),
     "raises.py": ("runtime_error", "ValueError: tile size does not divide the output", QUICK),
     "infinite_loop.py": ("timeout", "call on smoke[0] exceeded 2 s", {**QUICK, "call_timeout_s": 2.0}),
@@ -49,7 +49,12 @@ EXPECTED = {
     "returns_subclass.py": ("wrong_answer", "returned a submission.LazyTensor, not a torch.Tensor", QUICK),
     "returns_input_view.py": ("wrong_answer", "returned tensor shares memory with an input", QUICK),
     "caches_output.py": ("wrong_answer", "smoke[3]", QUICK),
-    "autotune_bad_config.py": ("wrong_answer", "autotune config 1 (copy_kernel: BLOCK=16, SKIP_TAIL=1", QUICK),
+    "autotune_bad_config.py": (
+        "wrong_answer",
+        "autotune config 1 (copy_kernel: BLOCK=16, SKIP_TAIL=1",
+        QUICK,
+    ),
+    "oob_write.py": ("crashed", "killed by SIGSEGV", QUICK),  # on a GPU: runtime_error (illegal address)
 }
 if FULL_ISOLATION:
     EXPECTED["probes_sandbox.py"] = ("pass", "", QUICK)
@@ -93,6 +98,15 @@ def test_a_wrong_answer_is_checked_on_every_shape_with_details(bad_results):
     check = evaluation.shapes[0].check
     assert check["mismatches"] > 0 and len(check["first_mismatches"]) == 5
     assert check["rel_l2"] > 0.1 and check["max_abs_err"] > 0.1
+
+
+def test_an_output_written_in_part_fails_by_exactly_its_unwritten_elements(bad_results):
+    p = TASK.smoke[0].parameters
+    out_size = p["size"] - p["kernelsize"] + 1
+    unwritten = p["batch"] * p["channels"] * (out_size - out_size // 2) * out_size
+    check = bad_results["partial_write.py"].shapes[0].check
+    assert check["not_finite"] == check["mismatches"] == unwritten
+    assert check["max_abs_err"] == 0.0, "the half it wrote is exact"
 
 
 def test_printed_imitations_of_the_protocol_only_reach_the_log(bad_results):
@@ -214,12 +228,17 @@ def test_a_second_task_is_a_yaml_file_and_a_reference_module(tmp_path: Path):
     (tmp_path / "vecadd_task.py").write_text(VECADD_SHIM)
     task = load_task_file(tmp_path / "vecadd.yml")
     right = tmp_path / "right.py"
-    right.write_text("from task import input_t\ndef custom_kernel(data):\n    a, b, out = data\n    return out.copy_(a + b)\n")
+    right.write_text(
+        "from task import input_t\ndef custom_kernel(data):\n    a, b, out = data\n    return out.copy_(a + b)\n"
+    )
     wrong = tmp_path / "wrong.py"
     wrong.write_text("def custom_kernel(data):\n    a, b, out = data\n    return out.copy_(a - b)\n")
     results = _evaluate_files([right, wrong], {}, task=task)
     assert results["right.py"].status == "pass", results["right.py"].reason
-    assert [shape.shape for shape in results["right.py"].shapes] == [{"size": 100, "seed": 3}, {"size": 77, "seed": 4}]
+    assert [shape.shape for shape in results["right.py"].shapes] == [
+        {"size": 100, "seed": 3},
+        {"size": 77, "seed": 4},
+    ]
     assert results["wrong.py"].status == "wrong_answer"
 
 
@@ -238,19 +257,37 @@ def test_probe_environment_keys_the_facts_of_this_machine():
 
 def _evaluation(status: str = "pass") -> Evaluation:
     shapes = [
-        ShapeOutcome(set_name="smoke", index=i, shape={**s.parameters, "seed": s.seed}, status=status,
-                     passed=status == "pass", check={"max_abs_err": 0.0})
+        ShapeOutcome(
+            set_name="smoke",
+            index=i,
+            shape={**s.parameters, "seed": s.seed},
+            status=status,
+            passed=status == "pass",
+            check={"max_abs_err": 0.0},
+        )
         for i, s in enumerate(TASK.smoke)
     ]
-    return Evaluation(status=status, task="conv2d_v2", filename="x.py", code_sha256="0" * 64, device="cpu",
-                      mode="test", shape_set="smoke", wall_s=1.0, shapes=shapes, log_tail="tail")
+    return Evaluation(
+        status=status,
+        task="conv2d_v2",
+        filename="x.py",
+        code_sha256="0" * 64,
+        device="cpu",
+        mode="test",
+        shape_set="smoke",
+        wall_s=1.0,
+        shapes=shapes,
+        log_tail="tail",
+    )
 
 
 @pytest.fixture
 def store_with_revision(store_url: str):
     store = open_store(store_url)
     with store.session() as session:
-        revision_id = register_revision(session, b"def custom_kernel(data):\n    return data[2]\n", "k.py").revision.id
+        revision_id = register_revision(
+            session, b"def custom_kernel(data):\n    return data[2]\n", "k.py"
+        ).revision.id
     yield store, revision_id
     store.close()
 
@@ -262,8 +299,12 @@ def test_a_run_is_claimed_then_written_whole(store_with_revision):
         run = claim_run(session, revision_id, "conv2d_v2", "test", environment, worker="w1", ttl_s=60)
         run_id = run.id
     with store.session() as session:
-        assert find_run(session, revision_id, "conv2d_v2", "test", environment.env_key) is None, "claimed is no result"
-        assert claim_run(session, revision_id, "conv2d_v2", "test", environment, worker="w2", ttl_s=60) is None
+        assert find_run(session, revision_id, "conv2d_v2", "test", environment.env_key) is None, (
+            "claimed is no result"
+        )
+        assert (
+            claim_run(session, revision_id, "conv2d_v2", "test", environment, worker="w2", ttl_s=60) is None
+        )
     with store.session() as session:
         assert record_run(session, run_id, "w2", _evaluation()) is None, "not w2's claim"
         record_run(session, run_id, "w1", _evaluation("wrong_answer"))
@@ -272,7 +313,9 @@ def test_a_run_is_claimed_then_written_whole(store_with_revision):
         assert found.state == "done" and found.status == "wrong_answer" and found.claim_expires_at is None
         assert [shape.index for shape in found.shapes] == list(range(len(TASK.smoke)))
         assert found.shapes[0].check["status"] == "wrong_answer" and found.details["log_tail"] == "tail"
-        assert claim_run(session, revision_id, "conv2d_v2", "test", environment, worker="w3", ttl_s=60) is None
+        assert (
+            claim_run(session, revision_id, "conv2d_v2", "test", environment, worker="w3", ttl_s=60) is None
+        )
 
 
 def test_a_stale_claim_is_replaced_and_a_done_run_only_when_asked(store_with_revision):
@@ -285,11 +328,14 @@ def test_a_stale_claim_is_replaced_and_a_done_run_only_when_asked(store_with_rev
         taken = claim_run(session, revision_id, "conv2d_v2", "test", environment, worker="alive", ttl_s=60)
         assert taken is not None and taken.id == stale_id and taken.claimed_by == "alive"
     with store.session() as session:
-        assert record_run(session, stale_id, "dead", _evaluation()) is None, "the dead worker's result is dropped"
+        assert record_run(session, stale_id, "dead", _evaluation()) is None, (
+            "the dead worker's result is dropped"
+        )
         record_run(session, stale_id, "alive", _evaluation())
     with store.session() as session:
-        again = claim_run(session, revision_id, "conv2d_v2", "test", environment, worker="x", ttl_s=60,
-                          replace_done=True)
+        again = claim_run(
+            session, revision_id, "conv2d_v2", "test", environment, worker="x", ttl_s=60, replace_done=True
+        )
         assert again.state == "claimed" and again.shapes == []
         release_claim(session, again.id, "x")
     with store.session() as session:
@@ -325,7 +371,9 @@ def test_harness_test_checks_several_revisions_and_stores_one_run_each(run_cli, 
         assert status in done.stdout
     path = store_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as connection:
-        rows = connection.execute("SELECT revision_id, mode, state, status FROM runs ORDER BY revision_id").fetchall()
+        rows = connection.execute(
+            "SELECT revision_id, mode, state, status FROM runs ORDER BY revision_id"
+        ).fetchall()
     assert rows == [
         (ids[0], "test", "done", "pass"),
         (ids[1], "test", "done", "runtime_error"),

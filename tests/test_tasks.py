@@ -135,10 +135,22 @@ def test_ref_kernel_matches_an_independent_float64_convolution():
     k = w.shape[-1]
     columns = torch.nn.functional.unfold(x.double(), k)  # [B, C*k*k, L]
     expected = (w.double().reshape(w.shape[0], -1) @ columns).reshape(data[2].shape)
+    flags = (torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32)
     got = reference.ref_kernel(data)
     assert got.dtype == torch.float32
     assert torch.allclose(got.double(), expected, rtol=1e-5, atol=1e-4)
-    assert not torch.backends.cudnn.deterministic, "the reference restores the flags it sets"
+    assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32) == flags, "flags restored"
+
+
+def test_the_reference_flags_survive_threads_computing_references_at_once():
+    from concurrent.futures import ThreadPoolExecutor
+
+    reference = load_reference(CONV2D)
+    flags = (torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32)
+    data = reference.generate_input(**CONV2D.smoke[0].parameters, seed=1, device="cpu")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda _: reference.ref_kernel(data), range(600)))
+    assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32) == flags
 
 
 def test_combine_seeds_is_gpu_modes_cantor_construction():

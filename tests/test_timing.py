@@ -14,9 +14,10 @@ import torch
 
 from harness.config import CANDIDATES_DIR
 from harness.sandbox.evaluation import Evaluator, evaluate, evaluate_interleaved
+from harness.sandbox.supervisor import SandboxLimits
 from harness.scoring import score
 from harness.tasks import load_task
-from harness.timing import BenchmarkStats, StoppingRule, time_calls
+from harness.timing import TIMING_MISMATCH, BenchmarkStats, StoppingRule, time_calls
 
 
 def test_statistics_of_a_known_sample():
@@ -161,6 +162,7 @@ def custom_kernel(data: input_t) -> output_t:
 """
 
 QUICK_RULE = StoppingRule(max_runs=5, budget_s=0.2)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
@@ -180,18 +182,19 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
     assert evaluation.score_ms == pytest.approx(score([s.mean_ms for s in evaluation.shapes], "geom"))
 
 
-def test_leaderboard_mode_fails_a_candidate_that_replays_its_first_output():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_leaderboard_mode_fails_a_candidate_that_replays_its_first_output(device):
     """The same candidate, interleaved: in benchmark mode every call has the check's inputs, so
     replaying is not detectable there; leaderboard mode's fresh secret inputs catch it."""
     task = load_task("conv2d_v2")
     benchmark, leaderboard = evaluate_interleaved(
         [
-            Evaluator(REPLAYS_FIRST_OUTPUT, "replay.py", task, device="cpu", timed=True, rule=QUICK_RULE),
+            Evaluator(REPLAYS_FIRST_OUTPUT, "replay.py", task, device=device, timed=True, rule=QUICK_RULE),
             Evaluator(
                 REPLAYS_FIRST_OUTPUT,
                 "replay.py",
                 task,
-                device="cpu",
+                device=device,
                 mode="leaderboard",
                 timed=True,
                 secret_seed=123456789,
@@ -205,6 +208,94 @@ def test_leaderboard_mode_fails_a_candidate_that_replays_its_first_output():
     assert "leaderboard recheck" in leaderboard.shapes[0].reason
     assert leaderboard.shapes[0].check["passed"] is True  # its check call, before the timed calls
     assert leaderboard.score_ms is None and leaderboard.shapes[0].mean_ms is None
+
+
+@needs_cuda
+def test_cuda_timing_of_the_reference_through_the_sandbox():
+    reference = (CANDIDATES_DIR / "conv2d_v2_reference.py").read_bytes()
+    evaluation = evaluate(reference, "reference.py", load_task("conv2d_v2"), device="cuda", timed=True)
+    assert (evaluation.status, evaluation.shape_set) == ("pass", "benchmarks"), evaluation.reason
+    for shape in evaluation.shapes:
+        assert 3 <= shape.runs <= 100 and len(shape.times_ms) == shape.runs
+        assert shape.check["timing"]["device"] == "cuda"
+        assert shape.timing_flags == []  # cuDNN on the current stream: event and wall time agree
+    assert evaluation.score_ms == pytest.approx(score([s.mean_ms for s in evaluation.shapes], "geom"))
+
+
+@needs_cuda
+def test_work_hidden_on_another_stream_is_flagged_and_counted():
+    """Matrix products left running on a side stream: the events on the current stream see
+    almost nothing, the device-wide synchronize waits for them, and the wall time counts."""
+    side = torch.cuda.Stream()
+    matrix = torch.randn(4096, 4096, device="cuda")
+
+    def products(a):
+        for _ in range(10):
+            a @ a
+
+    def hidden(a):
+        with torch.cuda.stream(side):
+            products(a)
+
+    rule = StoppingRule(max_runs=5)
+    honest = time_calls(products, lambda index: matrix, device="cuda", rule=rule)
+    cheat = time_calls(hidden, lambda index: matrix, device="cuda", rule=rule)
+    assert honest.flags == []
+    assert cheat.flags == [TIMING_MISMATCH]
+    assert cheat.mean_ms > 0.5 * honest.mean_ms
+
+
+def fails_on_call(number: int, failure: str) -> bytes:
+    """A correct candidate whose call `number` (the check is call 1) runs `failure`."""
+    return f"""from task import input_t, output_t
+import torch.nn.functional as F
+
+calls = 0
+
+
+def custom_kernel(data: input_t) -> output_t:
+    global calls
+    calls += 1
+    if calls == {number}:
+        {failure}
+    x, w, out = data
+    out.copy_(F.conv2d(x, w))
+    return out
+""".encode()
+
+
+def test_a_call_that_raises_or_hangs_while_timed_is_a_status():
+    """Call 3 is the first timed call (call 1 is the check, call 2 the warm-up)."""
+    task = load_task("conv2d_v2")
+    limits = SandboxLimits.from_settings(call_timeout_s=3)
+    raises, hangs = evaluate_interleaved(
+        [
+            Evaluator(
+                fails_on_call(3, "raise RuntimeError('boom')"),
+                "raises.py",
+                task,
+                device="cpu",
+                timed=True,
+                limits=limits,
+                rule=QUICK_RULE,
+            ),
+            Evaluator(
+                fails_on_call(3, "while True: pass"),
+                "hangs.py",
+                task,
+                device="cpu",
+                timed=True,
+                limits=limits,
+                rule=QUICK_RULE,
+            ),
+        ]
+    )
+    assert (raises.status, hangs.status) == ("runtime_error", "timeout")
+    assert "during timing: RuntimeError: boom" in raises.reason
+    assert "timing on smoke[0] exceeded 3 s" in hangs.reason
+    for evaluation in (raises, hangs):
+        assert evaluation.shapes[0].check["passed"] is True and evaluation.shapes[0].mean_ms is None
+        assert [shape.status for shape in evaluation.shapes[1:]] == ["not_run"] * (len(evaluation.shapes) - 1)
 
 
 # --- harness bench ----------------------------------------------------------------------------

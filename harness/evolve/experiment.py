@@ -48,9 +48,6 @@ RUNNING, FINISHED, STOPPED, INTERRUPTED = "running", "finished", "stopped", "int
 DEFAULT_POPULATION = 4
 DEFAULT_MAX_FIX_ATTEMPTS = 2
 
-# Evaluates one revision on a device and records the result in the store (the tournament's
-# evaluate-one-revision function): store, revision id, device.
-Evaluator = Callable[[Store, int, str], None]
 Reporter = Callable[[str], None]
 
 
@@ -67,14 +64,20 @@ class ExperimentSettings(BaseModel):
     proposer: str
     proposer_timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     max_fix_attempts: int = Field(default=DEFAULT_MAX_FIX_ATTEMPTS, ge=0)
+    budget_s: float | None = Field(default=None, gt=0)  # timed seconds per shape (None: settings)
 
 
-def evaluate_revision(store: Store, revision_id: int, device: str) -> None:
-    """The evaluator `harness evolve` uses: check the revision as `harness test` does (a stored
-    result in this environment is reused) and record the run."""
-    from harness.sandbox.checks import check_revisions  # imports torch: only when evaluating
+def evaluate_revision(store: Store, revision_id: int, settings: ExperimentSettings) -> None:
+    """Evaluate one revision as `harness tournament --only ID --mode benchmark` does: check it,
+    then time the passing one with the task's reference; the runs land in the store (results
+    already stored for this environment are reused)."""
+    from harness.timing import StoppingRule  # with the tournament: imports torch, only when evaluating
+    from harness.tournament import run_tournament
 
-    check_revisions(store, [revision_id], device=device)
+    rule = StoppingRule(budget_s=settings.budget_s) if settings.budget_s is not None else None
+    run_tournament(
+        store, task=settings.task, device=settings.device, mode="benchmark", only=[revision_id], rule=rule
+    )
 
 
 def create_experiment(
@@ -89,6 +92,7 @@ def create_experiment(
     seed: int = 0,
     proposer_timeout_s: float = DEFAULT_TIMEOUT_S,
     max_fix_attempts: int = DEFAULT_MAX_FIX_ATTEMPTS,
+    budget_s: float | None = None,
 ) -> int:
     """Check everything, then add the experiment row; returns its id. HarnessError, with nothing
     written, for a bad start point, a bad number, an unusable proposer or device (None: cuda when
@@ -100,6 +104,8 @@ def create_experiment(
             raise HarnessError(f"--{name} must be at least {least}, not {value}")
     if max_fix_attempts < 0:
         raise HarnessError(f"--max-fix-attempts must be 0 or more, not {max_fix_attempts}")
+    if budget_s is not None and budget_s <= 0:
+        raise HarnessError(f"--budget must be positive, not {budget_s:g}")
     make_proposer(proposer, proposer_timeout_s)  # an unknown builtin or a missing command fails here
     with store.session() as session:
         if from_id is not None:
@@ -126,6 +132,7 @@ def create_experiment(
             proposer=proposer.strip(),
             proposer_timeout_s=proposer_timeout_s,
             max_fix_attempts=max_fix_attempts,
+            budget_s=budget_s,
         )
         experiment = Experiment(
             task=task,
@@ -159,13 +166,11 @@ class _Prepared:
     prompt: str
 
 
-def run_experiment(
-    store: Store, experiment_id: int, evaluate: Evaluator, report: Reporter = lambda line: None
-) -> str:
+def run_experiment(store: Store, experiment_id: int, report: Reporter = lambda line: None) -> str:
     """Run (or resume) the experiment's remaining generations; returns its final status.
 
-    Ctrl-C marks it `interrupted`; an evaluator failure marks it `stopped` with the reason and
-    propagates. Either way it can be resumed.
+    Ctrl-C marks it `interrupted`; an evaluation that cannot run (a HarnessError, say) marks it
+    `stopped` with the reason and propagates. Either way it can be resumed.
     """
     with store.session() as session:
         experiment = get_experiment(session, experiment_id)
@@ -177,7 +182,7 @@ def run_experiment(
         experiment.status, experiment.reason, experiment.finished_at = RUNNING, "", None
     proposer = make_proposer(settings.proposer, settings.proposer_timeout_s)
     try:
-        status, reason = _run_generations(store, experiment_id, settings, proposer, evaluate, report)
+        status, reason = _run_generations(store, experiment_id, settings, proposer, report)
     except KeyboardInterrupt:
         _finish(store, experiment_id, INTERRUPTED, "interrupted; resume with `harness evolve --resume`")
         raise
@@ -204,10 +209,9 @@ def _run_generations(
     experiment_id: int,
     settings: ExperimentSettings,
     proposer: Proposer,
-    evaluate: Evaluator,
     report: Reporter,
 ) -> tuple[str, str]:
-    _evaluate_starting_pool(store, experiment_id, settings, evaluate, report)
+    _evaluate_starting_pool(store, experiment_id, settings, report)
     for generation in range(1, settings.generations + 1):
         with store.session() as session:
             step = _step(session, experiment_id, generation)
@@ -228,7 +232,7 @@ def _run_generations(
             )
             child_id = _propose_and_register(store, experiment_id, settings, proposer, prepared)
         if child_id is not None:
-            evaluate(store, child_id, settings.device)
+            evaluate_revision(store, child_id, settings)
         with store.session() as session:
             step = _step(session, experiment_id, generation)
             if step.status == outcomes.EVALUATING:
@@ -273,7 +277,7 @@ def _standings(session: Session, settings: ExperimentSettings) -> dict[int, Lead
 
 
 def _evaluate_starting_pool(
-    store: Store, experiment_id: int, settings: ExperimentSettings, evaluate: Evaluator, report: Reporter
+    store: Store, experiment_id: int, settings: ExperimentSettings, report: Reporter
 ) -> None:
     """Give every pool member without a result on the device one, so that selection can rank it."""
     with store.session() as session:
@@ -288,7 +292,7 @@ def _evaluate_starting_pool(
         report(
             f"evaluating submission {revision_id} on {settings.device} (a parent candidate without a result)"
         )
-        evaluate(store, revision_id, settings.device)
+        evaluate_revision(store, revision_id, settings)
 
 
 def _prepare(

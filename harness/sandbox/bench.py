@@ -14,6 +14,7 @@ every timed call's output.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.console import Group
@@ -26,7 +27,13 @@ from harness.environment import Environment, probe_environment
 from harness.errors import HarnessError
 from harness.report.leaderboard import reference_lineage_name
 from harness.sandbox.checks import LEADERBOARD_SECRET, store_limits
-from harness.sandbox.evaluation import Evaluator, default_shape_set, evaluate_interleaved, resolve_device
+from harness.sandbox.evaluation import (
+    Evaluator,
+    ShapeOutcome,
+    default_shape_set,
+    evaluate_interleaved,
+    resolve_device,
+)
 from harness.sandbox.supervisor import SandboxLimits
 from harness.scoring import compare, speedup
 from harness.store.models import Lineage, Revision, Run
@@ -66,9 +73,11 @@ def bench_revisions(
     limits: SandboxLimits | None = None,
     rule: StoppingRule | None = None,
     environment: Environment | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[BenchedRevision]:
     """Time each revision and its task's reference on `device` (default: cuda if torch sees a
-    GPU, else cpu). Everything is validated first: bad input fails before any work or write."""
+    GPU, else cpu); `progress` hears one line per shape. Everything is validated first: bad
+    input fails before any work or write."""
     device = resolve_device(device)
     if mode not in BENCH_MODES:
         raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(BENCH_MODES)}")
@@ -82,14 +91,28 @@ def bench_revisions(
     worker = worker_name()
 
     pending: list[tuple[BenchedRevision, int, Evaluator]] = []
+    items: dict[Evaluator, BenchedRevision] = {}
+
+    def on_shape(evaluator: Evaluator, outcome: ShapeOutcome) -> None:
+        item = items[evaluator]
+        timing = f": {_ms(outcome.mean_ms)} ms, {outcome.runs} runs" if outcome.mean_ms is not None else ""
+        progress(
+            f"{item.revision_id} {item.label} {outcome.set_name}[{outcome.index}] {outcome.status}{timing}"
+        )
+
     try:
         with store.session() as session:
             for item in benched:
                 claimed = _claim(session, item, mode, environment, force, limits, rule, worker)
                 if claimed is not None:
                     pending.append(claimed)
-        evaluations = evaluate_interleaved([evaluator for _, _, evaluator in pending])
+                    items[claimed[2]] = item
+        evaluations = evaluate_interleaved(
+            [evaluator for _, _, evaluator in pending], on_shape if progress is not None else None
+        )
     except BaseException:
+        for _, _, evaluator in pending:
+            evaluator.close()
         with store.session() as session:
             for _, run_id, _ in pending:
                 release_claim(session, run_id, worker)
@@ -250,6 +273,8 @@ def shape_table(item: BenchedRevision) -> Table:
         facts.append(run.reason)
     if run.score_ms is not None:
         facts.append(f"score {_ms(run.score_ms)} ms")
+        warmup_s = sum(shape.check.get("timing", {}).get("compile_s", 0.0) for shape in run.shapes)
+        facts.append(f"import {run.compile_s or 0:.1f} s, warm-up {warmup_s:.1f} s")
     if item.speedup is not None and not item.is_reference:
         facts.append(f"{item.speedup:.2f}x the reference ({item.vs_reference})")
     if item.vs_parent is not None:

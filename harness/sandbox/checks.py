@@ -88,12 +88,21 @@ def check_revision(
             return CheckedRevision(revision_id, label, existing, reused=True)
         secret_seed = None
         if mode == "leaderboard":
-            secret_seed = revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)
+            secret_seed = revision_secret(
+                get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256
+            )
         shapes = len(task.shapes(shape_set))
         ttl_s = limits.startup_timeout_s + limits.import_timeout_s + limits.call_timeout_s * shapes * 16
         replace = existing is not None  # forced, or checked on shapes the task no longer has
         run = claim_run(
-            session, revision_id, task.name, run_mode, environment, worker=worker, ttl_s=ttl_s, replace_done=replace
+            session,
+            revision_id,
+            task.name,
+            run_mode,
+            environment,
+            worker=worker,
+            ttl_s=ttl_s,
+            replace_done=replace,
         )
         if run is None:
             holder = claim_holder(session, revision_id, task.name, run_mode, environment.env_key)
@@ -109,7 +118,9 @@ def check_revision(
         raise
     with store.session() as session:
         recorded = record_run(session, run_id, worker, evaluation)
-    return CheckedRevision(revision_id, label, recorded, busy_with="" if recorded else "a worker that took over")
+    return CheckedRevision(
+        revision_id, label, recorded, busy_with="" if recorded else "a worker that took over"
+    )
 
 
 def _same_shapes(run: Run, task: TaskSpec, shape_set: str) -> bool:
@@ -127,7 +138,8 @@ def _shape_lines(run: Run) -> str:
         if status == "not_run":
             continue
         numbers = "/".join(
-            "-" if value is None else f"{value:.1e}" for value in (shape.check.get("max_abs_err"), shape.check.get("rel_l2"))
+            "-" if value is None else f"{value:.1e}"
+            for value in (shape.check.get("max_abs_err"), shape.check.get("rel_l2"))
         )
         lines.append(f"{shape.index}: {numbers}" + ("" if status == "pass" else f" {status}"))
     return "\n".join(lines)

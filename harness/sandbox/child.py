@@ -28,6 +28,7 @@ import importlib.util
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from time import perf_counter
 from types import ModuleType
@@ -130,7 +131,9 @@ def isolate_filesystem(hidden: list[str], writable: list[str]) -> IsolationRepor
     remount every other mount read-only, keeping its nosuid/nodev/noexec/atime flags."""
     report = IsolationReport()
     existing = [Path(path) for path in hidden if Path(path).is_dir()]
-    hidden_roots = [root for root in existing if not _under(root, [other for other in existing if other != root])]
+    hidden_roots = [
+        root for root in existing if not _under(root, [other for other in existing if other != root])
+    ]
     keep = [Path(path) for path in writable]
     handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
     for root in hidden_roots:
@@ -152,8 +155,8 @@ def isolate_filesystem(hidden: list[str], writable: list[str]) -> IsolationRepor
         return report
     skip = {str(path) for path in keep + hidden_roots}
     for point, options in _mount_points():
-        if point in skip or point == "/proc" or point.startswith("/proc/"):
-            continue
+        if point in skip or _under(Path(point), [Path("/proc"), *hidden_roots]):
+            continue  # ours, /proc (the pid namespace's own), or out of sight under a hiding mount
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
         for option in options:
             flags |= MOUNT_OPTION_FLAGS.get(option, 0)
@@ -292,8 +295,11 @@ class Autotuners:
         module = sys.modules.get("triton.runtime.autotuner")
         if module is None:
             return
-        for obj in gc.get_objects():
-            if isinstance(obj, module.Autotuner) and id(obj) not in self.originals:
+        with warnings.catch_warnings():  # isinstance() on some lazy objects warns (deprecations)
+            warnings.simplefilter("ignore")
+            found = [obj for obj in gc.get_objects() if isinstance(obj, module.Autotuner)]
+        for obj in found:
+            if id(obj) not in self.originals:
                 self.originals[id(obj)] = list(obj.configs)
                 self.tuners.append(obj)
 
@@ -380,7 +386,9 @@ class Worker:
             if kind == "runtime_error":
                 kind = "compile_error"
             self.channel.send(
-                ImportFailed(token=self.hello.token, kind=kind, error=one_line(exc), import_s=perf_counter() - started)
+                ImportFailed(
+                    token=self.hello.token, kind=kind, error=one_line(exc), import_s=perf_counter() - started
+                )
             )
             return False
         self.autotuners.scan()
@@ -538,20 +546,31 @@ class Worker:
 # --- entry points ---------------------------------------------------------------------------
 
 
-def probe(scratch: str) -> int:
+def probe(scratch: str, cuda: bool) -> int:
     """Try the full isolation inside the namespaces the caller made: hide one directory, keep one
-    writable, remount the rest read-only, fork an init, lock. Prints "ok" when all of it works."""
+    writable, remount the rest read-only, fork an init, lock, and with `cuda` run a CUDA kernel.
+    Prints "ok" when all of it works."""
     hidden, writable = Path(scratch, "hidden"), Path(scratch, "writable")
     report = isolate_filesystem([str(hidden)], [str(writable)])
     _status_read, status_write = os.pipe()
     become_init(status_write, [])
     lock_namespaces()
     (writable / "probe").write_text("ok")
-    problems = list(report.problems)
+    # A mount that cannot be made read-only is reported with each run, not a reason to give up
+    # the namespaces; failing to hide, to keep writable or to lock is.
+    problems = [problem for problem in report.problems if "read-only" not in problem]
     if any(hidden.iterdir()):
         problems.append("hidden directory still visible")
     if _libc().umount2(str(hidden).encode(), 0) == 0:
         problems.append("hiding mount could be undone")
+    if cuda:
+        try:
+            import torch
+
+            torch.ones(1, device="cuda").add_(1)
+            torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - any failure means: not this level
+            problems.append(f"CUDA does not work here: {one_line(exc)}")
     print("ok" if not problems else "; ".join(problems), flush=True)
     return 0
 
@@ -562,9 +581,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reply-fd", type=int)
     parser.add_argument("--status-fd", type=int)
     parser.add_argument("--probe", metavar="SCRATCH_DIR")
+    parser.add_argument("--probe-cuda", action="store_true")
     args = parser.parse_args(argv)
     if args.probe:
-        return probe(args.probe)
+        return probe(args.probe, args.probe_cuda)
     pipes = [args.request_fd, args.reply_fd] + ([args.status_fd] if args.status_fd is not None else [])
     for fd in pipes:
         os.set_inheritable(fd, False)

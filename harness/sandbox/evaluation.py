@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from time import perf_counter
@@ -280,6 +281,10 @@ class Evaluator:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the child and remove its files (also when it never started); idempotent."""
         self.child.close()
 
     @property
@@ -451,16 +456,22 @@ def evaluate(
     return evaluate_interleaved([evaluator])[0]
 
 
-def evaluate_interleaved(evaluators: list[Evaluator]) -> list[Evaluation]:
+def evaluate_interleaved(
+    evaluators: list[Evaluator], on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None
+) -> list[Evaluation]:
     """Run several evaluators shape by shape: each checks (and times) shape k before any goes on
-    to shape k + 1, so that clock and temperature drift hits every candidate alike. Every child is
-    stopped on the way out, also when this raises."""
+    to shape k + 1, so that clock and temperature drift hits every candidate alike. `on_shape`
+    hears of every shape that ran (for progress). Every child is stopped on the way out, also
+    when this raises."""
     with ExitStack() as stack:
         for evaluator in evaluators:
             stack.enter_context(evaluator)
-        started = [evaluator.start() for evaluator in evaluators]
+        for evaluator in evaluators:
+            evaluator.start()
         for index in range(max((evaluator.shape_count for evaluator in evaluators), default=0)):
-            for evaluator, running in zip(evaluators, started):
-                if running and index < evaluator.shape_count:
-                    evaluator.run_shape(index)
+            for evaluator in evaluators:
+                if index < evaluator.shape_count and not evaluator.stopped:
+                    outcome = evaluator.run_shape(index)
+                    if on_shape is not None:
+                        on_shape(evaluator, outcome)
         return [evaluator.finish() for evaluator in evaluators]

@@ -205,7 +205,8 @@ class TimeReply(Message):
 
 
 Reply = Annotated[
-    Started | Ready | ImportFailed | CheckReply | SeedWanted | CallDone | TimeReply, Field(discriminator="type")
+    Started | Ready | ImportFailed | CheckReply | SeedWanted | CallDone | TimeReply,
+    Field(discriminator="type"),
 ]
 REPLY = TypeAdapter(Reply)
 

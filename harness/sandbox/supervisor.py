@@ -41,6 +41,7 @@ from pydantic import BaseModel, ValidationError
 from typing_extensions import Self
 
 from harness.config import DB_DIR, get_settings
+from harness.errors import HarnessError
 from harness.sandbox.protocol import (
     MAX_MESSAGE_BYTES,
     REPLY,
@@ -102,8 +103,15 @@ class SandboxLimits(BaseModel):
 
     @classmethod
     def from_settings(cls, **overrides: object) -> SandboxLimits:
+        """Time limits from the settings; HARNESS_SANDBOX_ISOLATION=none turns the namespaces off
+        (an escape hatch for a machine where they break the GPU)."""
         settings = get_settings()
         values = {"import_timeout_s": settings.import_timeout_s, "call_timeout_s": settings.call_timeout_s}
+        isolation = os.environ.get("HARNESS_SANDBOX_ISOLATION")
+        if isolation:
+            if isolation not in ("auto", "none"):
+                raise HarnessError(f"HARNESS_SANDBOX_ISOLATION={isolation!r}: use auto or none")
+            values["isolation"] = isolation
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
 
@@ -138,11 +146,13 @@ NO_ISOLATION = IsolationLevel("none", (), False)
 
 
 @cache
-def detect_isolation() -> IsolationLevel:
-    """The strongest level whose namespaces this system grants, tried once per process: the full
-    levels run the child's own probe (hide, remount read-only, fork an init, lock)."""
+def detect_isolation(device: str = "cpu") -> IsolationLevel:
+    """The strongest level whose namespaces this system grants, tried once per process and
+    device: the full levels run the child's own probe (hide, remount read-only, fork an init,
+    lock); for cuda every level must also run a CUDA kernel inside its namespaces."""
     if shutil.which("unshare") is None:
         return NO_ISOLATION
+    use_cuda = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize()"
     for level in ISOLATION_LEVELS:
         with tempfile.TemporaryDirectory(prefix="harness-probe-") as scratch:
             if level.full:
@@ -150,13 +160,14 @@ def detect_isolation() -> IsolationLevel:
                     Path(scratch, name).mkdir()
                 Path(scratch, "hidden", "secret").write_text("x")
                 command = [*level.prefix, sys.executable, "-m", "harness.sandbox.child", "--probe", scratch]
+                command += ["--probe-cuda"] if device == "cuda" else []
             else:
-                command = [*level.prefix, sys.executable, "-c", "pass"]
+                command = [*level.prefix, sys.executable, "-c", use_cuda if device == "cuda" else "pass"]
             try:
                 done = subprocess.run(
                     command,
                     capture_output=True,
-                    timeout=PROBE_TIMEOUT_S,
+                    timeout=PROBE_TIMEOUT_S * (3 if device == "cuda" else 1),
                     env=_python_environment(),
                     stdin=subprocess.DEVNULL,
                     check=False,
@@ -169,9 +180,11 @@ def detect_isolation() -> IsolationLevel:
 
 
 def _python_environment() -> dict[str, str]:
-    """Just enough to run this Python and import the harness package."""
-    package_root = str(Path(__file__).resolve().parents[2])
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": package_root}
+    """The kept variables (PATH, CUDA's) and a PYTHONPATH that finds the harness package."""
+    env = {key: os.environ[key] for key in KEPT_ENVIRONMENT if key in os.environ}
+    env.setdefault("PATH", "/usr/bin:/bin")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    return env
 
 
 def sqlite_directory(url: str | None) -> str | None:
@@ -190,12 +203,19 @@ def _needed_paths() -> list[Path]:
     return list(paths)
 
 
+def work_root() -> Path:
+    """Where the children's working directories are made (one per evaluation)."""
+    root = Path(tempfile.gettempdir(), f"harness-sandbox-{os.getuid()}")
+    root.mkdir(mode=0o700, exist_ok=True)
+    return root
+
+
 def _hidden_directories(limits: SandboxLimits) -> list[str]:
     """Store directories and shared temporary/cache roots, except any that hold something the
     child needs to run (a virtualenv under /tmp stays visible, read-only)."""
     settings = get_settings()
     candidates = [DB_DIR, sqlite_directory(settings.db), *limits.hidden_paths]
-    candidates += [tempfile.gettempdir(), "/tmp", "/dev/shm", settings.cache_dir]
+    candidates += [tempfile.gettempdir(), "/tmp", work_root(), "/dev/shm", settings.cache_dir]
     needed = _needed_paths()
     hidden: list[str] = []
     for candidate in candidates:
@@ -260,7 +280,7 @@ class ChildProcess:
         self.device = device
         self.limits = limits
         self.token = secrets.token_hex(16)
-        self.level = NO_ISOLATION if limits.isolation == "none" else detect_isolation()
+        self.level = NO_ISOLATION if limits.isolation == "none" else detect_isolation(device)
         self.next_id = 0
         self.log = bytearray()
         self.log_total = 0
@@ -272,9 +292,7 @@ class ChildProcess:
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
         for cache_dir in (self.triton_cache, self.extensions_cache):
             cache_dir.mkdir(parents=True, exist_ok=True)
-        work_root = Path(tempfile.gettempdir(), f"harness-sandbox-{os.getuid()}")
-        work_root.mkdir(mode=0o700, exist_ok=True)
-        self.workdir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root))
+        self.workdir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root()))
         (self.workdir / "tmp").mkdir()
         (self.workdir / "submission.py").write_bytes(code)
         (self.workdir / "task.py").write_bytes(task.shim_file.read_bytes())
@@ -295,7 +313,7 @@ class ChildProcess:
             HOME=str(self.workdir),
             TMPDIR=str(self.workdir / "tmp"),
             XDG_CACHE_HOME=str(self.workdir / ".cache"),
-            PYTHONPATH=_python_environment()["PYTHONPATH"],
+            PYTHONPATH=str(Path(__file__).resolve().parents[2]),
             PYTHONNOUSERSITE="1",
             PYTHONDONTWRITEBYTECODE="1",
             TRITON_CACHE_DIR=str(self.triton_cache),
@@ -304,6 +322,10 @@ class ChildProcess:
         )
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
+            # One intra-op thread: host-clock times stay stable when children, the parent and
+            # other work share a few cores (an OpenMP barrier that waits on a descheduled
+            # thread costs a whole time slice, turning 0.01 ms into 20 ms).
+            env["OMP_NUM_THREADS"] = "1"
         return env
 
     def start(self) -> Ready | ImportFailed:
@@ -321,7 +343,15 @@ class ChildProcess:
         # -O on the CPU: CUDA-only wrappers assert `is_cuda` on their inputs; the interpreter
         # runs their kernels on CPU tensors all the same. The parent checks every answer.
         flags = ["-O"] if self.device == "cpu" else []
-        command = [*self.level.prefix, sys.executable, *flags, "-u", "-m", "harness.sandbox.child", *arguments]
+        command = [
+            *self.level.prefix,
+            sys.executable,
+            *flags,
+            "-u",
+            "-m",
+            "harness.sandbox.child",
+            *arguments,
+        ]
         self.started = monotonic()
         try:
             self.proc = subprocess.Popen(
@@ -348,7 +378,12 @@ class ChildProcess:
                 pid_init=True,
                 lock=True,
                 hidden=_hidden_directories(self.limits),
-                writable=[str(self.workdir), str(self.io_dir), str(self.triton_cache), str(self.extensions_cache)],
+                writable=[
+                    str(self.workdir),
+                    str(self.io_dir),
+                    str(self.triton_cache),
+                    str(self.extensions_cache),
+                ],
             )
         hello = Hello(
             token=self.token,
@@ -364,7 +399,9 @@ class ChildProcess:
         self._send(hello, "startup")
         self._receive(self.started, self.limits.startup_timeout_s, "startup", (Started,))
         self.startup_s = monotonic() - self.started
-        return self._receive(monotonic(), self.limits.import_timeout_s, "import/compile", (Ready, ImportFailed))
+        return self._receive(
+            monotonic(), self.limits.import_timeout_s, "import/compile", (Ready, ImportFailed)
+        )
 
     def new_request_id(self) -> int:
         self.next_id += 1
@@ -379,7 +416,9 @@ class ChildProcess:
 
     def check(self, shape: dict, seed: int, *, autotune_config: int | None, phase: str) -> CheckReply:
         """One call of the entry point on the given shape, limited to call_timeout_s."""
-        request = CheckRequest(id=self.new_request_id(), shape=shape, seed=seed, autotune_config=autotune_config)
+        request = CheckRequest(
+            id=self.new_request_id(), shape=shape, seed=seed, autotune_config=autotune_config
+        )
         return self.ask(request, CheckReply, timeout_s=self.limits.call_timeout_s, phase=phase)
 
     def time(
@@ -534,7 +573,12 @@ class ChildProcess:
             return None
 
     def _receive(
-        self, since: float, limit_s: float, phase: str, expected: tuple[type, ...], request_id: int | None = None
+        self,
+        since: float,
+        limit_s: float,
+        phase: str,
+        expected: tuple[type, ...],
+        request_id: int | None = None,
     ):
         """The next reply, due `limit_s` after `since`: one of `expected`, with the run's token,
         answering `request_id`."""
@@ -553,15 +597,20 @@ class ChildProcess:
                 raise self._fail("crashed", self._exit_reason(phase))
             self.buffer += chunk
             if len(self.buffer) > MAX_MESSAGE_BYTES:
-                raise self._fail("crashed", f"protocol violation during {phase}: a message over {MAX_MESSAGE_BYTES} bytes")
+                raise self._fail(
+                    "crashed", f"protocol violation during {phase}: a message over {MAX_MESSAGE_BYTES} bytes"
+                )
         line, self.buffer = self.buffer.split(b"\n", 1)
         try:
             reply = REPLY.validate_json(line)
         except ValidationError:
             raise self._fail("crashed", f"protocol violation during {phase}: a malformed message") from None
         if not hmac.compare_digest(reply.token, self.token):
-            raise self._fail("crashed", f"protocol violation during {phase}: a message with a wrong token (forged?)")
+            raise self._fail(
+                "crashed", f"protocol violation during {phase}: a message with a wrong token (forged?)"
+            )
         if not isinstance(reply, expected) or getattr(reply, "id", request_id) != request_id:
-            raise self._fail("crashed", f"protocol violation during {phase}: an unexpected {reply.type} message")
+            raise self._fail(
+                "crashed", f"protocol violation during {phase}: an unexpected {reply.type} message"
+            )
         return reply
-

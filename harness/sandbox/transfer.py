@@ -84,7 +84,9 @@ def read_tensor(path: Path, info: TensorInfo) -> torch.Tensor:
     expected_bytes = numel * torch.empty((), dtype=dtype).element_size()
     actual_bytes = path.stat().st_size
     if actual_bytes != expected_bytes:
-        raise ValueError(f"exported file holds {actual_bytes} bytes, shape {info.shape} needs {expected_bytes}")
+        raise ValueError(
+            f"exported file holds {actual_bytes} bytes, shape {info.shape} needs {expected_bytes}"
+        )
     if numel == 0:
         return torch.empty(info.shape, dtype=dtype)
     return torch.from_file(str(path), shared=False, size=numel, dtype=dtype).view(info.shape)

@@ -50,7 +50,9 @@ def find_run(session: Session, revision_id: int, task: str, mode: str, env_key: 
 
 def claim_holder(session: Session, revision_id: int, task: str, mode: str, env_key: str) -> str | None:
     """Who holds the claim on this key (None when there is no claimed row)."""
-    return session.scalar(select(Run.claimed_by).where(*_key(revision_id, task, mode, env_key), Run.state == "claimed"))
+    return session.scalar(
+        select(Run.claimed_by).where(*_key(revision_id, task, mode, env_key), Run.state == "claimed")
+    )
 
 
 def claim_run(
@@ -93,7 +95,11 @@ def claim_run(
         return run
     if existing.state == "done" and not replace_done:
         return None
-    if existing.state == "claimed" and existing.claim_expires_at is not None and existing.claim_expires_at > now:
+    if (
+        existing.state == "claimed"
+        and existing.claim_expires_at is not None
+        and existing.claim_expires_at > now
+    ):
         return None
     # Take the row over only if nobody else changed it since we read it.
     taken = session.execute(
@@ -153,7 +159,12 @@ def record_run(
             index=outcome.index,
             shape=outcome.shape,
             passed=outcome.passed,
-            check={**outcome.check, "status": outcome.status, "reason": outcome.reason, "call_s": outcome.call_s},
+            check={
+                **outcome.check,
+                "status": outcome.status,
+                "reason": outcome.reason,
+                "call_s": outcome.call_s,
+            },
             times_ms=list(outcome.times_ms),
             **{name: getattr(outcome, name) for name in TIMING_FIELDS},
         )

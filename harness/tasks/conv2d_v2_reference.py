@@ -7,14 +7,20 @@ a seeded `torch.Generator` on that device makes the two identical.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
+
+# The flags are process-wide: a lock keeps two threads' save/restore from interleaving.
+_FLAGS_LOCK = threading.RLock()
 
 
 class ExactFp32:
     """cuDNN and cuBLAS in full fp32 (TF32 off) with deterministic algorithms, restored on exit."""
 
     def __enter__(self) -> None:
+        _FLAGS_LOCK.acquire()
         self.saved = (
             torch.backends.cudnn.allow_tf32,
             torch.backends.cuda.matmul.allow_tf32,
@@ -30,6 +36,7 @@ class ExactFp32:
             torch.backends.cuda.matmul.allow_tf32,
             torch.backends.cudnn.deterministic,
         ) = self.saved
+        _FLAGS_LOCK.release()
 
 
 def ref_kernel(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:

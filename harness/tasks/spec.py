@@ -107,7 +107,6 @@ class TaskSpec(BaseModel):
         return list(getattr(self, set_name))
 
 
-
 def known_tasks() -> list[str]:
     return sorted(path.stem for path in TASKS_DIR.glob("*.yml"))
 

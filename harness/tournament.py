@@ -1,0 +1,178 @@
+"""The tournament: every registered revision of a task that has no result in this environment yet,
+correctness first, then timing for those that pass, then the leaderboard recheck.
+
+Phases by mode: `test` checks only; `benchmark` checks, then times the passing revisions with the
+task's reference, interleaved shape by shape (harness.sandbox.bench); `leaderboard` adds the
+recheck with secret seeds, a fresh seed per timed call and every timed output checked.
+
+Each (revision, phase) is a run in the store, claimed before the work and written whole after it
+(harness.store.runs), so an interrupted tournament leaves only claims, never half results: Ctrl-C
+releases them at once, a killed process's claims expire, and the next tournament reuses every
+finished run and does the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.environment import Environment, probe_environment
+from harness.errors import HarnessError
+from harness.sandbox.bench import BenchedRevision, bench_revisions
+from harness.sandbox.checks import CheckedRevision, check_revision, store_limits
+from harness.sandbox.evaluation import default_shape_set, resolve_device
+from harness.sandbox.supervisor import SandboxLimits
+from harness.store.revisions import list_revisions
+from harness.store.session import Store
+from harness.tasks import load_task
+from harness.timing import StoppingRule
+
+PHASES = {
+    "test": ("test",),
+    "benchmark": ("test", "benchmark"),
+    "leaderboard": ("test", "benchmark", "leaderboard"),
+}
+
+
+@dataclass
+class PhaseResult:
+    phase: str
+    revision_ids: list[int]
+    evaluated: int = 0  # revisions evaluated now (not reused from the store)
+    reused: int = 0
+    busy: int = 0  # held by another worker's claim
+    passed: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TournamentResult:
+    task: str
+    device: str
+    mode: str
+    environment: Environment
+    phases: list[PhaseResult] = field(default_factory=list)
+
+
+class TournamentProgress:
+    """What the tournament tells its caller: a phase starts with a number of steps, steps end."""
+
+    def start_phase(self, phase: str, steps: int) -> None: ...
+
+    def step(self, description: str) -> None: ...
+
+    def end_phase(self) -> None: ...
+
+
+def tournament_revisions(store: Store, task: str, only: list[int] | None) -> list[int]:
+    """The task's revisions in registration order (`only`: just these, each checked to exist and
+    to belong to the task)."""
+    with store.session() as session:
+        ids = [revision.id for revision in list_revisions(session, task=task)]
+    if not only:
+        return ids
+    unknown = [revision_id for revision_id in only if revision_id not in ids]
+    if unknown:
+        raise HarnessError(f"no revision {unknown[0]} of task {task} in the store")
+    return list(dict.fromkeys(only))
+
+
+def run_tournament(
+    store: Store,
+    *,
+    task: str = "conv2d_v2",
+    device: str | None = None,
+    mode: str = "benchmark",
+    only: list[int] | None = None,
+    force: bool = False,
+    limits: SandboxLimits | None = None,
+    rule: StoppingRule | None = None,
+    progress: TournamentProgress | None = None,
+) -> TournamentResult:
+    """Run the tournament's phases for `mode` on `device` (default: cuda when torch sees a GPU)."""
+    if mode not in PHASES:
+        raise HarnessError(f"unknown mode {mode!r}: use {', '.join(PHASES)}")
+    device = resolve_device(device)
+    spec = load_task(task)
+    revision_ids = tournament_revisions(store, spec.name, only)
+    if not revision_ids:
+        raise HarnessError(f"no revisions of task {spec.name} registered: run `harness seed` or `harness register`")
+    progress = progress or TournamentProgress()
+    environment = probe_environment(device)
+    limits = store_limits(store, limits or SandboxLimits.from_settings())
+    result = TournamentResult(task=spec.name, device=device, mode=mode, environment=environment)
+
+    candidates = revision_ids
+    for phase in PHASES[mode]:
+        if not candidates:
+            break
+        if phase == "test":
+            outcome = _check_phase(store, candidates, environment, force, limits, progress)
+        else:
+            steps = len(candidates) * len(spec.shapes(default_shape_set(device, timed=True)))
+            outcome = _bench_phase(store, phase, candidates, environment, force, limits, rule, progress, steps)
+        result.phases.append(outcome)
+        candidates = outcome.passed
+    return result
+
+
+def _check_phase(
+    store: Store,
+    revision_ids: list[int],
+    environment: Environment,
+    force: bool,
+    limits: SandboxLimits,
+    progress: TournamentProgress,
+) -> PhaseResult:
+    outcome = PhaseResult("test", revision_ids)
+    progress.start_phase("test", len(revision_ids))
+    for revision_id in revision_ids:
+        checked = check_revision(
+            store, revision_id, environment=environment, mode="test", force=force, limits=limits
+        )
+        _count(outcome, checked)
+        status = checked.run.status if checked.run is not None else f"busy ({checked.busy_with})"
+        progress.step(f"{checked.label}: {status}")
+    progress.end_phase()
+    return outcome
+
+
+def _bench_phase(
+    store: Store,
+    phase: str,
+    revision_ids: list[int],
+    environment: Environment,
+    force: bool,
+    limits: SandboxLimits,
+    rule: StoppingRule | None,
+    progress: TournamentProgress,
+    steps: int,
+) -> PhaseResult:
+    outcome = PhaseResult(phase, revision_ids)
+    progress.start_phase(phase, steps)
+    benched = bench_revisions(
+        store,
+        revision_ids,
+        device=environment.device,
+        mode=phase,
+        force=force,
+        limits=limits,
+        rule=rule,
+        environment=environment,
+        progress=progress.step,
+    )
+    for item in benched:
+        _count(outcome, item)
+    progress.end_phase()
+    return outcome
+
+
+def _count(outcome: PhaseResult, item: CheckedRevision | BenchedRevision) -> None:
+    if item.run is None:
+        outcome.busy += 1
+        return
+    if item.reused:
+        outcome.reused += 1
+    else:
+        outcome.evaluated += 1
+    if item.run.status == "pass" and item.revision_id not in outcome.passed:
+        outcome.passed.append(item.revision_id)
+
