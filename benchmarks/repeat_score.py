@@ -74,7 +74,7 @@ def print_repeat(first: Evaluation, second: Evaluation, ranking_by: str) -> None
 def load_candidate(path: Path, task: TaskSpec):
     """The candidate's module, imported in this process beside the task's shim (as task.py)."""
     shim_dir = Path(tempfile.mkdtemp(prefix="repeat-score-"))
-    (shim_dir / "task.py").write_bytes(task.shim_source())
+    (shim_dir / "task.py").write_bytes(task.shim_file.read_bytes())
     sys.path.insert(0, str(shim_dir))
     spec = importlib.util.spec_from_file_location("repeat_score_candidate", path)
     module = importlib.util.module_from_spec(spec)

@@ -264,6 +264,7 @@ def bench(
         benched = bench_revisions(
             store,
             ids,
+            device=device,
             mode=mode,
             force=force,
             rule=rule,

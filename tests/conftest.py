@@ -59,3 +59,24 @@ def dump_store() -> Callable[[str], list[str]]:
             connection.close()
 
     return dump
+
+
+@pytest.fixture
+def process_gone() -> Callable[[int], bool]:
+    """`process_gone(pid)`: True once the process has ended, waiting up to 5 s for it; a zombie
+    that only waits for its parent to reap it counts as ended."""
+    import time  # appended section: conftest's imports belong to its other users
+
+    def gone(pid: int) -> bool:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                return True
+            if state == "Z":
+                return True
+            time.sleep(0.05)
+        return False
+
+    return gone

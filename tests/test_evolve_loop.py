@@ -50,6 +50,16 @@ def rows(db: str, query: str, *parameters: object) -> list[tuple]:
         connection.close()
 
 
+def steps_of(db: str, proposer: str, columns: str) -> list[tuple]:
+    """`columns` of the steps of the experiments run with `proposer`, in order."""
+    return rows(
+        db,
+        f"select {columns} from experiment_steps s join experiments e on e.id = s.experiment_id "
+        "where e.proposer = ? order by e.id, s.generation",
+        proposer,
+    )
+
+
 def reply_command(mode: str, *args: object) -> str:
     return shlex.join([sys.executable, str(REPLY_SCRIPT), mode, *(str(arg) for arg in args)])
 
@@ -147,7 +157,9 @@ def tiny_revision(seeded_store: str, tmp_path_factory: pytest.TempPathFactory) -
     )[0][0]
 
 
-def test_an_interrupted_experiment_resumes(seeded_store: str, tiny_revision: int, tmp_path: Path):
+def test_an_interrupted_experiment_resumes(
+    seeded_store: str, tiny_revision: int, tmp_path: Path, process_gone
+):
     db, state = seeded_store, tmp_path
     command = reply_command("second-call-hangs", state)
     process = subprocess.Popen(
@@ -179,7 +191,7 @@ def test_an_interrupted_experiment_resumes(seeded_store: str, tiny_revision: int
     process.send_signal(signal.SIGINT)  # Ctrl-C while the proposer of generation 2 hangs
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
-    assert _gone(hanging_pid), "the interrupted proposer was left running"
+    assert process_gone(hanging_pid), "the interrupted proposer was left running"
     ((experiment_id, status, reason),) = rows(
         db, "select id, status, reason from experiments where proposer = ?", command
     )
@@ -206,19 +218,6 @@ def test_an_interrupted_experiment_resumes(seeded_store: str, tiny_revision: int
     assert rows(db, "select status from experiments where id = ?", experiment_id) == [("finished",)]
     story = harness(db, "experiments", "show", experiment_id)
     assert "1234 tokens, cost 0.01" in story.stdout and "<<<<<<< SEARCH" in story.stdout
-
-
-def _gone(pid: int) -> bool:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize(
@@ -251,11 +250,8 @@ def test_steps_without_a_child_are_recorded_with_their_reason(
         0.1,
     )
     assert result.returncode == 0, result.stderr
-    ((step_status, step_reason, child_id, reply),) = rows(
-        db,
-        "select s.status, s.reason, s.child_id, s.reply from experiment_steps s join experiments e "
-        "on e.id = s.experiment_id where e.proposer = ?",
-        command,
+    ((step_status, step_reason, child_id, reply),) = steps_of(
+        db, command, "s.status, s.reason, s.child_id, s.reply"
     )
     assert step_status == status and reason in step_reason and child_id is None
     assert rows(db, "select count(*) from revisions") == revisions_before
@@ -324,11 +320,8 @@ def test_a_failing_parent_gets_the_fix_prompt_a_few_times(seeded_store: str, tmp
     args = ("--from", wrong_id, "--proposer", command, "--device", "cpu", "--budget", 0.1)
     fixed = harness(db, "evolve", *args, "--generations", 1)
     assert fixed.returncode == 0, fixed.stderr
-    ((template, status, child_id, prompt),) = rows(
-        db,
-        "select s.template, s.status, s.child_id, s.prompt from experiment_steps s "
-        "join experiments e on e.id = s.experiment_id where e.proposer = ? and e.settings like '%\"max_fix_attempts\": 2%'",
-        command,
+    ((template, status, child_id, prompt),) = steps_of(
+        db, command, "s.template, s.status, s.child_id, s.prompt"
     )
     assert (template, status) == ("fix", "pass")
     assert "it fails with status `wrong_answer`" in prompt and "mismatched elements" in prompt
@@ -345,3 +338,43 @@ def test_a_failing_parent_gets_the_fix_prompt_a_few_times(seeded_store: str, tmp
     assert rows(
         db, "select status from experiments where proposer = ? order by id desc limit 1", command
     ) == [("stopped",)]
+
+
+def test_an_experiment_interrupted_while_evaluating_resumes(seeded_store: str, tiny_revision: int):
+    db = seeded_store
+    command = reply_command("whole-file")
+    process = subprocess.Popen(
+        [str(HARNESS), "evolve", "--from", str(tiny_revision), "--generations", "1", "--proposer", command]
+        + ["--device", "cpu", "--budget", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HARNESS_DB": db},
+    )
+    deadline = time.monotonic() + 120
+    while not steps_of(db, command, "s.status"):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no step was registered"
+        time.sleep(0.05)
+    ((status, child_id),) = steps_of(db, command, "s.status, s.child_id")
+    assert status == "evaluating"
+    while not rows(db, "select id from runs where revision_id = ? and state = 'claimed'", child_id):
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    # The runner has claimed the child's run and is starting its sandbox (a child process whose
+    # startup takes seconds); a signal that lands inside the fork itself is swallowed by Python's
+    # at-fork hooks, so wait until the fork is done.
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr[-5000:]
+    ((experiment_id, experiment_status),) = rows(
+        db, "select id, status from experiments where proposer = ?", command
+    )
+    assert experiment_status == "interrupted"
+    assert rows(db, "select count(*) from runs where state = 'claimed'") == [(0,)]  # no claim left behind
+
+    resumed = harness(db, "evolve", "--resume", experiment_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"evaluating submission {child_id}, registered before the interruption" in resumed.stdout
+    assert steps_of(db, command, "s.status, s.child_id") == [("pass", child_id)]

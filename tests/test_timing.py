@@ -185,22 +185,29 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
 def test_leaderboard_mode_fails_a_candidate_that_replays_its_first_output(device):
     """The same candidate, interleaved: in benchmark mode every call has the check's inputs, so
-    replaying is not detectable there; leaderboard mode's fresh secret inputs catch it."""
+    replaying is not detectable there; leaderboard mode's fresh secret inputs catch it. With the
+    reference as a third evaluator and groups of two, the order is A0 B0 A1 B1 ... then C0 C1 ..."""
     task = load_task("conv2d_v2")
-    benchmark, leaderboard = evaluate_interleaved(
-        [
-            Evaluator(REPLAYS_FIRST_OUTPUT, "replay.py", task, device=device, timed=True, rule=QUICK_RULE),
-            Evaluator(
-                REPLAYS_FIRST_OUTPUT,
-                "replay.py",
-                task,
-                device=device,
-                mode="leaderboard",
-                timed=True,
-                secret_seed=123456789,
-                rule=QUICK_RULE,
-            ),
-        ]
+    reference = (CANDIDATES_DIR / "conv2d_v2_reference.py").read_bytes()
+    evaluators = [
+        Evaluator(REPLAYS_FIRST_OUTPUT, "replay.py", task, device=device, timed=True, rule=QUICK_RULE),
+        Evaluator(
+            REPLAYS_FIRST_OUTPUT,
+            "replay.py",
+            task,
+            device=device,
+            mode="leaderboard",
+            timed=True,
+            secret_seed=123456789,
+            rule=QUICK_RULE,
+        ),
+        Evaluator(reference, "reference.py", task, device=device, timed=True, rule=QUICK_RULE),
+    ]
+    order: list[tuple[int, int]] = []
+    benchmark, leaderboard, _ = evaluate_interleaved(
+        evaluators,
+        lambda evaluator, outcome: order.append((evaluators.index(evaluator), outcome.index)),
+        group_size=2,
     )
     assert benchmark.shapes[0].status == "pass" and benchmark.shapes[0].runs >= 3
     assert leaderboard.status == "wrong_answer"
@@ -208,6 +215,8 @@ def test_leaderboard_mode_fails_a_candidate_that_replays_its_first_output(device
     assert "leaderboard recheck" in leaderboard.shapes[0].reason
     assert leaderboard.shapes[0].check["passed"] is True  # its check call, before the timed calls
     assert leaderboard.score_ms is None and leaderboard.shapes[0].mean_ms is None
+    shapes = range(evaluators[0].shape_count)
+    assert order == [(e, k) for k in shapes for e in (0, 1)] + [(2, k) for k in shapes]
 
 
 @needs_cuda

@@ -220,6 +220,10 @@ def _run_generations(
             if step is not None:  # registered, not evaluated: the run was interrupted there
                 child_id = step.child_id
                 prepared = None
+                report(
+                    f"generation {generation}/{settings.generations}: evaluating submission {child_id}, "
+                    "registered before the interruption"
+                )
             else:
                 prepared = _prepare(session, experiment_id, settings, generation)
                 if prepared is None:

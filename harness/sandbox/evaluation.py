@@ -45,6 +45,7 @@ ShapeStatus = Literal[
 MODES = ("test", "leaderboard")
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
+INTERLEAVE_GROUP = 16  # children alive at once in evaluate_interleaved
 
 
 class ShapeOutcome(BaseModel):
@@ -251,7 +252,8 @@ class Evaluator:
             raise HarnessError("leaderboard mode needs the secret seed")
         shape_set = shape_set or default_shape_set(device, timed)
         self.shapes = task.shapes(shape_set)
-        self.task, self.device, self.mode, self.timed, self.secret_seed = task, device, mode, timed, secret_seed
+        self.task, self.device, self.mode = task, device, mode
+        self.timed, self.secret_seed = timed, secret_seed
         self.limits = limits or SandboxLimits.from_settings()
         self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget_s)
         code_sha256 = hashlib.sha256(code).hexdigest()
@@ -457,21 +459,30 @@ def evaluate(
 
 
 def evaluate_interleaved(
-    evaluators: list[Evaluator], on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None
+    evaluators: list[Evaluator],
+    on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None,
+    *,
+    group_size: int = INTERLEAVE_GROUP,
 ) -> list[Evaluation]:
     """Run several evaluators shape by shape: each checks (and times) shape k before any goes on
-    to shape k + 1, so that clock and temperature drift hits every candidate alike. `on_shape`
-    hears of every shape that ran (for progress). Every child is stopped on the way out, also
-    when this raises."""
+    to shape k + 1, so that clock and temperature drift hits every candidate alike. At most
+    `group_size` children live at once (each holds a CUDA context, its inputs and a 256 MiB
+    flush buffer): longer lists run in groups of that size, one after another. `on_shape` hears
+    of every shape that ran (for progress). Every child is stopped on the way out, also when
+    this raises."""
+    evaluations: list[Evaluation] = []
     with ExitStack() as stack:
         for evaluator in evaluators:
             stack.enter_context(evaluator)
-        for evaluator in evaluators:
-            evaluator.start()
-        for index in range(max((evaluator.shape_count for evaluator in evaluators), default=0)):
-            for evaluator in evaluators:
-                if index < evaluator.shape_count and not evaluator.stopped:
-                    outcome = evaluator.run_shape(index)
-                    if on_shape is not None:
-                        on_shape(evaluator, outcome)
-        return [evaluator.finish() for evaluator in evaluators]
+        for first in range(0, len(evaluators), group_size):
+            group = evaluators[first : first + group_size]
+            for evaluator in group:
+                evaluator.start()
+            for index in range(max(evaluator.shape_count for evaluator in group)):
+                for evaluator in group:
+                    if index < evaluator.shape_count and not evaluator.stopped:
+                        outcome = evaluator.run_shape(index)
+                        if on_shape is not None:
+                            on_shape(evaluator, outcome)
+            evaluations += [evaluator.finish() for evaluator in group]
+    return evaluations

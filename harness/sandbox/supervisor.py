@@ -183,7 +183,10 @@ def _python_environment() -> dict[str, str]:
     """The kept variables (PATH, CUDA's) and a PYTHONPATH that finds the harness package."""
     env = {key: os.environ[key] for key in KEPT_ENVIRONMENT if key in os.environ}
     env.setdefault("PATH", "/usr/bin:/bin")
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    # The harness package first, then whatever the parent's PYTHONPATH adds (packages installed
+    # with `pip --target`, as on a machine whose image lacks some of them).
+    parts = [str(Path(__file__).resolve().parents[2]), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     return env
 
 
