@@ -311,12 +311,11 @@ class ChildProcess:
         self.close()
 
     def environment(self) -> dict[str, str]:
-        env = {key: os.environ[key] for key in KEPT_ENVIRONMENT if key in os.environ}
+        env = _python_environment()
         env.update(
             HOME=str(self.workdir),
             TMPDIR=str(self.workdir / "tmp"),
             XDG_CACHE_HOME=str(self.workdir / ".cache"),
-            PYTHONPATH=str(Path(__file__).resolve().parents[2]),
             PYTHONNOUSERSITE="1",
             PYTHONDONTWRITEBYTECODE="1",
             TRITON_CACHE_DIR=str(self.triton_cache),

@@ -35,10 +35,19 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
+MIN_SHM_FREE_BYTES = 2 * 1024**3
+
+
 def make_io_dir() -> Path:
-    """A fresh private directory for one child's files: in /dev/shm when it is usable."""
+    """A fresh private directory for one child's files: in /dev/shm when it is writable and has
+    room (a container's default 64 MiB would end a large copy with SIGBUS), else in the
+    temporary directory."""
     shm = Path("/dev/shm")
-    root = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    root = None
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        stats = os.statvfs(shm)
+        if stats.f_bavail * stats.f_frsize >= MIN_SHM_FREE_BYTES:
+            root = shm
     return Path(tempfile.mkdtemp(prefix="harness-io-", dir=root))
 
 
