@@ -147,7 +147,10 @@ def custom_kernel(data: input_t) -> output_t:
 
 # Computes the right answer on its first call for each output shape, then returns that forever.
 REPLAYS_FIRST_OUTPUT = b"""from task import input_t, output_t
+import torch
 import torch.nn.functional as F
+
+torch.backends.cudnn.allow_tf32 = False  # the strict reference is fp32; TF32 would fail on CUDA
 
 _first = {}
 
