@@ -150,3 +150,25 @@ def test_objects_other_than_exact_tensors_are_described_not_exported(tmp_path: P
     assert not info.exact_tensor and not info.written and info.type_name.endswith("Sneaky")
     assert not (tmp_path / "s.bin").exists()
     assert describe((1, 2)).type_name == "builtins.tuple"
+
+
+def test_a_mismatch_where_the_reference_itself_is_off_is_named(case):
+    """A reference whose own rounding is off at one element: an output equal to the float64
+    answer fails the strict check there, and the reason says the reference is off too."""
+    expected = case.expected.clone()
+    expected[0, 0, 0, 0] += 0.01  # the 'reference' is off the float64 answer beyond tolerance here
+    noisy = checking.ReferenceCase(data=case.data, expected=expected, expected64=case.expected64)
+    exact = case.expected64.to(torch.float32)
+    check = checking.compare_output(exact, noisy, rtol=TASK.rtol, atol=TASK.atol)
+    assert not check.passed and check.mismatches == 1
+    assert check.mismatches_where_reference_is_off == 1 and check.within_tolerance_of_float64 is True
+    assert "float64 answer is itself off the reference at 1 of them" in check.reason
+
+
+def test_a_wrong_output_is_not_excused_by_the_reference(case):
+    wrong = case.expected.clone()
+    wrong[0, 0, 0, 0] += 0.5
+    check = compare(wrong, case)
+    assert not check.passed
+    assert check.mismatches_where_reference_is_off == 0 and check.within_tolerance_of_float64 is False
+    assert "itself off" not in check.reason and "within tolerance of the float64" not in check.reason

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Where a tournament's wall time went, read back from the store it wrote.
+
+For each phase (run mode) of one environment: the phase's wall time (first run claimed to last run
+written), split into
+- compile and warm-up: the candidates' imports (each run's compile_s) plus the warm-up calls
+  before timing (JIT compilation, Triton autotuning, cuDNN algorithm search);
+- checked calls: the candidate calls whose outputs were compared with the reference (the first
+  of them also compiles what the import did not);
+- timed calls: the sum of every timed call's time;
+- harness overhead: the rest (process starts, input generation, reference computation, output
+  transfer and comparison, L2 flushes, the store).
+
+    python benchmarks/tournament_profile.py [--db URL] [--task conv2d_v2] [--device NAME]
+
+With a second tournament run right after the first (nothing new to do), time the command itself:
+`time harness tournament` (the README has the figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
+
+from harness.store.models import Run
+from harness.store.session import open_store
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default=None, help="SQLAlchemy URL of the store (default: settings)")
+    parser.add_argument("--task", default="conv2d_v2")
+    parser.add_argument("--device", default=None, help="device or device name (default: the latest run's)")
+    args = parser.parse_args()
+
+    store = open_store(args.db)
+    with store.session() as session:
+        runs = session.scalars(
+            select(Run)
+            .where(Run.task == args.task, Run.state == "done")
+            .options(selectinload(Run.shapes))
+            .order_by(Run.finished_at)
+        ).all()
+        if args.device:
+            wanted = args.device.lower()
+            runs = [r for r in runs if wanted in (r.device.lower(), r.device_name.lower())]
+        if not runs:
+            raise SystemExit(f"no finished runs of {args.task} in this store")
+        env_key = runs[-1].env_key
+        runs = [r for r in runs if r.env_key == env_key]
+        print(f"{args.task} on {runs[-1].device_name or runs[-1].device}: {len(runs)} runs")
+        header = f"{'phase':<13}{'runs':>5}{'wall s':>9}{'compile+warm-up':>17}{'checked calls':>15}"
+        print(header + f"{'timed calls':>13}{'overhead':>10}{'overhead %':>12}")
+        for mode in dict.fromkeys(r.mode for r in runs):
+            phase = [r for r in runs if r.mode == mode]
+            wall = (max(r.finished_at for r in phase) - min(r.started_at for r in phase)).total_seconds()
+            compile_s = sum(r.compile_s or 0.0 for r in phase)
+            compile_s += sum((s.check.get("timing") or {}).get("compile_s") or 0.0 for r in phase for s in r.shapes)
+            checked_s = sum(s.check.get("call_s") or 0.0 for r in phase for s in r.shapes)
+            timed_s = sum(sum(s.times_ms or []) for r in phase for s in r.shapes) / 1000
+            overhead = wall - compile_s - checked_s - timed_s
+            print(
+                f"{mode:<13}{len(phase):>5}{wall:>9.1f}{compile_s:>17.1f}{checked_s:>15.1f}"
+                f"{timed_s:>13.1f}{overhead:>10.1f}{overhead / wall * 100 if wall else 0:>11.1f}%"
+            )
+    store.close()
+
+
+if __name__ == "__main__":
+    main()
