@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal
 
 import typer
-from typer.exceptions import Abort, Exit, TyperException
 from rich.console import Console
+from typer.exceptions import Abort, Exit, TyperException
 
 from harness.errors import HarnessError
 
@@ -30,7 +30,7 @@ def _root() -> None:
     """Kernel evolution harness: register revisions, check and time them, rank them."""
 
 DbOption = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--db", envvar="HARNESS_DB", help="SQLAlchemy URL of the store (default: db/harness.sqlite)."),
 ]
 
@@ -206,12 +206,12 @@ def show(
 def test_command(
     ids: Annotated[list[int], typer.Argument(help="Submission ids to check.", show_default=False)],
     device: Annotated[
-        Optional[str], typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
+        str | None, typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
     ] = None,
     mode: Annotated[str, typer.Option(help="test (public seeds) or leaderboard (secret seeds).")] = "test",
     force: Annotated[bool, typer.Option(help="Check again even if this environment has a result.")] = False,
     call_timeout: Annotated[
-        Optional[float], typer.Option(help="Seconds allowed per call (default: settings).")
+        float | None, typer.Option(help="Seconds allowed per call (default: settings).")
     ] = None,
     db: DbOption = None,
 ) -> None:
@@ -306,18 +306,18 @@ def _print_exact(text: str) -> None:
 def tournament(
     task: TaskOption = "conv2d_v2",
     device: Annotated[
-        Optional[str], typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
+        str | None, typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
     ] = None,
     mode: Annotated[
         Literal["test", "benchmark", "leaderboard"],
         typer.Option(help="test (check only), benchmark (check, then time), leaderboard (and recheck with secret seeds)."),
     ] = "benchmark",
     only: Annotated[
-        Optional[list[int]], typer.Option("--only", help="Just these submission ids (repeat the option).")
+        list[int] | None, typer.Option("--only", help="Just these submission ids (repeat the option).")
     ] = None,
     force: Annotated[bool, typer.Option(help="Evaluate again even where this environment has results.")] = False,
     budget: Annotated[
-        Optional[float], typer.Option(help="Seconds of timed calls per shape (default: settings).")
+        float | None, typer.Option(help="Seconds of timed calls per shape (default: settings).")
     ] = None,
     db: DbOption = None,
 ) -> None:

@@ -24,7 +24,13 @@ class Settings(BaseSettings):
     import_timeout_s: float = 300.0
     call_timeout_s: float = 120.0
     shape_budget_s: float = 10.0  # timing: host seconds of timed calls per shape (GPU MODE: 10 s)
+    # On the CPU the Triton interpreter stands in for the GPU: its times rank nothing across
+    # devices, so a short budget keeps a CPU tournament to minutes.
+    cpu_shape_budget_s: float = 1.0
     max_file_bytes: int = 1_000_000
+
+    def shape_budget(self, device: str) -> float:
+        return self.cpu_shape_budget_s if device == "cpu" else self.shape_budget_s
 
 
 def get_settings() -> Settings:

@@ -13,6 +13,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from typing_extensions import Self
 
 from harness.tournament import TournamentProgress
 
@@ -31,7 +32,7 @@ class RichTournamentProgress(TournamentProgress):
         )
         self.current: TaskID | None = None
 
-    def __enter__(self) -> RichTournamentProgress:
+    def __enter__(self) -> Self:
         self.progress.start()
         return self
 

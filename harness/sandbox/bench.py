@@ -87,7 +87,7 @@ def bench_revisions(
         benched = _with_references(session, revision_ids)
     environment = environment or probe_environment(device)
     limits = store_limits(store, limits or SandboxLimits.from_settings())
-    rule = rule or StoppingRule(budget_s=get_settings().shape_budget_s)
+    rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
     worker = worker_name()
 
     pending: list[tuple[BenchedRevision, int, Evaluator]] = []

@@ -255,7 +255,7 @@ class Evaluator:
         self.task, self.device, self.mode = task, device, mode
         self.timed, self.secret_seed = timed, secret_seed
         self.limits = limits or SandboxLimits.from_settings()
-        self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget_s)
+        self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
         code_sha256 = hashlib.sha256(code).hexdigest()
         self.reference = load_reference(task)
         self.started = perf_counter()
