@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     # devices, so a short budget keeps a CPU tournament to minutes.
     cpu_shape_budget_s: float = 1.0
     max_file_bytes: int = 1_000_000
+    # timing: the peak rate (TFLOP/s) of each device, by a case-insensitive part of its name; a
+    # time below FLOPs / peak flags the shape `below_physical_floor` (harness.timing).
+    peak_tflops: dict[str, float] = {"H200": 67.0, "H100": 67.0}
+    default_peak_tflops: float = 100.0
 
     def shape_budget(self, device: str) -> float:
         return self.cpu_shape_budget_s if device == "cpu" else self.shape_budget_s

@@ -22,6 +22,17 @@ Method, per shape (`time_calls`):
 On the CPU the times come from the host clock (`perf_counter` around the call), with no flush;
 the statistics are the same and are labelled `cpu`.
 
+Checks in the parent, which does not trust the child's clock (the candidate shares its process
+and can replace `perf_counter` or `torch.cuda.Event` there), flag a shape for review:
+
+5. `host_clock_mismatch`: the parent's own monotonic clock, from sending a call's seed to hearing
+   that the call is over, exceeds the reported time by more than `HOST_MARGIN_FACTOR` times plus
+   `HOST_MARGIN_MS`, comparing the parent's shortest call with the longest reported one (load
+   on the machine only lengthens the parent's intervals). Only where a call's inputs are reused (test
+   mode): with a fresh seed per call, making and exporting the tensors fall in that interval.
+6. `below_physical_floor`: the fastest call took less than the shape's FLOPs at the device's peak
+   rate (`settings.peak_tflops`).
+
 Leaderboard mode is the caller's choice of `make_inputs` (fresh inputs from a new seed for every
 call) and `after_call` (hands every timed call's output to the checker); both run outside the
 timed region.
@@ -41,6 +52,10 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 MISMATCH_MARGIN_MS = 0.1
 MISMATCH_MARGIN_REL = 0.05
 TIMING_MISMATCH = "timing_mismatch"
+HOST_MARGIN_MS = 1.0
+HOST_MARGIN_FACTOR = 2.0
+HOST_CLOCK_MISMATCH = "host_clock_mismatch"
+BELOW_PHYSICAL_FLOOR = "below_physical_floor"
 
 
 @dataclass
@@ -153,6 +168,18 @@ def time_calls(
         del output
     flags = [TIMING_MISMATCH] if mismatched_calls else []
     return BenchmarkStats.from_times(times_ms, device=device, compile_s=compile_s, flags=flags)
+
+
+def host_clock_disagrees(times_ms: Sequence[float], parent_ms: Sequence[float]) -> bool:
+    """Whether the calls took far longer on the parent's clock than the child reports (step 5)."""
+    if not times_ms or not parent_ms:
+        return False
+    return min(parent_ms) > HOST_MARGIN_FACTOR * max(times_ms) + HOST_MARGIN_MS
+
+
+def physical_floor_ms(flops: float, peak_tflops: float) -> float:
+    """The least time `flops` floating-point operations take at `peak_tflops` (step 6)."""
+    return flops / (peak_tflops * 1e12) * 1e3
 
 
 def _synchronize(device: str) -> None:

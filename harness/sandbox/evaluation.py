@@ -35,7 +35,15 @@ from harness.sandbox.protocol import AutotunerInfo, CallDone, CheckReply, Import
 from harness.sandbox.supervisor import ChildFailure, ChildProcess, IsolationLevel, SandboxLimits
 from harness.sandbox.transfer import read_tensor
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
-from harness.timing import TIMING_MISMATCH, BenchmarkStats, StoppingRule
+from harness.timing import (
+    BELOW_PHYSICAL_FLOOR,
+    HOST_CLOCK_MISMATCH,
+    TIMING_MISMATCH,
+    BenchmarkStats,
+    StoppingRule,
+    host_clock_disagrees,
+    physical_floor_ms,
+)
 
 STATUSES = ("pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported")
 Status = Literal["pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported"]
@@ -101,6 +109,16 @@ def resolve_device(device: str | None) -> str:
     if device == "cuda" and not torch.cuda.is_available():
         raise HarnessError("--device cuda, but torch sees no CUDA GPU here")
     return device
+
+
+def peak_tflops(device: str) -> float:
+    """The peak rate setting whose key is part of this device's name ("cpu" on the CPU)."""
+    settings = get_settings()
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    for key, peak in settings.peak_tflops.items():
+        if key.lower() in name.lower():
+            return peak
+    return settings.default_peak_tflops
 
 
 def default_shape_set(device: str, timed: bool = False) -> str:
@@ -258,6 +276,7 @@ class Evaluator:
         self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
         code_sha256 = hashlib.sha256(code).hexdigest()
         self.reference = load_reference(task)
+        self.peak_tflops = peak_tflops(device)
         self.started = perf_counter()
         self.evaluation = Evaluation(
             status="pass",
@@ -400,6 +419,7 @@ class Evaluator:
             outcome.status, outcome.reason = "wrong_answer", f"leaderboard recheck: {problems[0]}"
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
+            flags += self._parent_timing_flags(shape, times, leaderboard)
             stats = BenchmarkStats.from_times(times, device=self.device, compile_s=reply.compile_s, flags=flags)
             for name in ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms", "times_ms"):
                 setattr(outcome, name, getattr(stats, name))
@@ -407,6 +427,16 @@ class Evaluator:
             outcome.check["timing"] = {"device": self.device, "compile_s": stats.compile_s, "flags": stats.flags}
             return
         outcome.passed = False
+
+    def _parent_timing_flags(self, shape: Shape, times: list[float], leaderboard: bool) -> list[str]:
+        """Flags from the parent's own clock and the shape's physical floor (harness.timing)."""
+        flags = []
+        if not leaderboard and host_clock_disagrees(times, list(self.child.call_wall_ms.values())):
+            flags.append(HOST_CLOCK_MISMATCH)
+        flops = getattr(self.reference, "flops", None)
+        if flops is not None and min(times) < physical_floor_ms(flops(**shape.parameters), self.peak_tflops):
+            flags.append(BELOW_PHYSICAL_FLOOR)
+        return flags
 
     def _timed_output_problem(self, shape: Shape, seed: int | None, done: CallDone, path: Path) -> str | None:
         """Why a timed call's output is not the reference's for its seed, or None. Only the fp32

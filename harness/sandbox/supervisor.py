@@ -441,7 +441,10 @@ class ChildProcess:
         gets `seed_for(k)`. With `on_output` (leaderboard mode) every timed call's output is
         exported to `timed_output_path(id, k)` and handed to `on_output` as soon as the call is
         over, before the next call's seed is sent. Every message is due within call_timeout_s of
-        the one before it, so a hanging call is killed like one in `check`."""
+        the one before it, so a hanging call is killed like one in `check`. `call_wall_ms` maps
+        each timed call to the parent's own time from sending its seed to hearing it is over."""
+        self.call_wall_ms: dict[int, float] = {}
+        seed_sent_at: dict[int, float] = {}
         request = TimeRequest(
             id=self.new_request_id(),
             shape=shape,
@@ -466,9 +469,13 @@ class ChildProcess:
                 if message.index != next_index:
                     raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
                 next_index += 1
+                seed_sent_at[message.index] = monotonic()
                 self._send(CallSeed(id=request.id, index=message.index, seed=seed_for(message.index)), phase)
-            elif on_output is not None:
-                on_output(message)
+            else:
+                if message.index in seed_sent_at:
+                    self.call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
+                if on_output is not None:
+                    on_output(message)
 
     def output_path(self, request_id: int) -> Path:
         return self.io_dir / f"output-{request_id}.bin"

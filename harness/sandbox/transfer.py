@@ -67,8 +67,8 @@ def describe(value: object) -> TensorInfo:
 def export_tensor(value: object, path: Path) -> TensorInfo:
     """Describe `value` and, when it is an exact torch.Tensor, copy its bytes (in C order) to `path`."""
     info = describe(value)
-    if not info.exact_tensor or info.dtype not in DTYPES:
-        return info
+    if not info.exact_tensor or info.dtype not in DTYPES or info.device not in ("cpu", "cuda"):
+        return info  # a meta tensor has no bytes; the parent names the device
     if value.numel() == 0:
         path.write_bytes(b"")
     else:

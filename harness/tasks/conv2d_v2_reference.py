@@ -46,6 +46,12 @@ def ref_kernel(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.T
         return F.conv2d(input_tensor, kernel, stride=1, padding=0)
 
 
+def flops(size: int, kernelsize: int, channels: int, batch: int) -> int:
+    """Multiply-adds of the convolution, two FLOPs each: 2 * B * C_out * C_in * K * K * OH * OW."""
+    out = size - kernelsize + 1
+    return 2 * batch * channels * channels * kernelsize * kernelsize * out * out
+
+
 def generate_input(
     size: int, kernelsize: int, channels: int, batch: int, seed: int, device: str = "cuda"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

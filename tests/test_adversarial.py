@@ -1,0 +1,164 @@
+"""The adversarial suite (issue 8) on the CPU: purpose-written cheating candidates in
+tests/adversarial/, each evaluated in the real sandbox, each ending failed or flagged with a reason
+that names the cheat. Cheats that tests/bad_candidates/ already covers are tested in
+test_sandbox.py; docs/threat-model.md lists both.
+
+Three groups, each evaluated in one go two children at a time: untimed checks, timed
+evaluations (with a tiny CPU peak rate, so that every honest time is below the physical floor),
+and the secret hunt against a real store.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from harness.sandbox.checks import store_limits
+from harness.sandbox.evaluation import Evaluation, evaluate
+from harness.sandbox.supervisor import SandboxLimits, detect_isolation
+from harness.store.revisions import get_or_create_secret, register_revision
+from harness.store.session import open_store
+from harness.tasks import load_task
+from harness.timing import BELOW_PHYSICAL_FLOOR, HOST_CLOCK_MISMATCH, StoppingRule
+
+TASK = load_task("conv2d_v2")
+ADVERSARIAL = Path(__file__).parent / "adversarial"
+REFERENCE = Path(__file__).resolve().parent.parent / "candidates" / "conv2d_v2_reference.py"
+FULL_ISOLATION = detect_isolation().full
+QUICK = {"call_timeout_s": 60.0, "import_timeout_s": 60.0}
+RULE = StoppingRule(min_runs=3, max_runs=5, budget_s=0.5)
+TINY_PEAK = '{"cpu": 1e-9}'  # TFLOP/s: a thousand FLOPs a second, which any real call beats
+
+# file -> (status, text the reason must contain)
+UNTIMED = {
+    "patches_comparison.py": ("wrong_answer", "98 of 98 elements mismatch"),
+    "searches_memory.py": ("runtime_error", "memory search: no expected output found"),
+    "thread_writes_later.py": ("wrong_answer", "NaN/Inf (unwritten elements stay NaN)"),
+    "writes_to_fds.py": ("crashed", "protocol violation during call on smoke[0]: a message with a wrong token"),
+    "exits_at_import.py": ("crashed", "exited with code 0 during import/compile"),
+    "wrong_dtype.py": ("wrong_answer", "returned dtype torch.float64, expected torch.float32"),
+    "wrong_device.py": ("wrong_answer", "returned a tensor on meta, expected cpu"),
+}
+if FULL_ISOLATION:  # without a pid namespace the candidate would kill the test run itself
+    UNTIMED["kills_parent.py"] = ("pass", "")
+
+
+def _evaluate(names: list[str], *, timed: bool = False, limits: SandboxLimits | None = None) -> dict[str, Evaluation]:
+    limits = limits or SandboxLimits.from_settings(**QUICK)
+
+    def one(name: str) -> tuple[str, Evaluation]:
+        path = REFERENCE if name == REFERENCE.name else ADVERSARIAL / name
+        return name, evaluate(path.read_bytes(), name, TASK, device="cpu", timed=timed, limits=limits, rule=RULE)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, names))
+
+
+@pytest.fixture(scope="module")
+def untimed() -> dict[str, Evaluation]:
+    return _evaluate(list(UNTIMED))
+
+
+@pytest.fixture(scope="module")
+def timed() -> dict[str, Evaluation]:
+    """The timer cheat, an exit in the timing phase and the honest reference, timed with a CPU peak
+    rate that every real call violates."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HARNESS_PEAK_TFLOPS", TINY_PEAK)
+        return _evaluate(["patches_timers.py", "exits_during_timing.py", REFERENCE.name], timed=True)
+
+
+@pytest.mark.parametrize("name", list(UNTIMED))
+def test_a_cheat_ends_with_its_status_and_a_reason_that_names_it(untimed, name):
+    status, reason = UNTIMED[name]
+    evaluation = untimed[name]
+    assert (evaluation.status, name) == (status, name), evaluation.reason
+    assert reason in evaluation.reason
+
+
+def test_no_shape_of_a_cheat_passes(untimed):
+    for name, evaluation in untimed.items():
+        if UNTIMED[name][0] != "pass":
+            assert not any(shape.status == "pass" for shape in evaluation.shapes), name
+
+
+def test_patched_comparisons_in_the_child_do_not_reach_the_parents_check(untimed):
+    check = untimed["patches_comparison.py"].shapes[0].check
+    assert check["mismatches"] == 98 and check["rel_l2"] > 0.1
+    assert check["max_abs_err"] > 0.1
+
+
+def test_a_background_thread_writes_too_late_on_every_shape(untimed):
+    shapes = untimed["thread_writes_later.py"].shapes
+    assert [shape.status for shape in shapes] == ["wrong_answer"] * len(TASK.smoke)
+    assert all(shape.check["not_finite"] == shape.check["mismatches"] > 0 for shape in shapes)
+
+
+@pytest.mark.skipif(not FULL_ISOLATION, reason="needs a pid namespace")
+def test_killing_the_parent_reaches_nothing_and_the_harness_reports(untimed):
+    evaluation = untimed["kills_parent.py"]
+    assert all(shape.status == "pass" for shape in evaluation.shapes)
+    assert "visible pids [1, 2]" in evaluation.log_tail, "only the init and the worker are visible"
+    assert os.getppid() > 0  # this process is alive to read the result
+
+
+def test_replaced_timers_are_flagged_by_the_parents_clock(timed):
+    evaluation = timed["patches_timers.py"]
+    assert evaluation.status == "pass", "every output is right; only the times lie"
+    for shape in evaluation.shapes:
+        assert shape.mean_ms < 0.01, "the child reports the fake clock's time"
+        assert HOST_CLOCK_MISMATCH in shape.timing_flags and BELOW_PHYSICAL_FLOOR in shape.timing_flags
+
+
+def test_an_honest_candidate_is_not_flagged_by_the_parents_clock(timed):
+    evaluation = timed["conv2d_v2_reference.py"]
+    assert evaluation.status == "pass", evaluation.reason
+    assert [shape.timing_flags for shape in evaluation.shapes] == [[BELOW_PHYSICAL_FLOOR]] * len(TASK.smoke)
+
+
+def test_a_time_below_the_physical_floor_is_flagged_and_kept_for_reports(timed):
+    shape = timed["conv2d_v2_reference.py"].shapes[0]
+    assert shape.check["timing"]["flags"] == [BELOW_PHYSICAL_FLOOR]
+    assert 0 < shape.min_ms < 1500, "smoke[0] is 1568 FLOPs: 1.568 s at the tiny peak"
+
+
+def test_an_exit_in_the_timing_phase_is_a_crash_named_by_its_phase(timed):
+    evaluation = timed["exits_during_timing.py"]
+    assert evaluation.status == "crashed"
+    assert "exited with code 0 during timing on smoke[0]" in evaluation.reason
+    assert evaluation.shapes[0].mean_ms is None and evaluation.score_ms is None
+
+
+def test_the_secret_hunt_finds_neither_the_store_nor_harness_settings(tmp_path):
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    store = open_store(url)
+    try:
+        with store.session() as session:
+            register_revision(session, (ADVERSARIAL / "reads_secrets.py").read_bytes(), "reads_secrets.py")
+            secret = get_or_create_secret(session, "leaderboard")
+        limits = store_limits(store, SandboxLimits.from_settings(**QUICK))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("HARNESS_DB", url)
+            patch.setenv("HARNESS_SECRET_PROBE", "visible-only-to-the-parent")
+            evaluation = _evaluate(["reads_secrets.py"], limits=limits)["reads_secrets.py"]
+    finally:
+        store.close()
+    assert evaluation.status == "runtime_error" and "secrets found:" in evaluation.reason
+    for text in (evaluation.reason, evaluation.log_tail):
+        assert str(tmp_path) not in text and "HARNESS" not in text and str(secret) not in text
+    if FULL_ISOLATION:
+        assert "/proc/" not in evaluation.reason, "no other process's environment is readable"
+
+
+def test_the_parent_side_timing_checks_on_numbers():
+    from harness.tasks import load_reference
+    from harness.timing import host_clock_disagrees, physical_floor_ms
+
+    assert load_reference(TASK).flops(size=8, kernelsize=2, channels=2, batch=1) == 2 * 2 * 2 * 4 * 7 * 7
+    assert physical_floor_ms(67e12, 67.0) == pytest.approx(1e3), "a second of work at peak"
+    assert not host_clock_disagrees([0.05, 0.06], [0.4, 9.0]), "one slow interval is load, not a lie"
+    assert host_clock_disagrees([0.001, 0.001], [20.3, 20.5])
+    assert not host_clock_disagrees([], [20.0])
