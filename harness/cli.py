@@ -540,7 +540,8 @@ def experiments_show(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Without standalone mode, typer returns an exit code (130 after Ctrl-C) instead of exiting.
+        code = app(standalone_mode=False)
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -554,3 +555,7 @@ def main() -> None:
         if message:  # an empty message follows the help text printed for a bare `harness`
             print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
+    if isinstance(code, int) and code:
+        if code == 130:
+            print("error: interrupted", file=sys.stderr)
+        sys.exit(code)

@@ -162,3 +162,23 @@ def test_the_parent_side_timing_checks_on_numbers():
     assert not host_clock_disagrees([0.05, 0.06], [0.4, 9.0]), "one slow interval is load, not a lie"
     assert host_clock_disagrees([0.001, 0.001], [20.3, 20.5])
     assert not host_clock_disagrees([], [20.0])
+
+
+def test_a_timer_cheat_benched_into_the_store_shows_its_flag_on_the_leaderboard(tmp_path):
+    from harness.report.leaderboard import build_leaderboard
+    from harness.sandbox.bench import bench_revisions
+
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    try:
+        with store.session() as session:
+            code = (ADVERSARIAL / "patches_timers.py").read_bytes()
+            revision_id = register_revision(session, code, "patches_timers.py").revision.id
+        benched = bench_revisions(
+            store, [revision_id], device="cpu", limits=SandboxLimits.from_settings(**QUICK), rule=RULE
+        )
+        assert HOST_CLOCK_MISMATCH in benched[0].flags
+        with store.session() as session:
+            entry = next(e for e in build_leaderboard(session, "conv2d_v2", "cpu").entries)
+            assert entry.submission_id == revision_id and HOST_CLOCK_MISMATCH in entry.flags
+    finally:
+        store.close()

@@ -249,7 +249,8 @@ def _entry(
         score_ms=standing.score_ms,
         speedup_vs_reference=speedup_vs_reference,
         vs_parent=_compare_with_parent(standing, parent, ranking_by),
-        flags=[str(flag) for flag in revision.flags],
+        flags=[str(flag) for flag in revision.flags]
+        + sorted({flag for shape in standing.timed_shapes for flag in shape.check.get("timing", {}).get("flags", [])}),
         benchmarks=[
             ShapeTiming(shape=shape.shape, mean_ms=shape.mean_ms, err_ms=shape.err_ms, runs=shape.runs)
             for shape in standing.timed_shapes
