@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.sandbox.checks import store_limits
 from harness.sandbox.evaluation import Evaluation, evaluate
@@ -22,7 +23,7 @@ from harness.sandbox.supervisor import SandboxLimits, detect_isolation
 from harness.store.revisions import get_or_create_secret, register_revision
 from harness.store.session import open_store
 from harness.tasks import load_task
-from harness.timing import BELOW_PHYSICAL_FLOOR, HOST_CLOCK_MISMATCH, StoppingRule
+from harness.timing import BELOW_PHYSICAL_FLOOR, HOST_CLOCK_MISMATCH, TIMING_MISMATCH, StoppingRule
 
 TASK = load_task("conv2d_v2")
 ADVERSARIAL = Path(__file__).parent / "adversarial"
@@ -182,3 +183,21 @@ def test_a_timer_cheat_benched_into_the_store_shows_its_flag_on_the_leaderboard(
             assert entry.submission_id == revision_id and HOST_CLOCK_MISMATCH in entry.flags
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the stream cheat needs a CUDA GPU")
+def test_work_left_on_a_side_stream_is_flagged_or_fails_on_cuda():
+    """The timed region ends with a device-wide synchronize and each call's host wall time is
+    checked against its event time: the side stream's work is either counted (flag
+    `timing_mismatch`, wall time used) or its output is not there (wrong_answer)."""
+    code = (ADVERSARIAL / "side_stream.py").read_bytes()
+    rule = StoppingRule(min_runs=3, max_runs=10, budget_s=1.0)
+    evaluation = evaluate(code, "side_stream.py", TASK, device="cuda", timed=True, rule=rule,
+                          shape_set="tests")
+    flagged = any(TIMING_MISMATCH in shape.timing_flags for shape in evaluation.shapes)
+    assert evaluation.status != "pass" or flagged, evaluation.model_dump_json(include={"status", "reason"})
+    honest = evaluate(REFERENCE.read_bytes(), REFERENCE.name, TASK, device="cuda", timed=True, rule=rule,
+                      shape_set="tests")
+    assert honest.status == "pass" and not any(TIMING_MISMATCH in s.timing_flags for s in honest.shapes)
+    by_shape = [(s.mean_ms, h.mean_ms) for s, h in zip(evaluation.shapes, honest.shapes) if s.mean_ms]
+    print("side stream vs reference per shape (ms):", by_shape, "status:", evaluation.status)
