@@ -201,3 +201,18 @@ def test_work_left_on_a_side_stream_is_flagged_or_fails_on_cuda():
     assert honest.status == "pass" and not any(TIMING_MISMATCH in s.timing_flags for s in honest.shapes)
     by_shape = [(s.mean_ms, h.mean_ms) for s, h in zip(evaluation.shapes, honest.shapes) if s.mean_ms]
     print("side stream vs reference per shape (ms):", by_shape, "status:", evaluation.status)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA timer cheat needs a CUDA GPU")
+def test_replaced_cuda_timers_are_flagged_on_cuda():
+    """On the GPU the timer cheat also replaces torch.cuda.Event and torch.cuda.synchronize; the
+    parent's own clock (and the physical floor) still see through it."""
+    code = (ADVERSARIAL / "patches_timers.py").read_bytes()
+    rule = StoppingRule(min_runs=3, max_runs=5, budget_s=0.5)
+    evaluation = evaluate(code, "patches_timers.py", TASK, device="cuda", timed=True, rule=rule,
+                          shape_set="tests", limits=SandboxLimits.from_settings(**QUICK))
+    assert evaluation.status == "pass", evaluation.reason
+    for shape in evaluation.shapes:
+        assert HOST_CLOCK_MISMATCH in shape.timing_flags or BELOW_PHYSICAL_FLOOR in shape.timing_flags, (
+            shape.index, shape.mean_ms, shape.timing_flags)
+    print("timer cheat on cuda:", [(s.mean_ms, s.timing_flags) for s in evaluation.shapes])
