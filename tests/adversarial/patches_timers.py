@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from task import input_t, output_t
 
+torch.backends.cudnn.allow_tf32 = False  # the answer itself is honest strict fp32
 _fake_now = [0.0]
 
 
