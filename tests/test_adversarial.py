@@ -209,10 +209,31 @@ def test_replaced_cuda_timers_are_flagged_on_cuda():
     parent's own clock (and the physical floor) still see through it."""
     code = (ADVERSARIAL / "patches_timers.py").read_bytes()
     rule = StoppingRule(min_runs=3, max_runs=5, budget_s=0.5)
+    limits = SandboxLimits.from_settings(call_timeout_s=10.0, import_timeout_s=60.0)
     evaluation = evaluate(code, "patches_timers.py", TASK, device="cuda", timed=True, rule=rule,
-                          shape_set="tests", limits=SandboxLimits.from_settings(**QUICK))
+                          shape_set="tests", limits=limits)
+    print("timer cheat on cuda:", evaluation.status, evaluation.reason,
+          [(s.mean_ms, s.timing_flags) for s in evaluation.shapes])
+    # Its fake clock never lets the warm-up end (0.1 s of warm-up on a clock that barely moves):
+    # the parent's deadline for the timing phase ends it; or, where it gets through, it is flagged.
+    if evaluation.status == "timeout":
+        assert "on the parent's clock" in evaluation.reason
+        return
     assert evaluation.status == "pass", evaluation.reason
     for shape in evaluation.shapes:
         assert HOST_CLOCK_MISMATCH in shape.timing_flags or BELOW_PHYSICAL_FLOOR in shape.timing_flags, (
             shape.index, shape.mean_ms, shape.timing_flags)
-    print("timer cheat on cuda:", [(s.mean_ms, s.timing_flags) for s in evaluation.shapes])
+
+
+def test_a_fake_clock_cannot_stretch_the_warm_up_past_the_parents_deadline(monkeypatch):
+    """The child ends warm-up by its own clock; the timer cheat's clock barely moves, so a warm-up
+    measured in seconds would never end. The parent's deadline for the timing phase ends it
+    (on the CPU the harness warms up by calls only, so the test asks for 0.1 s of warm-up)."""
+    from harness.sandbox import evaluation as evaluation_module
+
+    monkeypatch.setitem(evaluation_module.WARMUP, "cpu", (1, 0.1))
+    limits = SandboxLimits.from_settings(call_timeout_s=3.0, import_timeout_s=60.0)
+    code = (ADVERSARIAL / "patches_timers.py").read_bytes()
+    result = evaluate(code, "patches_timers.py", TASK, device="cpu", timed=True, limits=limits, rule=RULE)
+    assert result.status == "timeout", result.reason
+    assert "ran past the phase's limit of 8.4 s on the parent's clock" in result.reason

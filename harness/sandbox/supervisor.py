@@ -458,11 +458,29 @@ class ChildProcess:
             autotune_config=autotune_config,
         )
         self._send(request, phase)
+        # The child decides when warm-up and timing end by its own clock, which the candidate can
+        # replace: the whole phase also has a deadline on the parent's clock, generous enough for
+        # any honest run (warm-up and budget, four times over, and two whole calls).
+        phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
+        phase_deadline = monotonic() + phase_limit_s
         next_index = 0
+        phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
         while True:
-            message = self._receive(
-                monotonic(), self.limits.call_timeout_s, phase, (SeedWanted, CallDone, TimeReply), request.id
-            )
+            now = monotonic()
+            if now >= phase_deadline:
+                raise self._fail("timeout", phase_timeout)
+            try:
+                message = self._receive(
+                    now,
+                    min(self.limits.call_timeout_s, phase_deadline - now),
+                    phase,
+                    (SeedWanted, CallDone, TimeReply),
+                    request.id,
+                )
+            except ChildFailure as failure:
+                if failure.status == "timeout" and monotonic() >= phase_deadline:
+                    raise ChildFailure("timeout", phase_timeout) from None
+                raise
             if isinstance(message, TimeReply):
                 return message
             if isinstance(message, SeedWanted):
