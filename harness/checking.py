@@ -19,8 +19,8 @@ only when it would take too long on a CPU).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
-from time import perf_counter
 from types import ModuleType
 
 import torch
@@ -31,8 +31,7 @@ from harness.tasks import Shape, TaskSpec
 
 MAX_PRINT = 5
 SMALL_FOR_CPU_FLOAT64 = 1 << 22  # elements of all data together: float64 reference on the CPU
-MAX_CPU_FLOAT64_S = 30.0  # estimated seconds above which the CPU float64 reference is skipped
-FLOAT64_SLOWDOWN = 4.0  # float64 vs float32 on a CPU, for that estimate
+MAX_CPU_FLOAT64_FLOPS = 5e10  # above this the float64 reference is not computed on the CPU
 SCAN_CHUNK = 1 << 20
 
 
@@ -78,6 +77,7 @@ def _synchronize(device: str) -> None:
 
 
 _last_case: list[tuple[tuple, ReferenceCase]] = []  # the most recent case, for the next evaluator
+_last_case_lock = threading.Lock()
 
 
 def reference_case(
@@ -90,24 +90,26 @@ def reference_case(
     seed, and computing a large float64 reference once instead of once per revision is most of
     the parent's work on big shapes. Nobody writes into a case, so sharing it is safe."""
     key = (task.name, reference.__name__, tuple(sorted(shape.parameters.items())), seed, device)
-    if _last_case and _last_case[0][0] == key:
-        return _last_case[0][1]
-    _last_case.clear()  # free the previous case's device memory before making the next
-    case = _make_reference_case(reference, shape, seed, device)
-    _last_case.append((key, case))
-    return case
+    with _last_case_lock:  # evaluations may run in threads (tests do)
+        if _last_case and _last_case[0][0] == key:
+            return _last_case[0][1]
+        _last_case.clear()  # free the previous case's device memory before making the next
+        case = _make_reference_case(reference, shape, seed, device)
+        _last_case.append((key, case))
+        return case
 
 
 def _make_reference_case(reference: ModuleType, shape: Shape, seed: int, device: str) -> ReferenceCase:
     data = reference.generate_input(**shape.parameters, seed=seed, device=device)
-    started = perf_counter()
     expected = reference.ref_kernel(data)
     _synchronize(device)
-    seconds = perf_counter() - started
     numel = sum(t.numel() for t in data if isinstance(t, torch.Tensor))
     device64 = "cpu" if numel <= SMALL_FOR_CPU_FLOAT64 else device
-    if device64 == "cpu" and device == "cpu" and seconds * FLOAT64_SLOWDOWN > MAX_CPU_FLOAT64_S:
-        note = f"rel_l2 skipped: a float64 reference would take about {seconds * FLOAT64_SLOWDOWN:.0f} s on the CPU"
+    # Decided by the shape's arithmetic (the task's `flops`, when its reference module has one),
+    # not by a measured time, so that the same shape always gets the same measures.
+    flops = reference.flops(**shape.parameters) if hasattr(reference, "flops") else None
+    if device64 == "cpu" and flops is not None and flops > MAX_CPU_FLOAT64_FLOPS:
+        note = f"rel_l2 skipped: a float64 reference of {flops:.3g} FLOPs is too slow on the CPU"
         return ReferenceCase(data=data, expected=expected, expected64=None, note=note)
     data64 = tuple(
         t.to(device=device64, dtype=torch.float64)
