@@ -38,7 +38,7 @@ from harness.sandbox.supervisor import SandboxLimits
 from harness.scoring import compare, speedup
 from harness.store.models import Lineage, Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
-from harness.store.runs import claim_holder, claim_run, find_run, record_run, release_claim, worker_name
+from harness.store.runs import find_run, record_run, release_claim, reuse_or_claim, worker_name
 from harness.store.session import Store
 from harness.tasks import load_task, revision_secret
 from harness.timing import StoppingRule
@@ -176,29 +176,18 @@ def _claim(
     """Reuse the stored run, or claim the key and make the item's evaluator; None when there is
     nothing to evaluate (reused, or another worker holds the claim)."""
     task = load_task(item.task)
-    if not force:
-        existing = find_run(session, item.revision_id, task.name, mode, environment.env_key)
-        if existing is not None:
-            item.run, item.reused = existing, True
-            return None
     revision = get_revision(session, item.revision_id)
-    shapes = len(task.shapes(default_shape_set(environment.device, timed=True)))
+    shape_set = default_shape_set(environment.device, timed=True)
     per_shape_s = limits.call_timeout_s * 16 + rule.budget_s
-    ttl_s = limits.startup_timeout_s + limits.import_timeout_s + per_shape_s * shapes * 4
-    run = claim_run(
-        session,
-        item.revision_id,
-        task.name,
-        mode,
-        environment,
-        worker=worker,
-        ttl_s=ttl_s,
-        replace_done=force,
+    ttl_s = limits.startup_timeout_s + limits.import_timeout_s + per_shape_s * len(task.shapes(shape_set)) * 4
+    found = reuse_or_claim(
+        session, item.revision_id, task, mode, environment,
+        shape_set=shape_set, worker=worker, ttl_s=ttl_s, force=force,
     )
-    if run is None:
-        holder = claim_holder(session, item.revision_id, task.name, mode, environment.env_key)
-        item.busy_with = holder or "another worker"
+    if found.run is None or found.reused:
+        item.run, item.reused, item.busy_with = found.run, found.reused, found.busy_with
         return None
+    run = found.run
     secret_seed = None
     if mode == "leaderboard":
         secret_seed = revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)

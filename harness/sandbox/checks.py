@@ -19,9 +19,9 @@ from harness.sandbox.evaluation import MODES, default_shape_set, evaluate, resol
 from harness.sandbox.supervisor import SandboxLimits, sqlite_directory
 from harness.store.models import Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
-from harness.store.runs import claim_holder, claim_run, find_run, record_run, release_claim, worker_name
+from harness.store.runs import record_run, release_claim, reuse_or_claim, worker_name
 from harness.store.session import Store
-from harness.tasks import TaskSpec, load_task, revision_secret
+from harness.tasks import load_task, revision_secret
 
 LEADERBOARD_SECRET = "leaderboard_seed"
 RUN_MODES = {"test": "test", "leaderboard": "test-leaderboard"}
@@ -83,30 +83,20 @@ def check_revision(
         task = load_task(revision.task)
         code, filename = revision_code(revision), revision.filename
         shape_set = default_shape_set(environment.device)
-        existing = find_run(session, revision_id, task.name, run_mode, environment.env_key)
-        if existing is not None and not force and _same_shapes(existing, task, shape_set):
-            return CheckedRevision(revision_id, label, existing, reused=True)
+        shapes = len(task.shapes(shape_set))
+        ttl_s = limits.startup_timeout_s + limits.import_timeout_s + limits.call_timeout_s * shapes * 16
+        found = reuse_or_claim(
+            session, revision_id, task, run_mode, environment,
+            shape_set=shape_set, worker=worker, ttl_s=ttl_s, force=force,
+        )
+        if found.run is None or found.reused:
+            return CheckedRevision(revision_id, label, found.run, reused=found.reused, busy_with=found.busy_with)
         secret_seed = None
         if mode == "leaderboard":
             secret_seed = revision_secret(
                 get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256
             )
-        shapes = len(task.shapes(shape_set))
-        ttl_s = limits.startup_timeout_s + limits.import_timeout_s + limits.call_timeout_s * shapes * 16
-        replace = existing is not None  # forced, or checked on shapes the task no longer has
-        run = claim_run(
-            session,
-            revision_id,
-            task.name,
-            run_mode,
-            environment,
-            worker=worker,
-            ttl_s=ttl_s,
-            replace_done=replace,
-        )
-        if run is None:
-            holder = claim_holder(session, revision_id, task.name, run_mode, environment.env_key)
-            return CheckedRevision(revision_id, label, None, busy_with=holder or "another worker")
+        run = found.run
         run_id = run.id
     try:
         evaluation = evaluate(
@@ -121,13 +111,6 @@ def check_revision(
     return CheckedRevision(
         revision_id, label, recorded, busy_with="" if recorded else "a worker that took over"
     )
-
-
-def _same_shapes(run: Run, task: TaskSpec, shape_set: str) -> bool:
-    """Whether a stored run covers exactly the task's current shapes (a changed task file makes
-    stored results stale)."""
-    current = [(shape_set, i, {**s.parameters, "seed": s.seed}) for i, s in enumerate(task.shapes(shape_set))]
-    return [(r.set_name, r.index, r.shape) for r in run.shapes] == current
 
 
 def _shape_lines(run: Run) -> str:

@@ -14,6 +14,7 @@ Run modes written by the runner: `test` (`harness test`, public seeds), `test-le
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 from datetime import timedelta
 from os import getpid
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ from harness.store.models import Run, ShapeResult, utcnow
 
 if TYPE_CHECKING:
     from harness.sandbox.evaluation import Evaluation
+    from harness.tasks import TaskSpec
 
 TIMING_FIELDS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
 
@@ -123,6 +125,50 @@ def claim_run(
     session.execute(delete(ShapeResult).where(ShapeResult.run_id == existing.id))
     session.expire(existing)
     return session.get(Run, existing.id)
+
+
+@dataclass
+class ReuseOrClaim:
+    """What `reuse_or_claim` found: a finished run to reuse, a fresh claim, or another worker's."""
+
+    run: Run | None  # the reused run, or the claimed row; None when another worker holds the key
+    reused: bool = False
+    busy_with: str = ""
+
+
+def covers_shapes(run: Run, task: TaskSpec, shape_set: str) -> bool:
+    """Whether a stored run covers exactly the task's current shapes of `shape_set` (a changed task
+    file makes stored results stale)."""
+    current = [(shape_set, i, {**s.parameters, "seed": s.seed}) for i, s in enumerate(task.shapes(shape_set))]
+    return [(r.set_name, r.index, r.shape) for r in run.shapes] == current
+
+
+def reuse_or_claim(
+    session: Session,
+    revision_id: int,
+    task: TaskSpec,
+    mode: str,
+    environment: Environment,
+    *,
+    shape_set: str,
+    worker: str,
+    ttl_s: float,
+    force: bool,
+) -> ReuseOrClaim:
+    """The finished run for this key when it covers the task's current shapes (unless `force`);
+    otherwise a claim for `worker` (replacing a stale or forced result); or, when another worker
+    holds the key, who does. Commit before doing the claimed work."""
+    existing = find_run(session, revision_id, task.name, mode, environment.env_key)
+    if existing is not None and not force and covers_shapes(existing, task, shape_set):
+        return ReuseOrClaim(existing, reused=True)
+    run = claim_run(
+        session, revision_id, task.name, mode, environment, worker=worker, ttl_s=ttl_s,
+        replace_done=existing is not None,
+    )
+    if run is None:
+        holder = claim_holder(session, revision_id, task.name, mode, environment.env_key)
+        return ReuseOrClaim(None, busy_with=holder or "another worker")
+    return ReuseOrClaim(run)
 
 
 def release_claim(session: Session, run_id: int, worker: str) -> None:
