@@ -319,11 +319,22 @@ def tournament(
     budget: Annotated[
         float | None, typer.Option(help="Seconds of timed calls per shape (default: settings).")
     ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(help="One worker per GPU: a count or 'all' (default: everything in this process)."),
+    ] = None,
+    executor: Annotated[
+        Literal["local", "ray"], typer.Option(help="local (this node) or ray (a Ray cluster, one GPU per job).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="The Ray cluster to join (default: RAY_ADDRESS or a local one).")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Check, time and rank every revision of the task that has no result in this environment yet."""
     from rich.console import Console
 
+    from harness.executors import make_executor
     from harness.report.html import render_leaderboard
     from harness.report.leaderboard import build_leaderboard
     from harness.report.progress import RichTournamentProgress
@@ -333,12 +344,17 @@ def tournament(
 
     if budget is not None and budget <= 0:
         raise HarnessError(f"--budget must be positive, got {budget:g}")
+    if ray_address is not None and executor != "ray":
+        raise HarnessError("--ray-address needs --executor ray")
     rule = StoppingRule(budget_s=budget) if budget is not None else None
     store = open_store(db)
+    runner = None
     try:
+        runner = make_executor(executor, gpus=gpus, ray_address=ray_address)
         with RichTournamentProgress(Console(stderr=True)) as progress:
             result = run_tournament(
-                store, task=task, device=device, mode=mode, only=only, force=force, rule=rule, progress=progress
+                store, task=task, device=device, mode=mode, only=only, force=force, rule=rule,
+                progress=progress, executor=runner,
             )
         for phase in result.phases:
             console.print(
@@ -353,6 +369,8 @@ def tournament(
             )
         _write_report(text, None)
     finally:
+        if runner is not None:
+            runner.close()
         store.close()
 
 

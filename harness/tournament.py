@@ -5,7 +5,9 @@ Phases by mode: `test` checks only; `benchmark` checks, then times the passing r
 task's reference, interleaved shape by shape (harness.sandbox.bench); `leaderboard` adds the
 recheck with secret seeds, a fresh seed per timed call and every timed output checked.
 
-Each (revision, phase) is a run in the store, claimed before the work and written whole after it
+Work runs on an executor (harness.executors): this process, one worker per GPU (`--gpus`), or Ray
+tasks (`--executor ray`); the parent alone writes to the store. Each (revision, phase) is a run in
+the store, claimed before the work and written whole after it
 (harness.store.runs), so an interrupted tournament leaves only claims, never half results: Ctrl-C
 releases them at once, a killed process's claims expire, and the next tournament reuses every
 finished run and does the rest.
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.environment import Environment, probe_environment
+from harness.environment import Environment
 from harness.errors import HarnessError
-from harness.sandbox.bench import BenchedRevision, bench_revisions
-from harness.sandbox.checks import CheckedRevision, check_revision, store_limits
-from harness.sandbox.evaluation import default_shape_set, resolve_device
+from harness.executors import Executor, InProcess
+from harness.sandbox.bench import BenchedRevision, bench_revisions, with_references
+from harness.sandbox.checks import CheckedRevision, check_revisions, store_limits
+from harness.sandbox.evaluation import default_shape_set
 from harness.sandbox.supervisor import SandboxLimits
-from harness.store.revisions import list_revisions
+from harness.store.revisions import get_revision, list_revisions
 from harness.store.session import Store
 from harness.tasks import load_task
 from harness.timing import StoppingRule
@@ -41,6 +44,7 @@ class PhaseResult:
     reused: int = 0
     busy: int = 0  # held by another worker's claim
     passed: list[int] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # evaluations whose worker failed
 
 
 @dataclass
@@ -57,7 +61,7 @@ class TournamentProgress:
 
     def start_phase(self, phase: str, steps: int) -> None: ...
 
-    def step(self, description: str) -> None: ...
+    def step(self, description: str, advance: int = 1) -> None: ...
 
     def end_phase(self) -> None: ...
 
@@ -86,17 +90,22 @@ def run_tournament(
     limits: SandboxLimits | None = None,
     rule: StoppingRule | None = None,
     progress: TournamentProgress | None = None,
+    executor: Executor | None = None,
 ) -> TournamentResult:
-    """Run the tournament's phases for `mode` on `device` (default: cuda when torch sees a GPU)."""
+    """Run the tournament's phases for `mode` on `device` (default: cuda when a GPU is there) on
+    the executor (default: this process). When a worker fails (not a candidate: a lost process or
+    node), the phase's other results are stored, the failed ones stay to do, and HarnessError
+    says so after the phase."""
     if mode not in PHASES:
         raise HarnessError(f"unknown mode {mode!r}: use {', '.join(PHASES)}")
-    device = resolve_device(device)
+    executor = executor or InProcess()
     spec = load_task(task)
     revision_ids = tournament_revisions(store, spec.name, only)
     if not revision_ids:
         raise HarnessError(f"no revisions of task {spec.name} registered: run `harness seed` or `harness register`")
+    device = executor.resolve_device(device)
     progress = progress or TournamentProgress()
-    environment = probe_environment(device)
+    environment = executor.probe(device)
     limits = store_limits(store, limits or SandboxLimits.from_settings())
     result = TournamentResult(task=spec.name, device=device, mode=mode, environment=environment)
 
@@ -105,11 +114,15 @@ def run_tournament(
         if not candidates:
             break
         if phase == "test":
-            outcome = _check_phase(store, candidates, environment, force, limits, progress)
+            outcome = _check_phase(store, candidates, environment, force, limits, progress, executor)
         else:
-            steps = len(candidates) * len(spec.shapes(default_shape_set(device, timed=True)))
-            outcome = _bench_phase(store, phase, candidates, environment, force, limits, rule, progress, steps)
+            outcome = _bench_phase(store, phase, candidates, environment, force, limits, rule, progress, executor)
         result.phases.append(outcome)
+        if outcome.failures:
+            raise HarnessError(
+                f"{phase}: {len(outcome.failures)} evaluations got no result ({outcome.failures[0]}); "
+                "the others are stored: run the tournament again to do the rest"
+            )
         candidates = outcome.passed
     return result
 
@@ -121,16 +134,26 @@ def _check_phase(
     force: bool,
     limits: SandboxLimits,
     progress: TournamentProgress,
+    executor: Executor,
 ) -> PhaseResult:
     outcome = PhaseResult("test", revision_ids)
-    progress.start_phase("test", len(revision_ids))
-    for revision_id in revision_ids:
-        checked = check_revision(
-            store, revision_id, environment=environment, mode="test", force=force, limits=limits
-        )
-        _count(outcome, checked)
-        status = checked.run.status if checked.run is not None else f"busy ({checked.busy_with})"
-        progress.step(f"{checked.label}: {status}")
+    shape_set = default_shape_set(environment.device)
+    with store.session() as session:
+        tasks = [get_revision(session, revision_id).task for revision_id in revision_ids]
+    progress.start_phase("test", sum(len(load_task(name).shapes(shape_set)) for name in tasks))
+    checked = check_revisions(
+        store,
+        revision_ids,
+        device=environment.device,
+        mode="test",
+        force=force,
+        limits=limits,
+        environment=environment,
+        executor=executor,
+        progress=lambda line, steps: progress.step(line, steps),
+    )
+    for item in checked:
+        _count(outcome, item)
     progress.end_phase()
     return outcome
 
@@ -144,10 +167,13 @@ def _bench_phase(
     limits: SandboxLimits,
     rule: StoppingRule | None,
     progress: TournamentProgress,
-    steps: int,
+    executor: Executor,
 ) -> PhaseResult:
     outcome = PhaseResult(phase, revision_ids)
-    progress.start_phase(phase, steps)
+    shape_set = default_shape_set(environment.device, timed=True)
+    with store.session() as session:
+        benched = with_references(session, revision_ids)  # the reference joins: count its shapes
+    progress.start_phase(phase, sum(len(load_task(item.task).shapes(shape_set)) for item in benched))
     benched = bench_revisions(
         store,
         revision_ids,
@@ -157,6 +183,7 @@ def _bench_phase(
         limits=limits,
         rule=rule,
         environment=environment,
+        executor=executor,
         progress=progress.step,
     )
     for item in benched:
@@ -167,7 +194,10 @@ def _bench_phase(
 
 def _count(outcome: PhaseResult, item: CheckedRevision | BenchedRevision) -> None:
     if item.run is None:
-        outcome.busy += 1
+        if item.failed:
+            outcome.failures.append(f"{item.revision_id} {item.label}: {item.busy_with}")
+        else:
+            outcome.busy += 1
         return
     if item.reused:
         outcome.reused += 1
@@ -175,4 +205,3 @@ def _count(outcome: PhaseResult, item: CheckedRevision | BenchedRevision) -> Non
         outcome.evaluated += 1
     if item.run.status == "pass" and item.revision_id not in outcome.passed:
         outcome.passed.append(item.revision_id)
-

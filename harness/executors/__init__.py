@@ -1,0 +1,274 @@
+"""Where evaluations run: in this process, in one worker process per GPU of this node, or as Ray
+tasks on a cluster.
+
+The tournament claims runs in the store, turns each claimed run into an `EvaluationRequest`
+(everything a worker needs, and nothing of the store), and hands the requests to an executor in
+`Job`s: a job is a list of requests evaluated together on one device, interleaved shape by shape
+(`run_job`). The executor calls back on the caller's thread for every shape that ran and for every
+job that ended; the caller (the parent process) alone writes the results to the store
+(`evaluate_and_record`).
+
+- `InProcess`: one job at a time in this process (`harness test`, `harness bench`, a tournament
+  without `--gpus`).
+- `GpuWorkers` (`--gpus N|all`): one worker process per GPU, pinned with CUDA_VISIBLE_DEVICES,
+  each running one job at a time; so two timings never share a GPU.
+- `RayExecutor` (`--executor ray`): each job is a Ray task asking for one GPU.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import BaseModel
+
+from harness.environment import Environment
+from harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    from harness.sandbox.evaluation import Evaluation, Evaluator, ShapeOutcome
+    from harness.sandbox.supervisor import SandboxLimits
+    from harness.store.models import Run
+    from harness.store.session import Store
+
+ShapeCallback = Callable[[int, "ShapeOutcome"], None]  # (request key, outcome)
+
+
+class EvaluationRequest(BaseModel):
+    """One evaluation as a worker receives it. `key` is the claimed run's id; `code` is base64."""
+
+    key: int
+    label: str = ""
+    code: str
+    filename: str
+    task: str
+    device: str
+    mode: str = "test"
+    timed: bool = False
+    secret_seed: int | None = None
+    limits: dict
+    rule: dict | None = None
+
+    @classmethod
+    def make(
+        cls,
+        key: int,
+        code: bytes,
+        filename: str,
+        task: str,
+        *,
+        device: str,
+        limits: SandboxLimits,
+        label: str = "",
+        mode: str = "test",
+        timed: bool = False,
+        secret_seed: int | None = None,
+        rule: object | None = None,
+    ) -> EvaluationRequest:
+        return cls(
+            key=key,
+            label=label,
+            code=base64.b64encode(code).decode("ascii"),
+            filename=filename,
+            task=task,
+            device=device,
+            mode=mode,
+            timed=timed,
+            secret_seed=secret_seed,
+            limits=limits.model_dump(),
+            rule=dataclasses.asdict(rule) if rule is not None else None,
+        )
+
+    def evaluator(self) -> Evaluator:
+        from harness.sandbox.evaluation import Evaluator
+        from harness.sandbox.supervisor import SandboxLimits
+        from harness.tasks import load_task
+        from harness.timing import StoppingRule
+
+        return Evaluator(
+            base64.b64decode(self.code),
+            self.filename,
+            load_task(self.task),
+            device=self.device,
+            mode=self.mode,
+            timed=self.timed,
+            secret_seed=self.secret_seed,
+            limits=SandboxLimits(**self.limits),
+            rule=StoppingRule(**self.rule) if self.rule is not None else None,
+        )
+
+
+class Job(BaseModel):
+    """Requests evaluated together on one device. `env_key`: the environment the runs were claimed
+    for; a worker whose own environment differs refuses the job (`check_environment`)."""
+
+    device: str
+    env_key: str
+    requests: list[EvaluationRequest]
+
+
+class JobResult(BaseModel):
+    evaluations: list[dict]  # Evaluation.model_dump(), in the job's order
+
+
+class Executor(Protocol):
+    name: str
+    slots: int  # jobs that run at once
+
+    def resolve_device(self, device: str | None) -> str: ...
+
+    def probe(self, device: str) -> Environment: ...
+
+    def run(
+        self,
+        jobs: list[Job],
+        on_shape: ShapeCallback,
+        on_done: Callable[[Job, list[Evaluation]], None],
+        on_failed: Callable[[Job, str], None],
+    ) -> None:
+        """Run every job; the callbacks come on the caller's thread. A job whose worker failed
+        (not its candidates: those are statuses) goes to `on_failed`; the others go on."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class WorkerMismatch(HarnessError):
+    """A worker's environment is not the one its job was claimed for."""
+
+
+def check_environment(job: Job) -> Environment:
+    from harness.environment import probe_environment
+
+    environment = probe_environment(job.device)
+    if environment.env_key != job.env_key:
+        raise WorkerMismatch(
+            f"worker environment differs from the tournament's ({environment.device_name}, torch "
+            f"{environment.torch}, triton {environment.triton}): one tournament runs on one kind of node"
+        )
+    return environment
+
+
+def run_job(job: Job, on_shape: ShapeCallback | None = None) -> list[Evaluation]:
+    """Evaluate the job's requests in this process, interleaved shape by shape."""
+    from harness.sandbox.evaluation import evaluate_interleaved
+
+    evaluators = [request.evaluator() for request in job.requests]
+    keys = {id(evaluator): request.key for evaluator, request in zip(evaluators, job.requests)}
+
+    def shape_done(evaluator: Evaluator, outcome: ShapeOutcome) -> None:
+        if on_shape is not None:
+            on_shape(keys[id(evaluator)], outcome)
+
+    return evaluate_interleaved(evaluators, shape_done)
+
+
+def split_jobs(device: str, env_key: str, requests: list[EvaluationRequest], slots: int) -> list[Job]:
+    """At most `slots` jobs of near-equal size (round robin, so each keeps the requests' order)."""
+    count = max(1, min(slots, len(requests)))
+    return [
+        Job(device=device, env_key=env_key, requests=requests[first::count])
+        for first in range(count)
+        if requests[first::count]
+    ]
+
+
+class InProcess:
+    """Jobs one after another in this process; a worker failure is an exception, as before."""
+
+    name = "local"
+    slots = 1
+
+    def resolve_device(self, device: str | None) -> str:
+        from harness.sandbox.evaluation import resolve_device
+
+        return resolve_device(device)
+
+    def probe(self, device: str) -> Environment:
+        from harness.environment import probe_environment
+
+        return probe_environment(device)
+
+    def run(self, jobs, on_shape, on_done, on_failed) -> None:
+        for job in jobs:
+            on_done(job, run_job(job, on_shape))
+
+    def close(self) -> None:
+        pass
+
+
+def make_executor(executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None) -> Executor:
+    """`local` (with `gpus`: one worker per GPU, "all" or a count) or `ray`."""
+    if executor == "local":
+        if gpus is None:
+            return InProcess()
+        from harness.executors.local import GpuWorkers
+
+        return GpuWorkers.for_gpus(gpus)
+    if executor == "ray":
+        if gpus is not None:
+            raise HarnessError("--gpus is for the local executor; Ray gives each job one GPU of the cluster")
+        from harness.executors.ray import RayExecutor
+
+        return RayExecutor(ray_address)
+    raise HarnessError(f"unknown executor {executor!r}: use local or ray")
+
+
+@dataclasses.dataclass
+class Dispatched:
+    """What `evaluate_and_record` did with each claimed run (by run id)."""
+
+    recorded: dict[int, Run | None] = dataclasses.field(default_factory=dict)  # None: taken over
+    failed: dict[int, str] = dataclasses.field(default_factory=dict)  # the worker's failure
+
+
+def evaluate_and_record(
+    store: Store,
+    executor: Executor,
+    environment: Environment,
+    requests: list[EvaluationRequest],
+    *,
+    worker: str,
+    on_shape: ShapeCallback | None = None,
+    on_recorded: Callable[[EvaluationRequest, Evaluation], None] | None = None,
+) -> Dispatched:
+    """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
+    each job's results as the job ends, one transaction per job. The claims of a job whose worker
+    failed are released (the next tournament does them); on an interruption every claim not yet
+    written is released and the exception goes on."""
+    from harness.store.runs import record_run, release_claim
+
+    dispatched = Dispatched()
+    open_claims = {request.key for request in requests}
+
+    def release(keys: list[int]) -> None:
+        with store.session() as session:
+            for key in keys:
+                release_claim(session, key, worker)
+        open_claims.difference_update(keys)
+
+    def done(job: Job, evaluations: list[Evaluation]) -> None:
+        with store.session() as session:
+            for request, evaluation in zip(job.requests, evaluations):
+                run = record_run(session, request.key, worker, evaluation, score_ms=evaluation.score_ms)
+                dispatched.recorded[request.key] = run
+        open_claims.difference_update(request.key for request in job.requests)
+        if on_recorded is not None:
+            for request, evaluation in zip(job.requests, evaluations):
+                on_recorded(request, evaluation)
+
+    def failed(job: Job, reason: str) -> None:
+        release([request.key for request in job.requests])
+        for request in job.requests:
+            dispatched.failed[request.key] = reason
+
+    jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots)
+    try:
+        executor.run(jobs, on_shape or (lambda key, outcome: None), done, failed)
+    except BaseException:
+        if open_claims:
+            release(sorted(open_claims))
+        raise
+    return dispatched

@@ -42,9 +42,9 @@ class RichTournamentProgress(TournamentProgress):
     def start_phase(self, phase: str, steps: int) -> None:
         self.current = self.progress.add_task("", total=steps, phase=phase)
 
-    def step(self, description: str) -> None:
+    def step(self, description: str, advance: int = 1) -> None:
         if self.current is not None:
-            self.progress.update(self.current, advance=1, description=description)
+            self.progress.update(self.current, advance=advance, description=description)
             if not self.progress.console.is_terminal:  # a log file gets one line per step instead
                 phase = self.progress.tasks[self.current].fields["phase"]
                 self.progress.console.print(f"{phase}: {description}", highlight=False)

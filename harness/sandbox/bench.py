@@ -3,8 +3,9 @@ and the tables it prints.
 
 A run is keyed by (revision, task, mode, environment); a completed run is reused unless `force`.
 The others are claimed (committed), evaluated together in sandboxed children interleaved shape by
-shape (`evaluate_interleaved`, so that drift hits every revision alike) and each written in one
-transaction. The task's reference candidate (its lineage, when registered) joins every bench, so
+shape (`evaluate_interleaved`, so that drift hits every revision alike) on an executor
+(harness.executors; with several GPUs each worker times its share, interleaved on its GPU), and
+written one transaction per job. The task's reference candidate (its lineage, when registered) joins every bench, so
 that each revision's speedup against it comes from the same environment.
 
 Modes: `benchmark` checks each shape with its public seed and times it on those inputs;
@@ -23,22 +24,17 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from harness.config import get_settings
-from harness.environment import Environment, probe_environment
+from harness.environment import Environment
 from harness.errors import HarnessError
+from harness.executors import EvaluationRequest, Executor, InProcess, evaluate_and_record
 from harness.report.leaderboard import reference_lineage_name
 from harness.sandbox.checks import LEADERBOARD_SECRET, store_limits
-from harness.sandbox.evaluation import (
-    Evaluator,
-    ShapeOutcome,
-    default_shape_set,
-    evaluate_interleaved,
-    resolve_device,
-)
+from harness.sandbox.evaluation import ShapeOutcome, default_shape_set
 from harness.sandbox.supervisor import SandboxLimits
 from harness.scoring import compare, speedup
 from harness.store.models import Lineage, Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
-from harness.store.runs import find_run, record_run, release_claim, reuse_or_claim, worker_name
+from harness.store.runs import find_run, reuse_or_claim, worker_name
 from harness.store.session import Store
 from harness.tasks import load_task, revision_secret
 from harness.timing import StoppingRule
@@ -57,6 +53,7 @@ class BenchedRevision:
     run: Run | None = None  # None when another worker holds the claim
     reused: bool = False
     busy_with: str = ""
+    failed: bool = False  # the worker that evaluated it failed (not the candidate): no result
     speedup: float | None = None  # reference score / score
     vs_reference: str | None = None  # scoring.compare verdict
     vs_parent: str | None = None
@@ -73,60 +70,58 @@ def bench_revisions(
     limits: SandboxLimits | None = None,
     rule: StoppingRule | None = None,
     environment: Environment | None = None,
+    executor: Executor | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[BenchedRevision]:
     """Time each revision and its task's reference on `device` (default: cuda if torch sees a
-    GPU, else cpu); `progress` hears one line per shape. Everything is validated first: bad
-    input fails before any work or write."""
-    device = resolve_device(device)
+    GPU, else cpu), on the executor (default: this process; with several workers the revisions
+    are shared out, each worker's interleaved shape by shape); `progress` hears one line per shape.
+    Everything is validated first: bad input fails before any work or write."""
+    executor = executor or InProcess()
+    device = executor.resolve_device(device)
     if mode not in BENCH_MODES:
         raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(BENCH_MODES)}")
     if not revision_ids:
         raise HarnessError("no revision to bench")
     with store.session() as session:
-        benched = _with_references(session, revision_ids)
-    environment = environment or probe_environment(device)
+        benched = with_references(session, revision_ids)
+    environment = environment or executor.probe(device)
     limits = store_limits(store, limits or SandboxLimits.from_settings())
     rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
     worker = worker_name()
 
-    pending: list[tuple[BenchedRevision, int, Evaluator]] = []
-    items: dict[Evaluator, BenchedRevision] = {}
+    requests: list[EvaluationRequest] = []
+    items: dict[int, BenchedRevision] = {}
 
-    def on_shape(evaluator: Evaluator, outcome: ShapeOutcome) -> None:
-        item = items[evaluator]
+    def on_shape(key: int, outcome: ShapeOutcome) -> None:
+        item = items[key]
         timing = f": {_ms(outcome.mean_ms)} ms, {outcome.runs} runs" if outcome.mean_ms is not None else ""
         progress(
             f"{item.revision_id} {item.label} {outcome.set_name}[{outcome.index}] {outcome.status}{timing}"
         )
 
-    try:
-        with store.session() as session:
-            for item in benched:
-                claimed = _claim(session, item, mode, environment, force, limits, rule, worker)
-                if claimed is not None:
-                    pending.append(claimed)
-                    items[claimed[2]] = item
-        evaluations = evaluate_interleaved(
-            [evaluator for _, _, evaluator in pending], on_shape if progress is not None else None
-        )
-    except BaseException:
-        for _, _, evaluator in pending:
-            evaluator.close()
-        with store.session() as session:
-            for _, run_id, _ in pending:
-                release_claim(session, run_id, worker)
-        raise
     with store.session() as session:
-        for (item, run_id, _), evaluation in zip(pending, evaluations):
-            item.run = record_run(session, run_id, worker, evaluation, score_ms=evaluation.score_ms)
-            if item.run is None:
-                item.busy_with = "a worker that took over"
+        for item in benched:
+            request = _claim(session, item, mode, environment, force, limits, rule, worker)
+            if request is not None:
+                requests.append(request)
+                items[request.key] = item
+    dispatched = evaluate_and_record(
+        store, executor, environment, requests, worker=worker, on_shape=on_shape if progress else None
+    )
+    for key, item in items.items():
+        if key in dispatched.failed:
+            item.busy_with, item.failed = f"no result: {dispatched.failed[key]}", True
+            continue
+        item.run = dispatched.recorded.get(key)
+        if item.run is None:
+            item.busy_with = "a worker that took over"
+    with store.session() as session:
         _compare(session, benched, mode, environment.env_key)
     return benched
 
 
-def _with_references(session: Session, revision_ids: list[int]) -> list[BenchedRevision]:
+def with_references(session: Session, revision_ids: list[int]) -> list[BenchedRevision]:
     """The revisions asked for, then each task's reference revision (the latest of its lineage)
     when it is registered and not asked for already."""
     benched: list[BenchedRevision] = []
@@ -172,9 +167,9 @@ def _claim(
     limits: SandboxLimits,
     rule: StoppingRule,
     worker: str,
-) -> tuple[BenchedRevision, int, Evaluator] | None:
-    """Reuse the stored run, or claim the key and make the item's evaluator; None when there is
-    nothing to evaluate (reused, or another worker holds the claim)."""
+) -> EvaluationRequest | None:
+    """Reuse the stored run, or claim the key and make the item's request (its key: the run's
+    id); None when there is nothing to evaluate (reused, or another worker holds the claim)."""
     task = load_task(item.task)
     revision = get_revision(session, item.revision_id)
     shape_set = default_shape_set(environment.device, timed=True)
@@ -187,22 +182,14 @@ def _claim(
     if found.run is None or found.reused:
         item.run, item.reused, item.busy_with = found.run, found.reused, found.busy_with
         return None
-    run = found.run
     secret_seed = None
     if mode == "leaderboard":
         secret_seed = revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)
-    evaluator = Evaluator(
-        revision_code(revision),
-        revision.filename,
-        task,
-        device=environment.device,
-        mode=BENCH_MODES[mode],
-        timed=True,
-        secret_seed=secret_seed,
-        limits=limits,
-        rule=rule,
+    return EvaluationRequest.make(
+        found.run.id, revision_code(revision), revision.filename, task.name,
+        device=environment.device, limits=limits, label=item.label, mode=BENCH_MODES[mode],
+        timed=True, secret_seed=secret_seed, rule=rule,
     )
-    return item, run.id, evaluator
 
 
 def _times(run: Run | None) -> list[list[float]] | None:
@@ -255,7 +242,8 @@ def shape_table(item: BenchedRevision) -> Table:
     run = item.run
     title = f"{item.revision_id} {item.label}" + (" (reference)" if item.is_reference else "")
     if run is None:
-        table = Table(title=f"{title}: busy, claimed by {item.busy_with}", title_justify="left")
+        what = item.busy_with if item.failed else f"busy, claimed by {item.busy_with}"
+        table = Table(title=f"{title}: {what}", title_justify="left")
         return table
     facts = [f"[bold]{run.status}[/bold]"]
     if run.reason:

@@ -2,24 +2,28 @@
 table it prints.
 
 Per revision: a completed run for (revision, task, mode, environment) is reused unless `force`;
-otherwise the run is claimed (committed), the revision is evaluated outside any transaction,
-and the result is written in one transaction. A failing or hostile revision is a status in its
+otherwise the run is claimed (committed). The claimed revisions are evaluated outside any
+transaction on an executor (harness.executors: this process, one worker per GPU, or Ray),
+interleaved shape by shape, and each job's results are written in one transaction. A failing or hostile revision is a status in its
 run; the next revision is checked all the same.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.table import Table
+from sqlalchemy.orm import Session
 
-from harness.environment import Environment, probe_environment
+from harness.environment import Environment
 from harness.errors import HarnessError
-from harness.sandbox.evaluation import MODES, default_shape_set, evaluate, resolve_device
+from harness.executors import EvaluationRequest, Executor, InProcess, evaluate_and_record
+from harness.sandbox.evaluation import MODES, default_shape_set
 from harness.sandbox.supervisor import SandboxLimits, sqlite_directory
 from harness.store.models import Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
-from harness.store.runs import record_run, release_claim, reuse_or_claim, worker_name
+from harness.store.runs import reuse_or_claim, worker_name
 from harness.store.session import Store
 from harness.tasks import load_task, revision_secret
 
@@ -32,9 +36,12 @@ STATUS_STYLE = {"pass": "green", "wrong_answer": "red", "unsupported": "yellow"}
 class CheckedRevision:
     revision_id: int
     label: str  # "lineage rN"
-    run: Run | None  # None when another worker holds the claim
+    run: Run | None  # None when another worker holds the claim (or its worker failed)
     reused: bool = False
     busy_with: str = ""
+    failed: bool = False  # the worker that evaluated it failed (not the candidate): no result
+    run_id: int | None = None  # the run claimed here
+    shape_count: int = 0
 
 
 def check_revisions(
@@ -46,71 +53,117 @@ def check_revisions(
     force: bool = False,
     limits: SandboxLimits | None = None,
     environment: Environment | None = None,
+    executor: Executor | None = None,
+    progress: Callable[[str, int], None] | None = None,
 ) -> list[CheckedRevision]:
-    """Check each revision on `device` (default: cuda if torch sees a GPU, else cpu). Everything is
-    validated first (device, mode, every id): bad input fails before any work or any write."""
-    device = resolve_device(device)
+    """Check each revision on `device` (default: cuda if torch sees a GPU, else cpu), on the
+    executor (default: this process), the revisions interleaved shape by shape so that each
+    shape's reference is computed once. Everything is validated first (device, mode, every id):
+    bad input fails before any work or any write. `progress` hears (line, shapes done) per shape
+    that ran, and once per revision for the shapes it did not run (stored, busy, stopped)."""
+    executor = executor or InProcess()
+    device = executor.resolve_device(device)
     if mode not in MODES:
         raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(MODES)}")
     with store.session() as session:
         for revision_id in revision_ids:
             revision = get_revision(session, revision_id)
             load_task(revision.task)
-    environment = environment or probe_environment(device)
+    environment = environment or executor.probe(device)
     limits = store_limits(store, limits or SandboxLimits.from_settings())
-    return [
-        check_revision(store, revision_id, environment=environment, mode=mode, force=force, limits=limits)
-        for revision_id in revision_ids
-    ]
+    worker = worker_name()
+    progress = progress or (lambda line, steps: None)
+    checked: list[CheckedRevision] = []
+    requests: dict[int, EvaluationRequest] = {}
+    with store.session() as session:
+        for revision_id in dict.fromkeys(revision_ids):
+            item, request = _claim_check(session, revision_id, environment, mode, force, limits, worker)
+            checked.append(item)
+            if request is None:
+                progress(f"{item.label}: {_stored_or_busy(item)}", item.shape_count)
+            else:
+                requests[request.key] = request
+    labels = {request.key: request.label for request in requests.values()}
+    dispatched = evaluate_and_record(
+        store,
+        executor,
+        environment,
+        list(requests.values()),
+        worker=worker,
+        on_shape=lambda key, outcome: progress(
+            f"{labels[key]} {outcome.set_name}[{outcome.index}] {outcome.status}", 1
+        ),
+        on_recorded=lambda request, evaluation: progress(
+            f"{request.label}: {evaluation.status}", sum(s.status == "not_run" for s in evaluation.shapes)
+        ),
+    )
+    for item in checked:
+        if item.run_id is None:
+            continue
+        if item.run_id in dispatched.failed:
+            item.busy_with = f"no result: {dispatched.failed[item.run_id]}"
+            item.failed = True
+            progress(f"{item.label}: worker failed", item.shape_count)
+            continue
+        item.run = dispatched.recorded.get(item.run_id)
+        if item.run is None:
+            item.busy_with = "a worker that took over"
+    return checked
+
+
+def _stored_or_busy(item: CheckedRevision) -> str:
+    if item.run is None:
+        return f"busy ({item.busy_with})"
+    return f"{item.run.status} (stored)"
 
 
 def store_limits(store: Store, limits: SandboxLimits) -> SandboxLimits:
-    """`limits` with the store's own directory (a SQLite file's) hidden from the child too."""
-    store_dir = sqlite_directory(store.engine.url.render_as_string(hide_password=False))
-    if store_dir is None:
+    """`limits` with the store hidden from the child too: a SQLite file's directory, or the unix
+    socket directories of a PostgreSQL server (harness.store.session.postgres_socket_directories;
+    a socket under /tmp is hidden with /tmp by the supervisor)."""
+    from harness.store.session import postgres_socket_directories
+
+    url = store.engine.url
+    store_dir = sqlite_directory(url.render_as_string(hide_password=False))
+    hidden = [store_dir] if store_dir is not None else postgres_socket_directories(url)
+    if not hidden:
         return limits
-    return limits.model_copy(update={"hidden_paths": [*limits.hidden_paths, store_dir]})
+    return limits.model_copy(update={"hidden_paths": [*limits.hidden_paths, *hidden]})
 
 
-def check_revision(
-    store: Store, revision_id: int, *, environment: Environment, mode: str, force: bool, limits: SandboxLimits
-) -> CheckedRevision:
-    worker = worker_name()
-    run_mode = RUN_MODES[mode]
-    with store.session() as session:
-        revision = get_revision(session, revision_id)
-        label = f"{revision.lineage.name} r{revision.number}"
-        task = load_task(revision.task)
-        code, filename = revision_code(revision), revision.filename
-        shape_set = default_shape_set(environment.device)
-        shapes = len(task.shapes(shape_set))
-        ttl_s = limits.startup_timeout_s + limits.import_timeout_s + limits.call_timeout_s * shapes * 16
-        found = reuse_or_claim(
-            session, revision_id, task, run_mode, environment,
-            shape_set=shape_set, worker=worker, ttl_s=ttl_s, force=force,
-        )
-        if found.run is None or found.reused:
-            return CheckedRevision(revision_id, label, found.run, reused=found.reused, busy_with=found.busy_with)
-        secret_seed = None
-        if mode == "leaderboard":
-            secret_seed = revision_secret(
-                get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256
-            )
-        run = found.run
-        run_id = run.id
-    try:
-        evaluation = evaluate(
-            code, filename, task, device=environment.device, mode=mode, secret_seed=secret_seed, limits=limits
-        )
-    except BaseException:
-        with store.session() as session:
-            release_claim(session, run_id, worker)
-        raise
-    with store.session() as session:
-        recorded = record_run(session, run_id, worker, evaluation)
-    return CheckedRevision(
-        revision_id, label, recorded, busy_with="" if recorded else "a worker that took over"
+def _claim_check(
+    session: Session,
+    revision_id: int,
+    environment: Environment,
+    mode: str,
+    force: bool,
+    limits: SandboxLimits,
+    worker: str,
+) -> tuple[CheckedRevision, EvaluationRequest | None]:
+    """The revision's stored run, another worker's claim, or a new claim and its request."""
+    revision = get_revision(session, revision_id)
+    label = f"{revision.lineage.name} r{revision.number}"
+    task = load_task(revision.task)
+    shape_set = default_shape_set(environment.device)
+    shapes = len(task.shapes(shape_set))
+    ttl_s = limits.startup_timeout_s + limits.import_timeout_s + limits.call_timeout_s * shapes * 16
+    found = reuse_or_claim(
+        session, revision_id, task, RUN_MODES[mode], environment,
+        shape_set=shape_set, worker=worker, ttl_s=ttl_s, force=force,
     )
+    item = CheckedRevision(revision_id, label, found.run, reused=found.reused, busy_with=found.busy_with)
+    item.shape_count = shapes
+    if found.run is None or found.reused:
+        return item, None
+    secret_seed = None
+    if mode == "leaderboard":
+        secret_seed = revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)
+    item.run_id, item.run = found.run.id, None
+    request = EvaluationRequest.make(
+        found.run.id, revision_code(revision), revision.filename, task.name,
+        device=environment.device, limits=limits, label=label, mode=mode, secret_seed=secret_seed,
+    )
+    return item, request
 
 
 def _shape_lines(run: Run) -> str:
@@ -139,7 +192,10 @@ def render_checks(checked: list[CheckedRevision]) -> Table:
     for item in checked:
         run = item.run
         if run is None:
-            table.add_row(str(item.revision_id), item.label, "busy", "", f"claimed by {item.busy_with}")
+            if item.failed:
+                table.add_row(str(item.revision_id), item.label, "[magenta]no result[/magenta]", "", item.busy_with)
+            else:
+                table.add_row(str(item.revision_id), item.label, "busy", "", f"claimed by {item.busy_with}")
             continue
         style = STATUS_STYLE.get(run.status or "", "magenta")
         status = f"[{style}]{run.status}[/{style}]" + ("\n(stored)" if item.reused else "")

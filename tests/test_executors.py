@@ -1,0 +1,252 @@
+"""Executors: one worker process per GPU (`--gpus`) and Ray tasks (`--executor ray`), run for real
+on the CPU: worker processes pinned with CUDA_VISIBLE_DEVICES, and a local Ray cluster that the
+tests start with two declared GPUs, so that Ray's GPU scheduling (and its pinning) is real.
+
+Candidates that report CUDA_VISIBLE_DEVICES in their error show where each evaluation ran."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.config import CANDIDATES_DIR
+from harness.executors import EvaluationRequest, Job
+from harness.executors.local import GpuWorkers
+from harness.sandbox.supervisor import SandboxLimits
+
+REFERENCE = CANDIDATES_DIR / "conv2d_v2_reference.py"
+RAY = Path(sys.executable).parent / "ray"
+
+TORCH_CONV = b'''"""A torch conv2d (copy %d)."""
+import torch
+import torch.nn.functional as F
+
+torch.backends.cudnn.allow_tf32 = False
+
+
+def custom_kernel(data):
+    input_tensor, kernel, output = data
+    output.copy_(F.conv2d(input_tensor, kernel, stride=1, padding=0))
+    return output
+'''
+
+REPORTS_ITS_GPU = b'''"""Fails on purpose, naming the GPU its worker was pinned to (copy %d)."""
+import os
+
+
+def custom_kernel(data):
+    raise RuntimeError("pinned to CUDA_VISIBLE_DEVICES=" + repr(os.environ.get("CUDA_VISIBLE_DEVICES")))
+'''
+
+HANGS_AT_IMPORT = b'''"""Sleeps at import, so that a tournament can be interrupted mid-evaluation (copy %d)."""
+import time
+
+time.sleep(600)
+
+
+def custom_kernel(data):
+    return data[2]
+'''
+
+
+def rows(store_url: str, query: str) -> list[tuple]:
+    connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+    try:
+        return connection.execute(query).fetchall()
+    finally:
+        connection.close()
+
+
+def register(run_cli, tmp_path: Path, template: bytes, copies: int, stem: str) -> list[int]:
+    ids = []
+    for copy in range(copies):
+        path = tmp_path / f"{stem}_{copy}.py"
+        path.write_bytes(template % copy)
+        done = run_cli("register", path, "--lineage", f"{stem}_{copy}")
+        assert done.returncode == 0, done.stderr
+        ids.append(int(re.search(r"submission (\d+)", done.stdout).group(1)))
+    return ids
+
+
+@pytest.fixture
+def mixed_store(run_cli, tmp_path) -> dict[str, list[int]]:
+    """The reference, two passing torch candidates and two that report their GPU."""
+    done = run_cli("register", REFERENCE, "--lineage", "conv2d_v2_reference")
+    assert done.returncode == 0, done.stderr
+    return {
+        "passing": register(run_cli, tmp_path, TORCH_CONV, 2, "torch_conv"),
+        "reporters": register(run_cli, tmp_path, REPORTS_ITS_GPU, 2, "reports_gpu"),
+    }
+
+
+def pinned_devices(store_url: str, revision_ids: list[int]) -> list[str]:
+    reasons = rows(
+        store_url,
+        f"select reason from runs where mode = 'test' and revision_id in ({','.join(map(str, revision_ids))})",
+    )
+    return sorted(re.search(r"CUDA_VISIBLE_DEVICES=(\S+)", reason).group(1) for (reason,) in reasons)
+
+
+def test_one_worker_per_gpu_shares_the_revisions_out_and_the_parent_stores_them(run_cli, store_url, mixed_store):
+    done = run_cli(
+        "tournament", "--device", "cpu", "--gpus", "2", "--budget", "0.1", timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "test: 5 revisions, 5 evaluated now" in done.stdout
+    assert "benchmark: 3 revisions, 3 evaluated now" in done.stdout  # the two passing + the reference
+    # Each worker got its own GPU: the two reporters (one per job, round robin) saw "0" and "1".
+    assert pinned_devices(store_url, mixed_store["reporters"]) == ["'0'", "'1'"]
+    statuses = dict(rows(store_url, "select revision_id, status from runs where mode = 'test'"))
+    assert {statuses[i] for i in mixed_store["passing"]} == {"pass"}
+    assert {statuses[i] for i in mixed_store["reporters"]} == {"runtime_error"}
+    scores = rows(store_url, "select score_ms from runs where mode = 'benchmark'")
+    assert len(scores) == 3 and all(score > 0 for (score,) in scores)
+    assert rows(store_url, "select count(*) from runs where state != 'done'") == [(0,)]
+
+    again = run_cli("tournament", "--device", "cpu", "--gpus", "2", "--budget", "0.1", timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "test: 5 revisions, 0 evaluated now, 5 reused" in again.stdout
+
+
+def test_a_worker_in_another_environment_refuses_its_job_and_the_others_go_on():
+    code = REFERENCE.read_bytes()
+    request = EvaluationRequest.make(
+        7, code, "reference.py", "conv2d_v2", device="cpu", limits=SandboxLimits.from_settings()
+    )
+    jobs = [Job(device="cpu", env_key="not-this-machine", requests=[request])]
+    done, failed = [], []
+    GpuWorkers(["0"]).run(jobs, lambda key, outcome: None, lambda job, ev: done.append(ev), lambda job, why: failed.append(why))
+    assert done == []
+    assert len(failed) == 1
+    assert failed[0].startswith("worker on GPU 0: worker environment differs from the tournament's")
+
+
+def test_ctrl_c_stops_the_gpu_workers_and_releases_every_claim(store_url, run_cli, tmp_path):
+    ids = register(run_cli, tmp_path, HANGS_AT_IMPORT, 2, "hangs")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "harness"), "tournament", "--device", "cpu", "--gpus", "2", "--mode", "test"],
+        env={**os.environ, "HARNESS_DB": store_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _workers_of(process.pid):
+        time.sleep(0.5)
+    workers = _workers_of(process.pid)
+    assert len(workers) == 2, "the two workers never started"
+    time.sleep(3)  # the workers are importing the hanging candidates
+    assert rows(store_url, "select count(*) from runs where state = 'claimed'") == [(len(ids),)]
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert rows(store_url, "select count(*) from runs") == [(0,)]
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The worker processes (`python -m harness.executors.worker`) whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(re.search(r"PPid:\s+(\d+)", status).group(1))
+        if ppid == pid and b"harness.executors.worker" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--gpus", "0"], "--gpus must be at least 1"),
+        (["--gpus", "two"], "--gpus takes a count or 'all'"),
+        (["--gpus", "all"], "--gpus all, but torch sees no CUDA GPU here"),
+        (["--ray-address", "127.0.0.1:1"], "--ray-address needs --executor ray"),
+        (["--executor", "ray", "--gpus", "2"], "--gpus is for the local executor"),
+        (["--executor", "ray", "--ray-address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
+        (["--executor", "ray", "--ray-address", "nowhere"], "expected HOST:PORT"),
+    ],
+)
+def test_bad_executor_options_fail_in_one_line_and_write_nothing(
+    run_cli, store_url, dump_store, arguments, message
+):
+    done = run_cli("register", REFERENCE, "--lineage", "conv2d_v2_reference")
+    assert done.returncode == 0, done.stderr
+    before = dump_store(store_url)
+    if "--gpus" in arguments and "all" in arguments and _has_cuda():
+        pytest.skip("this machine has a GPU")
+    failed = run_cli("tournament", "--device", "cpu", *arguments, timeout=120)
+    assert failed.returncode == 2
+    assert failed.stderr.count("\n") == 1 and message in failed.stderr, failed.stderr
+    assert dump_store(store_url) == before
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# --- Ray --------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory) -> str:
+    """A local Ray cluster on this CPU that declares two GPUs; its address."""
+    if not RAY.exists():
+        pytest.fail("ray is not installed in this environment: ./setup.sh installs the ray extra")
+    port = _free_port()
+    temp = tmp_path_factory.mktemp("ray")
+    env = {**os.environ, "RAY_TMPDIR": str(temp)}
+    started = subprocess.run(
+        [
+            str(RAY), "start", "--head", "--port", str(port), "--num-cpus", "2", "--num-gpus", "2",
+            "--disable-usage-stats", "--include-dashboard", "false", "--object-store-memory", "200000000",
+            "--node-ip-address", "127.0.0.1", f"--temp-dir={temp}",
+        ],
+        capture_output=True, text=True, env=env, timeout=180, check=False,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, env=env, timeout=120, check=False)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_ray_tasks_run_the_tournament_on_declared_gpus(run_cli, store_url, mixed_store, ray_cluster):
+    done = run_cli(
+        "tournament", "--device", "cpu", "--executor", "ray", "--ray-address", ray_cluster,
+        "--budget", "0.1", timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "test: 5 revisions, 5 evaluated now" in done.stdout
+    assert "benchmark: 3 revisions, 3 evaluated now" in done.stdout
+    # Ray gave each task one of the two declared GPUs and pinned it.
+    assert pinned_devices(store_url, mixed_store["reporters"]) == ["'0'", "'1'"]
+    statuses = dict(rows(store_url, "select revision_id, status from runs where mode = 'test'"))
+    assert {statuses[i] for i in mixed_store["passing"]} == {"pass"}
+    assert rows(store_url, "select count(*) from runs where mode = 'benchmark' and score_ms > 0") == [(3,)]
+    assert rows(store_url, "select count(*) from runs where state != 'done'") == [(0,)]
