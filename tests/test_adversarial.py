@@ -10,6 +10,7 @@ and the secret hunt against a real store.
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,6 +38,7 @@ TINY_PEAK = '{"cpu": 1e-9}'  # TFLOP/s: a thousand FLOPs a second, which any rea
 UNTIMED = {
     "patches_comparison.py": ("wrong_answer", "98 of 98 elements mismatch"),
     "searches_memory.py": ("runtime_error", "memory search: no expected output found"),
+    "reused_allocation.py": ("wrong_answer", "elements mismatch"),
     "thread_writes_later.py": ("wrong_answer", "NaN/Inf (unwritten elements stay NaN)"),
     "writes_to_fds.py": ("crashed", "protocol violation during call on smoke[0]: a message with a wrong token"),
     "exits_at_import.py": ("crashed", "exited with code 0 during import/compile"),
@@ -96,6 +98,46 @@ def test_a_background_thread_writes_too_late_on_every_shape(untimed):
     shapes = untimed["thread_writes_later.py"].shapes
     assert [shape.status for shape in shapes] == ["wrong_answer"] * len(TASK.smoke)
     assert all(shape.check["not_finite"] == shape.check["mismatches"] > 0 for shape in shapes)
+
+
+def _reused_allocation_lines(evaluation: Evaluation) -> list[str]:
+    return [line for line in evaluation.log_tail.splitlines() if "reused allocation: call" in line]
+
+
+def _assert_judged_on_stale_memory(evaluation: Evaluation, calls: int) -> None:
+    """Every call ran (one log line each: where its answer came from) and every shape failed on
+    its values: at least half of the elements off, whatever the memory held."""
+    assert len(_reused_allocation_lines(evaluation)) == calls, evaluation.log_tail
+    assert evaluation.status == "wrong_answer", evaluation.reason
+    for shape in evaluation.shapes:
+        numel = math.prod(shape.check["output"]["shape"])
+        assert shape.status == "wrong_answer" and "elements mismatch" in shape.reason, (shape.index, shape.reason)
+        assert shape.check["mismatches"] > numel // 2, (shape.index, shape.reason)
+
+
+def test_reused_allocations_hold_no_expected_output(untimed):
+    """The candidate never computes: it returns the most output-like window of memory it did not
+    write (the heap and anonymous mappings through /proc/self/mem, sixteen torch.empty tensors,
+    its earlier output buffers). The child never holds a reference output and NaN-fills earlier
+    outputs, so whatever it finds is judged on its values and fails."""
+    _assert_judged_on_stale_memory(untimed["reused_allocation.py"], len(TASK.smoke))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the caching-allocator cheat needs a CUDA GPU")
+def test_reused_allocations_hold_no_expected_output_on_cuda():
+    """On the GPU the candidate reads every block of torch's caching allocator (freed or not) and
+    a fresh 256 MiB from the driver. The honest reference runs the same shapes and seeds first, in
+    a child that then exits, and this process empties its own cache: a stale right answer could
+    only come from device memory handed on without being cleared."""
+    honest = evaluate(REFERENCE.read_bytes(), REFERENCE.name, TASK, device="cuda", shape_set="tests")
+    assert honest.status == "pass", honest.reason
+    torch.cuda.empty_cache()
+    limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=120.0)
+    code = (ADVERSARIAL / "reused_allocation.py").read_bytes()
+    evaluation = evaluate(code, "reused_allocation.py", TASK, device="cuda", shape_set="tests", limits=limits)
+    print("reused allocations on cuda:", evaluation.status, evaluation.reason,
+          *_reused_allocation_lines(evaluation), sep="\n")
+    _assert_judged_on_stale_memory(evaluation, len(TASK.tests))
 
 
 @pytest.mark.skipif(not FULL_ISOLATION, reason="needs a pid namespace")
