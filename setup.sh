@@ -9,4 +9,4 @@ py=${PYTHON:-python3}
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   .venv/bin/pip install -q --disable-pip-version-check "${TORCH_SPEC:-torch==2.13.0}"
 fi
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/pip install -q --disable-pip-version-check -e '.[test,postgres,ray]'

@@ -361,8 +361,15 @@ def tournament(
                 f"{phase.phase}: {len(phase.revision_ids)} revisions, {phase.evaluated} evaluated now, "
                 f"{phase.reused} reused, {phase.busy} held by other workers, {len(phase.passed)} passed"
             )
+        busy = sum(phase.busy for phase in result.phases)
         with store.session() as session:
-            board = build_leaderboard(session, result.task, result.environment.device_name or result.device)
+            try:
+                board = build_leaderboard(session, result.task, result.environment.device_name or result.device)
+            except HarnessError:
+                if not busy:
+                    raise
+                console.print(f"no finished runs here yet: {busy} held by other workers; `harness leaderboard` later")
+                return
             to_terminal = console.is_terminal
             text = render_leaderboard(
                 session, board, "table", color=to_terminal, width=console.width if to_terminal else 200

@@ -1,5 +1,6 @@
-"""Fixtures shared by the test modules: a fresh SQLite store URL, the CLI in a subprocess, and a
-dump of a store's rows (to check that a rejected command wrote nothing)."""
+"""Fixtures shared by the test modules: a fresh SQLite store URL, the CLI in a subprocess, a
+dump of a store's rows (to check that a rejected command wrote nothing), and a fresh PostgreSQL
+database (or each kind of store in turn) on the server that HARNESS_TEST_POSTGRES_URL names."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,46 @@ def process_gone() -> Callable[[int], bool]:
         return False
 
     return gone
+
+
+# --- PostgreSQL (issue 7): a fresh database per test on the server of HARNESS_TEST_POSTGRES_URL ---
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """The URL of a fresh, empty PostgreSQL database, dropped after the test, on the server that
+    HARNESS_TEST_POSTGRES_URL names (`.ci/postgres.sh` starts a throwaway one and sets it). Without
+    the variable the test is skipped, unless HARNESS_REQUIRE_POSTGRES=1 (CI), where it fails."""
+    import uuid
+
+    from sqlalchemy import create_engine, make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    server = os.environ.get("HARNESS_TEST_POSTGRES_URL", "")
+    if not server:
+        message = "HARNESS_TEST_POSTGRES_URL is not set (start a server with .ci/postgres.sh)"
+        if os.environ.get("HARNESS_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"HARNESS_REQUIRE_POSTGRES=1 but {message}", pytrace=False)
+        pytest.skip(message)
+    name = f"harness_test_{uuid.uuid4().hex[:16]}"
+    try:
+        admin = create_engine(server, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    except (SQLAlchemyError, ImportError) as exc:
+        pytest.fail(f"cannot create a database on {server}: {str(exc).splitlines()[0]}", pytrace=False)
+    try:
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test that takes it runs twice: on a fresh SQLite store in tmp_path and on a fresh
+    PostgreSQL database (`postgres_url`: skipped when there is no server)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.sqlite'}"
+    return request.getfixturevalue("postgres_url")

@@ -1,5 +1,6 @@
 """The store: the migration builds exactly the models' schema, SQLite settings, transactions,
-upgrades, and every way opening a store can fail."""
+upgrades, and every way opening a store can fail. The migration tests run on SQLite and on
+PostgreSQL (`any_store_url`: the PostgreSQL case needs HARNESS_TEST_POSTGRES_URL)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def _sqlite_path(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///"))
 
 
-def test_the_migrated_schema_matches_the_models(store_url):
-    store = open_store(store_url)
+def test_the_migrated_schema_matches_the_models(any_store_url):
+    store = open_store(any_store_url)
     try:
         with store.engine.connect() as connection:
             differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
@@ -34,25 +35,25 @@ def test_the_migrated_schema_matches_the_models(store_url):
     assert differences == [], "models.py and db/migrations differ: run db/regenerate_initial.py"
 
 
-def test_opening_an_empty_store_creates_the_schema_once(store_url):
+def test_opening_an_empty_store_creates_the_schema_once(any_store_url):
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    first = open_store(store_url)
+    first = open_store(any_store_url)
     first.close()
     assert (first.previous_revision, first.schema_revision, first.migrated) == (None, head, True)
-    second = open_store(store_url)
+    second = open_store(any_store_url)
     second.close()
     assert (second.previous_revision, second.schema_revision, second.migrated) == (head, head, False)
 
 
-def test_a_store_at_the_first_revision_is_upgraded_to_head(store_url):
+def test_a_store_at_the_first_revision_is_upgraded_to_head(any_store_url):
     scripts = ScriptDirectory.from_config(alembic_config())
     first_revision = scripts.get_base()
-    engine = create_engine(store_url)
+    engine = create_engine(any_store_url)
     with engine.connect() as connection, connection.begin():
         command.upgrade(alembic_config(connection), first_revision)
     engine.dispose()
 
-    store = open_store(store_url)
+    store = open_store(any_store_url)
     try:
         assert store.previous_revision == first_revision
         assert store.schema_revision == scripts.get_current_head()
@@ -95,19 +96,19 @@ def test_harness_db_in_the_environment_is_the_default_url(store_url, monkeypatch
     assert _sqlite_path(store_url).is_file()
 
 
-def test_processes_that_open_a_fresh_store_together_create_its_schema_once(store_url):
+def test_processes_that_open_a_fresh_store_together_create_its_schema_once(any_store_url):
     program = (
         "import sys\nfrom harness.store.session import open_store\n"
         "store = open_store(sys.argv[1])\nprint(store.previous_revision)\n"
     )
     processes = [
-        subprocess.Popen([sys.executable, "-c", program, store_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", program, any_store_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(3)
     ]
     results = [process.communicate(timeout=120) + (process.returncode,) for process in processes]
     assert [returncode for _, _, returncode in results] == [0, 0, 0], results
     assert sorted(stdout.strip() for stdout, _, _ in results).count("None") == 1  # exactly one created it
-    store = open_store(store_url)
+    store = open_store(any_store_url)
     try:
         with store.session() as session:
             assert session.scalar(select(func.count()).select_from(Secret)) == 0
@@ -163,3 +164,32 @@ def test_a_store_that_fails_after_its_file_was_created_leaves_no_file(store_url)
     with pytest.raises(HarnessError, match="cannot open store"):
         open_store(store_url)
     assert not path.exists()
+
+
+def test_a_postgresql_stores_socket_directories_are_hidden_from_the_child(tmp_path, monkeypatch):
+    """A network namespace cuts TCP, not unix sockets: the server's socket directories (the URL's,
+    PGHOST's, the default one) go into the sandbox's hidden paths; /tmp is left to the supervisor."""
+    from harness.sandbox.checks import store_limits
+    from harness.sandbox.supervisor import SandboxLimits
+    from harness.store.session import Store, postgres_socket_directories
+
+    url_dir, env_dir = tmp_path / "url-socket", tmp_path / "env-socket"
+    url_dir.mkdir()
+    env_dir.mkdir()
+    monkeypatch.setenv("PGHOST", str(env_dir))
+    defaults = [d for d in ("/var/run/postgresql", "/run/postgresql") if Path(d).is_dir()]
+    default = [str(Path(defaults[0]).resolve())] if defaults else []
+    found = postgres_socket_directories(f"postgresql+psycopg://u@/db?host={url_dir}")
+    assert found == [str(url_dir), str(env_dir), *default]
+    monkeypatch.delenv("PGHOST")
+    assert postgres_socket_directories("postgresql+psycopg://u@db.example:5432/db") == default
+    assert postgres_socket_directories(f"postgresql://u@/db?host={tmp_path / 'missing'}") == default
+    assert postgres_socket_directories("postgresql://u@/db?host=/tmp") == default
+    assert postgres_socket_directories(f"sqlite:///{tmp_path / 's.sqlite'}") == []
+
+    engine = create_engine(f"postgresql+psycopg://u@/db?host={url_dir}")  # connects to nothing
+    store = Store(engine=engine, url="x", schema_revision="x", previous_revision=None)
+    limits = store_limits(store, SandboxLimits(hidden_paths=["/srv/other"]))
+    assert limits.hidden_paths == ["/srv/other", str(url_dir), *default]
+    store = Store(engine=create_engine(f"sqlite:///{tmp_path / 's.sqlite'}"), url="x", schema_revision="x", previous_revision=None)
+    assert store_limits(store, SandboxLimits()).hidden_paths == [str(tmp_path)]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from harness.candidates import SeedRevision, check_candidate_content, parse_candidate
@@ -185,10 +186,14 @@ def revision_code(revision: Revision) -> bytes:
 def get_or_create_secret(session: Session, name: str) -> str:
     """A value kept in the store and never shown to candidates (a random 63-bit integer)."""
     secret = session.get(Secret, name)
-    if secret is None:
-        secret = Secret(name=name, value=str(secrets.randbits(63)))
-        session.add(secret)
-        session.flush()
+    if secret is not None:
+        return secret.value
+    try:
+        with session.begin_nested():  # another writer may create it at the same moment
+            secret = Secret(name=name, value=str(secrets.randbits(63)))
+            session.add(secret)
+    except IntegrityError:
+        secret = session.get(Secret, name, populate_existing=True)
     return secret.value
 
 

@@ -6,6 +6,12 @@ and then writes the status, the per-shape results and state `done` in one transa
 is either complete or visibly in progress; a worker that died leaves a claim that expires, and
 the next worker to claim the key replaces it.
 
+Many writers: the unique key makes a second insert of the same run fail (caught in a savepoint:
+the key is taken). Taking over an existing row happens under a lock: SQLite's `BEGIN IMMEDIATE`
+(harness.store.session) serializes the writers; on PostgreSQL the row is read with `SELECT ...
+FOR UPDATE SKIP LOCKED`, so a worker skips a row that another one is claiming or writing instead
+of waiting for it, and `record_run` locks the row before it checks that the claim is still its own.
+
 Run modes written by the runner: `test` (`harness test`, public seeds), `test-leaderboard`
 (`harness test --mode leaderboard`: secret seeds, checks only); the timing commands write
 `benchmark` and `leaderboard`.
@@ -74,8 +80,8 @@ def claim_run(
     before doing the work, so that other workers see the claim."""
     now = utcnow()
     expires = now + timedelta(seconds=ttl_s)
-    existing = session.scalar(select(Run).where(*_key(revision_id, task, mode, environment.env_key)))
-    if existing is None:
+    existing_id = session.scalar(select(Run.id).where(*_key(revision_id, task, mode, environment.env_key)))
+    if existing_id is None:
         run = Run(
             revision_id=revision_id,
             task=task,
@@ -95,6 +101,16 @@ def claim_run(
         except IntegrityError:  # another worker inserted the same key first
             return None
         return run
+    # Lock the row (PostgreSQL; SQLite's BEGIN IMMEDIATE already holds the write lock) and read its
+    # latest committed state. None: another worker is claiming or recording it right now.
+    existing = session.scalar(
+        select(Run)
+        .where(Run.id == existing_id)
+        .with_for_update(skip_locked=True)
+        .execution_options(populate_existing=True)
+    )
+    if existing is None:
+        return None
     if existing.state == "done" and not replace_done:
         return None
     if (
@@ -182,7 +198,9 @@ def record_run(
     """Write the evaluation into the claimed run and mark it done, in the caller's transaction.
     Returns None (and writes nothing) when the claim is no longer this worker's: its claim expired
     and another worker took the key over, whose result counts instead."""
-    run = session.get(Run, run_id, options=[selectinload(Run.shapes)])
+    run = session.get(
+        Run, run_id, options=[selectinload(Run.shapes)], with_for_update=True, populate_existing=True
+    )
     if run is None or run.state != "claimed" or run.claimed_by != worker:
         return None
     run.status = evaluation.status

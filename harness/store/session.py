@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from alembic import command
 from alembic.config import Config
@@ -191,6 +193,29 @@ def _upgrade_to_head(engine: Engine, shown: str) -> tuple[str | None, str]:
     except (SQLAlchemyError, CommandError, OSError) as exc:
         raise HarnessError(f"cannot open store {shown}: {_first_line(exc)}") from None
     return (found[0] if found else None), head
+
+
+def postgres_socket_directories(url: str | URL) -> list[str]:
+    """The unix socket directories through which a PostgreSQL store's server may be reached, to
+    hide from sandboxed children (a network namespace cuts TCP but not unix sockets): the URL's
+    socket host (`?host=/dir` or a host starting with "/"), PGHOST's, and the usual default
+    directories (Debian's libpq and psycopg's wheels use /var/run/postgresql; upstream builds use
+    /tmp, which the sandbox hides anyway, so it is not listed), the defaults even for a TCP URL,
+    since a local server also listens there. Only directories that exist; [] for other stores."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    if parsed.get_backend_name() != "postgresql":
+        return []
+    query_hosts = parsed.query.get("host", ())
+    hosts = [unquote(parsed.host or ""), *([query_hosts] if isinstance(query_hosts, str) else query_hosts)]
+    hosts.append(os.environ.get("PGHOST", ""))
+    candidates = [host for value in hosts for host in value.split(",") if host.startswith("/")]
+    candidates += ["/var/run/postgresql", "/run/postgresql"]
+    found: list[str] = []
+    for candidate in candidates:
+        path = Path(candidate).resolve()
+        if path != Path("/tmp") and path.is_dir() and str(path) not in found:
+            found.append(str(path))
+    return found
 
 
 def _is_known(scripts: ScriptDirectory, revision: str) -> bool:
