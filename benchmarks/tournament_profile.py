@@ -1,31 +1,38 @@
 #!/usr/bin/env python3
-"""Where a tournament's wall time went, read back from the store it wrote.
+"""Where a tournament's wall time went, read back from the store it wrote (an estimate: the
+parent's own clock, bucket by bucket, is in benchmarks/tournament_overhead.py, which also runs
+the tournament, the no-op rerun and the `--force` rerun itself).
 
 For each phase (run mode) of one environment: the phase's wall time (first run claimed to last run
 written), split into
-- compile and warm-up: the candidates' imports (each run's compile_s) plus the warm-up calls
-  before timing (JIT compilation, Triton autotuning, cuDNN algorithm search);
-- checked calls: the candidate calls whose outputs were compared with the reference (the first
-  of them also compiles what the import did not);
+- compile and warm-up: the candidates' imports, the warm-up calls before timing, and on timed
+  shapes the part of the first call above the shape's median timed call (JIT compilation, Triton
+  autotuning, cuDNN's algorithm search). The children of a group (up to 16, in run order) import
+  side by side, so a group counts its longest import, not the sum;
+- checked calls: the first checked call of each shape (`call_s`, on the child's clock: the call
+  alone, neither the input generation nor the output transfer), less the part counted above. In
+  the test phase this still includes the first call's compilation. On the CPU, where every
+  autotune config is checked, only the first config's call is stored: the others fall in the
+  overhead here;
 - timed calls: the sum of every timed call's time;
 - harness overhead: the rest (process starts, input generation, reference computation, output
-  transfer and comparison, L2 flushes, the store).
+  transfer and comparison, the leaderboard recheck, L2 flushes, the store).
 
     python benchmarks/tournament_profile.py [--db URL] [--task conv2d_v2] [--device NAME]
-
-With a second tournament run right after the first (nothing new to do), time the command itself:
-`time harness tournament` (the README has the figures).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
 from harness.store.models import Run
 from harness.store.session import open_store
+
+GROUP = 16  # harness.sandbox.evaluation.INTERLEAVE_GROUP
 
 
 def main() -> None:
@@ -56,9 +63,21 @@ def main() -> None:
         for mode in dict.fromkeys(r.mode for r in runs):
             phase = [r for r in runs if r.mode == mode]
             wall = (max(r.finished_at for r in phase) - min(r.started_at for r in phase)).total_seconds()
-            compile_s = sum(r.compile_s or 0.0 for r in phase)
+            in_order = sorted(phase, key=lambda r: r.id)
+            compile_s = sum(
+                max((r.compile_s or 0.0 for r in in_order[first : first + GROUP]), default=0.0)
+                for first in range(0, len(in_order), GROUP)
+            )
             compile_s += sum((s.check.get("timing") or {}).get("compile_s") or 0.0 for r in phase for s in r.shapes)
             checked_s = sum(s.check.get("call_s") or 0.0 for r in phase for s in r.shapes)
+            first_call_compile = sum(
+                max(0.0, s.check["call_s"] - statistics.median(s.times_ms) / 1000)
+                for r in phase
+                for s in r.shapes
+                if s.times_ms and s.check.get("call_s")
+            )
+            compile_s += first_call_compile
+            checked_s -= first_call_compile
             timed_s = sum(sum(s.times_ms or []) for r in phase for s in r.shapes) / 1000
             overhead = wall - compile_s - checked_s - timed_s
             print(

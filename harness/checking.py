@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 
 import torch
@@ -43,6 +43,16 @@ class ReferenceCase:
     expected: torch.Tensor
     expected64: torch.Tensor | None
     note: str | None = None
+    _input_bytes: dict = field(default_factory=dict, repr=False)
+
+    def input_bytes(self, index: int) -> torch.Tensor:
+        """Input `index` as contiguous bytes on the CPU, copied once per case (every revision
+        checked on the case compares against the same copy)."""
+        found = self._input_bytes.get(index)
+        if found is None:
+            found = self.data[index].detach().cpu().contiguous().view(torch.uint8)
+            self._input_bytes[index] = found
+        return found
 
 
 class Mismatch(BaseModel):
@@ -150,9 +160,8 @@ def inputs_problem(task: TaskSpec, case: ReferenceCase, returned: list[torch.Ten
             return f"input {name!r} is no longer a plain tensor after the call"
         if after.shape != before.shape or after.dtype != before.dtype:
             return f"input {name!r} changed shape or dtype during the call"
-        before_cpu = before.detach().cpu()
-        if not torch.equal(after.view(torch.uint8), before_cpu.contiguous().view(torch.uint8)):
-            changed = int((after != before_cpu).sum())
+        if not torch.equal(after.view(torch.uint8), case.input_bytes(index)):
+            changed = int((after != before.detach().cpu()).sum())
             return f"input {name!r} was modified ({changed} elements differ)"
     return None
 

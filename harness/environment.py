@@ -3,22 +3,51 @@
 Results are comparable only within one environment, so every run is keyed by `env_key`, the
 sha256 of these facts: a new driver, torch, triton, Python or harness version is a new key and
 the revisions are checked and timed again there.
+
+The GPU's name is what torch reports (`torch.cuda.get_device_name()`), which costs torch's CUDA
+initialization. A tournament with nothing new to do needs only the key, so the name torch
+reported is kept on disk (`cuda_device_name`) under a fingerprint of everything that decides
+which GPU torch's device 0 is, read from files without touching CUDA: the driver's list of GPUs
+with their models, bus locations and UUIDs (/proc/driver/nvidia/gpus), MIG instances, the
+/dev/nvidia* nodes, the variables that select and order devices, the driver, torch's version, the
+host and its boot. Where any of it cannot be read, torch is asked every time, as before. A
+process that later initializes CUDA anyway (to evaluate) checks the kept name against torch's
+(`confirm_device_name`) before anything is written under the key.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import os
 import platform
+import re
 import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, model_validator
 
 from harness import __version__
+from harness.errors import HarnessError
 
 NVIDIA_DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
+NVIDIA_GPUS_DIR = Path("/proc/driver/nvidia/gpus")
+NVIDIA_CAPABILITIES_DIR = Path("/proc/driver/nvidia/capabilities")
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+DEVICE_NAME_CACHE = "cuda-device-names.json"
+# Variables that choose which GPUs CUDA sees and in which order.
+DEVICE_SELECTION_VARIABLES = (
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "PYTORCH_NVML_BASED_CUDA_CHECK",
+)
+_names_from_cache: dict[str, str] = {}  # fingerprint -> name, served in this process without torch
 
 
 class Environment(BaseModel):
@@ -74,13 +103,134 @@ def nvidia_driver_version() -> str:
     return ""
 
 
+def gpu_fingerprint(torch_version: str) -> str | None:
+    """A digest of what decides which GPU torch's device 0 is and what it is called, read from
+    files and variables without initializing CUDA; None when some of it cannot be read."""
+    try:
+        entries = sorted(NVIDIA_GPUS_DIR.iterdir())
+        gpus = [(entry.name, (entry / "information").read_text()) for entry in entries]
+        driver = NVIDIA_DRIVER_VERSION_FILE.read_text()
+        boot_id = BOOT_ID_FILE.read_text().strip()
+    except OSError:
+        return None
+    if not gpus or not boot_id or not all("Model:" in text for _, text in gpus):
+        return None
+    try:
+        # MIG instances (gpuN/mig/giX/ciY) change what CUDA enumerates without touching the above
+        capabilities = sorted(
+            str(Path(root).relative_to(NVIDIA_CAPABILITIES_DIR)) for root, _, _ in os.walk(NVIDIA_CAPABILITIES_DIR)
+        )
+        nodes = sorted(name for name in os.listdir("/dev") if name.startswith("nvidia"))
+    except OSError:
+        return None
+    facts = {
+        "gpus": gpus,
+        "capabilities": capabilities,
+        "nodes": nodes,
+        "driver": driver,
+        "variables": {name: os.environ.get(name) for name in DEVICE_SELECTION_VARIABLES},
+        "torch": torch_version,
+        "host": platform.node(),
+        "boot_id": boot_id,
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def _name_cache_path() -> Path:
+    from harness.config import get_settings
+
+    return Path(get_settings().cache_dir, DEVICE_NAME_CACHE)
+
+
+def _read_name_cache() -> dict[str, str]:
+    try:
+        names = json.loads(_name_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return names if isinstance(names, dict) else {}
+
+
+def _write_name_cache(names: dict[str, str]) -> None:
+    """Atomically (a rename), so that concurrent tournaments never read half a file; best effort."""
+    path = _name_cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=".device-names-", dir=path.parent)
+        with os.fdopen(handle, "w") as file:
+            json.dump(names, file)
+        os.replace(temporary, path)
+    except OSError:
+        pass
+
+
+def cuda_device_name(torch_version: str) -> str:
+    """torch.cuda.get_device_name() for device 0, from the kept copy when the GPU fingerprint is
+    the one torch answered for before (no CUDA initialization), else from torch (and kept)."""
+    fingerprint = gpu_fingerprint(torch_version)
+    if fingerprint is not None:
+        name = _read_name_cache().get(fingerprint)
+        if isinstance(name, str) and name:
+            _names_from_cache[fingerprint] = name
+            return name
+    import torch
+
+    name = torch.cuda.get_device_name()
+    if fingerprint is not None:
+        _write_name_cache({**_read_name_cache(), fingerprint: name})
+    return name
+
+
+def confirm_device_name() -> None:
+    """In a process that has initialized CUDA: raise HarnessError (and forget the kept name) when a
+    name served from the kept copy is not what torch reports now, before anything is claimed or
+    written under a key made with it. Free when no name came from the kept copy."""
+    if not _names_from_cache:
+        return
+    import torch
+
+    actual = torch.cuda.get_device_name()
+    for fingerprint, name in list(_names_from_cache.items()):
+        if name != actual:
+            names = _read_name_cache()
+            names.pop(fingerprint, None)
+            _write_name_cache(names)
+            _names_from_cache.clear()
+            raise HarnessError(
+                f"the GPU is {actual!r}, not {name!r} as kept from an earlier probe; "
+                "the kept name is dropped: run the command again"
+            )
+    _names_from_cache.clear()  # confirmed: nothing left to check in this process
+
+
+def triton_version() -> str:
+    """`triton.__version__`, read from the package's __init__.py when it assigns it once as a
+    literal (importing Triton loads its compiler library, a few tenths of a second that a
+    tournament with nothing to do does not need), else by importing it."""
+    module = sys.modules.get("triton")
+    if module is not None:
+        return module.__version__
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.origin:
+        try:
+            source = Path(spec.origin).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            source = ""
+        assignments = re.findall(r"^__version__\s*=.*$", source, re.MULTILINE)
+        if len(assignments) == 1:
+            literal = re.fullmatch(r"__version__\s*=\s*(['\"])([^'\"\\]+)\1\s*(#.*)?", assignments[0])
+            if literal:
+                return literal.group(2)
+    import triton
+
+    return triton.__version__
+
+
 def probe_environment(device: str) -> Environment:
     """The facts for `device` ("cpu" or "cuda"), and their key."""
     import torch
-    import triton
 
     if device == "cuda":
-        device_name = torch.cuda.get_device_name()
+        device_name = cuda_device_name(torch.__version__)
         driver = nvidia_driver_version()
         cuda_runtime = torch.version.cuda or ""
     else:
@@ -93,7 +243,7 @@ def probe_environment(device: str) -> Environment:
         driver_version=driver,
         cuda_runtime=cuda_runtime,
         torch=torch.__version__,
-        triton=triton.__version__,
+        triton=triton_version(),
         python=platform.python_version(),
         harness=__version__,
     )

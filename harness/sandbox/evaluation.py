@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -30,9 +31,16 @@ from typing_extensions import Self
 
 from harness import checking, scoring
 from harness.config import get_settings
+from harness.environment import confirm_device_name
 from harness.errors import HarnessError
-from harness.sandbox.protocol import AutotunerInfo, CallDone, CheckReply, ImportFailed, IsolationReport
-from harness.sandbox.supervisor import ChildFailure, ChildProcess, IsolationLevel, SandboxLimits
+from harness.sandbox.protocol import AutotunerInfo, CallDone, CheckReply, ImportFailed, IsolationReport, Ready
+from harness.sandbox.supervisor import (
+    SHUTDOWN_GRACE_S,
+    ChildFailure,
+    ChildProcess,
+    IsolationLevel,
+    SandboxLimits,
+)
 from harness.sandbox.transfer import read_tensor
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
 from harness.timing import (
@@ -91,8 +99,11 @@ class Evaluation(BaseModel):
     mode: str
     timed: bool = False
     shape_set: str
-    compile_s: float | None = None  # the candidate's import (and anything it compiles there)
-    startup_s: float | None = None  # spawn until the child has imported torch (parent's clock)
+    # the candidate's import (and anything it compiles there), on the child's clock
+    compile_s: float | None = None
+    # spawn until the child has imported torch, on the parent's clock (a group's children start
+    # together: on fewer cores than children this includes waiting for a core)
+    startup_s: float | None = None
     wall_s: float = 0.0
     isolation: str = ""
     autotuners: list[AutotunerInfo] = []
@@ -313,12 +324,32 @@ class Evaluator:
         return len(self.shapes)
 
     def start(self) -> bool:
-        """Spawn the child and import the candidate; False when no shape can run."""
-        evaluation = self.evaluation
+        """Spawn the child and import the candidate; False when no shape can run.
+        (`start_evaluators` does the same for several at once.)"""
+        return self.spawn() and self.started_with(self.wait_ready())
+
+    def spawn(self) -> bool:
+        """Start the child without waiting for its imports; False (and the evaluation's status
+        says why) when it died at once."""
         try:
-            first = self.child.start()
+            self.child.spawn()
         except ChildFailure as failure:
-            evaluation.status, evaluation.reason = failure.status, failure.reason
+            return self.started_with(failure)
+        return True
+
+    def wait_ready(self) -> Ready | ImportFailed | ChildFailure:
+        """After `spawn`: the child's answer to the imports, or the failure that ended it. Touches
+        only this evaluator's child, so evaluators may wait in threads at once."""
+        try:
+            return self.child.wait_ready()
+        except ChildFailure as failure:
+            return failure
+
+    def started_with(self, first: Ready | ImportFailed | ChildFailure) -> bool:
+        """Record how the start ended; False when no shape can run."""
+        evaluation = self.evaluation
+        if isinstance(first, ChildFailure):
+            evaluation.status, evaluation.reason = first.status, first.reason
             self.stopped = True
             return False
         evaluation.startup_s = self.child.startup_s
@@ -332,6 +363,20 @@ class Evaluator:
         if self.force_configs:
             self.config_count = max((len(t.configs) for t in first.autotuners), default=0)
         return True
+
+    def prefetch_reference(self, index: int = 0) -> None:
+        """Compute shape `index`'s reference case now (harness.checking keeps the last one), as
+        `run_shape` would on its check: `start_evaluators` does it while the children import, so
+        that the parent's own CUDA initialization and first reference overlap their start. Any
+        error is left for the check itself to raise."""
+        if index >= len(self.shapes):
+            return
+        shape = self.shapes[index]
+        seed = combine_seeds(shape.seed, self.secret_seed) if self.mode == "leaderboard" else shape.seed
+        try:
+            checking.reference_case(self.task, self.reference, shape, seed, self.device)
+        except Exception:  # noqa: BLE001, S110 - the check computes it again and raises there
+            pass
 
     def run_shape(self, index: int) -> ShapeOutcome:
         """Check shape `index`, then time it when timed. After a shape that ended the evaluation
@@ -497,22 +542,72 @@ def evaluate_interleaved(
     """Run several evaluators shape by shape: each checks (and times) shape k before any goes on
     to shape k + 1, so that clock and temperature drift hits every candidate alike. At most
     `group_size` children live at once (each holds a CUDA context, its inputs and a 256 MiB
-    flush buffer): longer lists run in groups of that size, one after another. `on_shape` hears
-    of every shape that ran (for progress). Every child is stopped on the way out, also when
-    this raises."""
+    flush buffer): longer lists run in groups of that size, one after another. A group's
+    children start together (`start_evaluators`: their imports overlap; no shape runs before
+    every child of the group is ready, so no timing shares the machine with an import) and are
+    asked to stop together. `on_shape` hears of every shape that ran (for progress). Every
+    child is stopped on the way out, also when this raises."""
     evaluations: list[Evaluation] = []
     with ExitStack() as stack:
         for evaluator in evaluators:
             stack.enter_context(evaluator)
         for first in range(0, len(evaluators), group_size):
             group = evaluators[first : first + group_size]
-            for evaluator in group:
-                evaluator.start()
+            start_evaluators(group)
             for index in range(max(evaluator.shape_count for evaluator in group)):
                 for evaluator in group:
                     if index < evaluator.shape_count and not evaluator.stopped:
                         outcome = evaluator.run_shape(index)
                         if on_shape is not None:
                             on_shape(evaluator, outcome)
+            for evaluator in group:
+                evaluator.child.request_shutdown()
             evaluations += [evaluator.finish() for evaluator in group]
     return evaluations
+
+
+def start_evaluators(evaluators: list[Evaluator]) -> list[bool]:
+    """`Evaluator.start` for several at once: spawn every child (quick), then wait for each in its
+    own thread with its own deadlines, while this thread computes the first shape's reference
+    (the parent's own CUDA start and first reference overlap the children's imports). Returns
+    each evaluator's `start()` result, in order.
+
+    What the numbers mean: `startup_s` is still spawn until torch is imported in the child, and
+    `compile_s` the candidate's import on the child's clock; the children import side by side,
+    so on a machine with fewer cores than children both include waiting for a core."""
+    if any(evaluator.device == "cuda" for evaluator in evaluators):
+        confirm_device_name()  # a GPU name kept from an earlier probe must be torch's (environment)
+    spawned = [evaluator for evaluator in evaluators if evaluator.spawn()]
+    answers: dict[int, Ready | ImportFailed | ChildFailure | BaseException] = {}
+
+    def wait(evaluator: Evaluator) -> None:
+        try:
+            answers[id(evaluator)] = evaluator.wait_ready()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+            answers[id(evaluator)] = exc
+
+    threads = [
+        threading.Thread(target=wait, args=(evaluator,), name=f"start-{index}", daemon=True)
+        for index, evaluator in enumerate(spawned)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        if spawned:
+            spawned[0].prefetch_reference(0)
+        for thread in threads:
+            thread.join()
+    except BaseException:
+        # Interrupted (Ctrl-C): end the children so that the waiting threads see their pipes
+        # close and return, before the caller closes those pipes.
+        for evaluator in spawned:
+            evaluator.child.kill_group()
+        for thread in threads:
+            thread.join(timeout=2 * SHUTDOWN_GRACE_S)
+        raise
+    for evaluator in spawned:
+        answer = answers[id(evaluator)]
+        if not isinstance(answer, (Ready, ImportFailed, ChildFailure)):
+            raise answer
+    started = {id(evaluator): evaluator.started_with(answers[id(evaluator)]) for evaluator in spawned}
+    return [started.get(id(evaluator), False) for evaluator in evaluators]

@@ -6,7 +6,8 @@ check a candidate on a shape set. How it defends itself (docs/runner.md has the 
 - a fresh process (`python -m harness.sandbox.child`) in a new session, in a temporary working
   directory with the candidate as submission.py and the task's shim as task.py;
 - a scrubbed environment: no HARNESS_* values, no store URL, no secrets; HOME and TMPDIR in the
-  working directory; Triton and torch-extension caches keyed by the code's sha256;
+  working directory; Triton, torch-extension and TorchInductor caches kept across runs, keyed by
+  the code's sha256 (a re-evaluation, `--force` included, compiles nothing twice);
 - where `unshare` works, new user, network, pid and mount namespaces (detected once, falling back
   silently; the result records what was used); resource limits (file size, core dumps, CPU time,
   process count) set between fork and exec;
@@ -100,11 +101,17 @@ class SandboxLimits(BaseModel):
     isolation: Literal["auto", "none"] = "auto"
     hidden_paths: list[str] = []  # more directories to hide (a store's directory)
     check_all_autotune_configs: bool | None = None  # None: on the CPU only
+    # Keep Triton's autotuning results with the compiled kernels (per code sha256), so that a
+    # re-evaluation (the leaderboard phase after the benchmark phase, --force) times the config
+    # chosen the first time instead of benchmarking every config again. Off by default: each
+    # evaluation then tunes afresh, as a fresh process on GPU MODE's runners does.
+    cache_autotuning: bool = False
 
     @classmethod
     def from_settings(cls, **overrides: object) -> SandboxLimits:
         """Time limits from the settings; HARNESS_SANDBOX_ISOLATION=none turns the namespaces off
-        (an escape hatch for a machine where they break the GPU)."""
+        (an escape hatch for a machine where they break the GPU); HARNESS_CACHE_AUTOTUNING=1 keeps
+        Triton's autotuning results (`cache_autotuning`)."""
         settings = get_settings()
         values = {"import_timeout_s": settings.import_timeout_s, "call_timeout_s": settings.call_timeout_s}
         isolation = os.environ.get("HARNESS_SANDBOX_ISOLATION")
@@ -112,6 +119,11 @@ class SandboxLimits(BaseModel):
             if isolation not in ("auto", "none"):
                 raise HarnessError(f"HARNESS_SANDBOX_ISOLATION={isolation!r}: use auto or none")
             values["isolation"] = isolation
+        cache_autotuning = os.environ.get("HARNESS_CACHE_AUTOTUNING")
+        if cache_autotuning:
+            if cache_autotuning not in ("0", "1"):
+                raise HarnessError(f"HARNESS_CACHE_AUTOTUNING={cache_autotuning!r}: use 0 or 1")
+            values["cache_autotuning"] = cache_autotuning == "1"
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)
 
@@ -177,6 +189,38 @@ def detect_isolation(device: str = "cpu") -> IsolationLevel:
             if done.returncode == 0 and (not level.full or done.stdout.strip() == b"ok"):
                 return level
     return NO_ISOLATION
+
+
+# What a child imports besides the candidate (see `warm_optimized_bytecode`).
+CHILD_IMPORTS = "import torch, torch.nn.functional, triton, harness.sandbox.child, harness.sandbox.transfer"
+
+
+@cache
+def warm_optimized_bytecode() -> None:
+    """CPU children run with -O (see `ChildProcess.spawn`), for which Python keeps separate
+    bytecode (*.opt-1.pyc) that an installation usually lacks and that children never write
+    (PYTHONDONTWRITEBYTECODE, read-only mounts): each would compile torch from source, about
+    1.5 s more per child. Once per process, import the child's libraries with -O in a process of
+    our own, with nothing of a candidate in it, as any `python -O` run does: Python writes that
+    bytecode next to the sources where it may (silently not where it may not)."""
+    import importlib.util
+
+    import torch
+
+    if Path(importlib.util.cache_from_source(torch.__file__, optimization=1)).exists():
+        return
+    try:
+        subprocess.run(
+            [sys.executable, "-O", "-c", CHILD_IMPORTS],
+            env=_python_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        pass
 
 
 def _python_environment() -> dict[str, str]:
@@ -272,7 +316,8 @@ def _resource_limits(limits: SandboxLimits):
 class ChildProcess:
     """One sandboxed child running one candidate; it serves requests until `close()`.
 
-    Use it as a context manager: `start()` (import phase), then any number of `check()` calls
+    Use it as a context manager: `start()` (import phase; or `spawn()` now and `wait_ready()`
+    later, so that several children import at once), then any number of `check()` calls
     (a timing request fits the same way: send, wait with a deadline, validate the reply).
     Every method that waits raises `ChildFailure` when the child times out, dies or breaks the
     protocol; the child is killed by then.
@@ -290,10 +335,13 @@ class ChildProcess:
         self.proc: subprocess.Popen | None = None
         self.buffer = b""
         self.status_fd: int | None = None
+        self.shutdown_requested = False
+        self.startup_s: float | None = None
         settings = get_settings()
         self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
-        for cache_dir in (self.triton_cache, self.extensions_cache):
+        self.inductor_cache = Path(settings.cache_dir, "inductor", code_sha256)
+        for cache_dir in (self.triton_cache, self.extensions_cache, self.inductor_cache):
             cache_dir.mkdir(parents=True, exist_ok=True)
         self.workdir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root()))
         (self.workdir / "tmp").mkdir()
@@ -320,8 +368,10 @@ class ChildProcess:
             PYTHONDONTWRITEBYTECODE="1",
             TRITON_CACHE_DIR=str(self.triton_cache),
             TORCH_EXTENSIONS_DIR=str(self.extensions_cache),
-            TORCHINDUCTOR_CACHE_DIR=str(self.workdir / ".cache" / "inductor"),
+            TORCHINDUCTOR_CACHE_DIR=str(self.inductor_cache),
         )
+        if self.limits.cache_autotuning:
+            env["TRITON_CACHE_AUTOTUNING"] = "1"  # in the Triton cache above (not under the interpreter)
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             # One intra-op thread: host-clock times stay stable when children, the parent and
@@ -333,6 +383,13 @@ class ChildProcess:
     def start(self) -> Ready | ImportFailed:
         """Spawn the child; wait until it has imported torch (startup_timeout_s), then until it has
         imported the candidate (import_timeout_s)."""
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the child and send it `Hello`, without waiting: it goes on to import torch and the
+        candidate while the parent spawns others (`wait_ready` collects its answer). The startup
+        deadline runs from here."""
         request_read, self.request_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
         child_fds = [request_read, reply_write]
@@ -345,6 +402,8 @@ class ChildProcess:
         # -O on the CPU: CUDA-only wrappers assert `is_cuda` on their inputs; the interpreter
         # runs their kernels on CPU tensors all the same. The parent checks every answer.
         flags = ["-O"] if self.device == "cpu" else []
+        if flags:
+            warm_optimized_bytecode()
         command = [
             *self.level.prefix,
             sys.executable,
@@ -385,6 +444,7 @@ class ChildProcess:
                     str(self.io_dir),
                     str(self.triton_cache),
                     str(self.extensions_cache),
+                    str(self.inductor_cache),
                 ],
             )
         hello = Hello(
@@ -399,11 +459,37 @@ class ChildProcess:
             isolation=plan,
         )
         self._send(hello, "startup")
+
+    def wait_ready(self) -> Ready | ImportFailed:
+        """After `spawn`: wait until the child has imported torch (`Started`, due startup_timeout_s
+        after the spawn; `startup_s` is that wait on the parent's clock), then until it has
+        imported the candidate (`Ready` or `ImportFailed`, due import_timeout_s after `Started`).
+        Children started together wait in threads, each on its own pipes and deadlines."""
         self._receive(self.started, self.limits.startup_timeout_s, "startup", (Started,))
         self.startup_s = monotonic() - self.started
         return self._receive(
             monotonic(), self.limits.import_timeout_s, "import/compile", (Ready, ImportFailed)
         )
+
+    def request_shutdown(self) -> None:
+        """Ask a running child to stop, without waiting for it (`close` waits): the children of a
+        group then exit (and free their CUDA contexts) at the same time."""
+        if self.proc is None or self.shutdown_requested or self.proc.poll() is not None:
+            return
+        self.shutdown_requested = True
+        try:
+            self._send(Shutdown(), "shutdown")
+        except ChildFailure:
+            pass  # already gone; close() finds it so
+
+    def kill_group(self) -> None:
+        """SIGKILL the child's process group and nothing else (safe from another thread: a thread
+        waiting in `wait_ready` then sees the pipe close and ends)."""
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def new_request_id(self) -> int:
         self.next_id += 1
@@ -512,7 +598,8 @@ class ChildProcess:
         """Ask the child to stop, then kill whatever is left of its process group; remove its files."""
         if self.proc is not None and self.proc.poll() is None:
             try:
-                self._send(Shutdown(), "shutdown")
+                if not self.shutdown_requested:
+                    self._send(Shutdown(), "shutdown")
                 self.proc.wait(timeout=SHUTDOWN_GRACE_S)
             except (ChildFailure, subprocess.TimeoutExpired):
                 pass

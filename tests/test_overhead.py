@@ -1,0 +1,208 @@
+"""The harness's own overhead: a group's children start together (each with its own deadlines)
+and stop together, the kernel caches are kept per code hash, and a GPU's name can be read back
+without initializing CUDA. Real children on the CPU; no part of the harness is replaced."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import environment
+from harness.sandbox.evaluation import Evaluator, evaluate_interleaved
+from harness.sandbox.supervisor import ChildProcess, SandboxLimits
+from harness.tasks import load_task
+
+TASK = load_task("conv2d_v2")
+ROOT = Path(__file__).resolve().parent.parent
+BAD = ROOT / "tests" / "bad_candidates"
+REFERENCE = ROOT / "candidates" / "conv2d_v2_reference.py"
+
+
+def _evaluator(path: Path, **limits: float) -> Evaluator:
+    settings = SandboxLimits.from_settings(**{"call_timeout_s": 60.0, "import_timeout_s": 60.0, **limits})
+    return Evaluator(path.read_bytes(), path.name, TASK, device="cpu", limits=settings)
+
+
+def test_a_group_starts_together_and_each_child_keeps_its_status_deadlines_and_place():
+    files = [
+        (REFERENCE, {}),
+        (BAD / "syntax_error.py", {}),
+        (BAD / "import_loop.py", {"import_timeout_s": 3.0}),
+        (BAD / "segfaults.py", {}),
+        (BAD / "no_entry_point.py", {}),
+        (BAD / "wrong_answer.py", {}),
+    ]
+    evaluators = [_evaluator(path, **limits) for path, limits in files]
+    evaluations = evaluate_interleaved(evaluators, group_size=4)
+
+    assert [e.filename for e in evaluations] == [path.name for path, _ in files]
+    statuses = {e.filename: (e.status, e.reason) for e in evaluations}
+    assert statuses["conv2d_v2_reference.py"] == ("pass", "")
+    assert statuses["syntax_error.py"][0] == "compile_error" and "SyntaxError" in statuses["syntax_error.py"][1]
+    # the import deadline runs from this child's own `Started`, not from the group's
+    assert statuses["import_loop.py"] == ("timeout", "import/compile exceeded 3 s")
+    assert statuses["segfaults.py"][0] == "crashed" and "SIGSEGV" in statuses["segfaults.py"][1]
+    assert statuses["no_entry_point.py"][0] == "compile_error"
+    assert statuses["wrong_answer.py"][0] == "wrong_answer"
+    passed = evaluations[0]
+    assert passed.startup_s is not None and passed.startup_s > 0 and passed.compile_s is not None
+    assert all(s.status == "pass" for s in passed.shapes)
+
+    # groups of four: every child of a group was spawned before any of them had imported torch
+    for group in (evaluators[:4], evaluators[4:]):
+        spawned = [e.child.started for e in group]
+        torch_imported = [e.child.started + e.child.startup_s for e in group if e.child.startup_s is not None]
+        assert max(spawned) < min(torch_imported)
+    # the second group started only after the first had stopped
+    assert min(e.child.started for e in evaluators[4:]) > max(e.child.started for e in evaluators[:4])
+    for evaluator in evaluators:
+        assert evaluator.child.proc is not None and evaluator.child.proc.poll() is not None
+        assert not evaluator.child.workdir.exists() and not evaluator.child.io_dir.exists()
+
+
+def test_a_start_interrupted_by_ctrl_c_ends_every_child_and_raises():
+    evaluators = [_evaluator(REFERENCE), _evaluator(BAD / "import_loop.py")]
+    main = threading.main_thread().ident
+    timer = threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            evaluate_interleaved(evaluators)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 30, "the import_loop child's 60 s deadline was not waited out"
+    for evaluator in evaluators:
+        assert evaluator.child.proc is None or evaluator.child.proc.poll() is not None
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("start-")]
+
+
+def test_kernel_caches_are_kept_per_code_hash(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    code = b"def custom_kernel(data):\n    return data[2]\n"
+    digest = hashlib.sha256(code).hexdigest()
+    limits = SandboxLimits.from_settings()
+    with ChildProcess(code, TASK, device="cpu", limits=limits, code_sha256=digest) as child:
+        env = child.environment()
+    for variable, kind in (
+        ("TRITON_CACHE_DIR", "triton"),
+        ("TORCH_EXTENSIONS_DIR", "torch_extensions"),
+        ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+    ):
+        assert env[variable] == str(tmp_path / "cache" / kind / digest)
+        assert Path(env[variable]).is_dir(), "kept after the child's own directory is gone"
+    assert "TRITON_CACHE_AUTOTUNING" not in env, "each evaluation tunes afresh unless asked"
+
+
+def test_autotuning_results_are_kept_only_when_asked(tmp_path, monkeypatch):
+    from harness.errors import HarnessError
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("HARNESS_CACHE_AUTOTUNING", "1")
+    limits = SandboxLimits.from_settings()
+    assert limits.cache_autotuning
+    code = b"def custom_kernel(data):\n    return data[2]\n"
+    digest = hashlib.sha256(code).hexdigest()
+    with ChildProcess(code, TASK, device="cpu", limits=limits, code_sha256=digest) as child:
+        assert child.environment()["TRITON_CACHE_AUTOTUNING"] == "1"
+    monkeypatch.setenv("HARNESS_CACHE_AUTOTUNING", "yes")
+    with pytest.raises(HarnessError, match="HARNESS_CACHE_AUTOTUNING"):
+        SandboxLimits.from_settings()
+
+
+@pytest.fixture
+def fake_driver(tmp_path, monkeypatch):
+    """A driver's /proc files as the NVIDIA kernel module writes them, and a fresh cache dir."""
+    proc = tmp_path / "proc"
+    gpu = proc / "gpus" / "0000:18:00.0"
+    gpu.mkdir(parents=True)
+    (gpu / "information").write_text(
+        "Model: \t\t NVIDIA H200\nGPU UUID: \t GPU-0b1c\nBus Location: \t 0000:18:00.0\nDevice Minor: \t 0\n"
+    )
+    (proc / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.06\n")
+    (proc / "boot_id").write_text("5f1e\n")
+    monkeypatch.setattr(environment, "NVIDIA_GPUS_DIR", proc / "gpus")
+    monkeypatch.setattr(environment, "NVIDIA_DRIVER_VERSION_FILE", proc / "version")
+    monkeypatch.setattr(environment, "NVIDIA_CAPABILITIES_DIR", proc / "capabilities")
+    monkeypatch.setattr(environment, "BOOT_ID_FILE", proc / "boot_id")
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(environment, "_names_from_cache", {})
+    return gpu / "information"
+
+
+def test_the_gpu_fingerprint_changes_with_whatever_decides_device_0(fake_driver, monkeypatch):
+    first = environment.gpu_fingerprint("2.11.0")
+    assert first is not None and first == environment.gpu_fingerprint("2.11.0")
+    assert environment.gpu_fingerprint("2.12.0") != first
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert environment.gpu_fingerprint("2.11.0") != first
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    fake_driver.write_text(fake_driver.read_text().replace("H200", "H100 80GB HBM3"))
+    assert environment.gpu_fingerprint("2.11.0") not in (None, first)
+    fake_driver.unlink()
+    assert environment.gpu_fingerprint("2.11.0") is None, "unreadable: ask torch every time"
+
+
+def test_a_kept_gpu_name_is_served_without_cuda_only_for_its_fingerprint(fake_driver, tmp_path):
+    fingerprint = environment.gpu_fingerprint("2.11.0")
+    cache = tmp_path / "cache" / environment.DEVICE_NAME_CACHE
+    cache.parent.mkdir(parents=True)
+    cache.write_text(json.dumps({fingerprint: "NVIDIA H200"}))
+    # no GPU here: torch.cuda.get_device_name() would raise, so this name came from the kept copy
+    assert environment.cuda_device_name("2.11.0") == "NVIDIA H200"
+    assert environment._names_from_cache == {fingerprint: "NVIDIA H200"}
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises((RuntimeError, AssertionError)):
+            environment.cuda_device_name("2.12.0")  # another fingerprint: torch is asked
+
+
+def test_on_a_gpu_a_kept_name_that_is_not_torchs_is_refused_and_dropped(tmp_path, monkeypatch):
+    import torch
+
+    from harness.errors import HarnessError
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    fingerprint = environment.gpu_fingerprint(torch.__version__)
+    if fingerprint is None:
+        pytest.skip("the driver's /proc files are not readable here")
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(environment, "_names_from_cache", {})
+    real = environment.probe_environment("cuda")  # asks torch, keeps the name
+    assert real.device_name == torch.cuda.get_device_name()
+    cache = tmp_path / "cache" / environment.DEVICE_NAME_CACHE
+    assert json.loads(cache.read_text()) == {fingerprint: real.device_name}
+    again = environment.probe_environment("cuda")  # served from the kept copy
+    assert again.env_key == real.env_key
+    environment.confirm_device_name()  # agrees with torch
+    cache.write_text(json.dumps({fingerprint: "NVIDIA Imaginary"}))
+    monkeypatch.setattr(environment, "_names_from_cache", {})
+    assert environment.probe_environment("cuda").device_name == "NVIDIA Imaginary"
+    with pytest.raises(HarnessError, match="NVIDIA Imaginary"):
+        environment.confirm_device_name()
+    assert fingerprint not in json.loads(cache.read_text())
+
+
+def test_the_environment_key_needs_no_triton_import_and_is_unchanged():
+    import subprocess
+    import sys
+
+    import triton
+
+    code = (
+        "import sys; from harness.environment import probe_environment; e = probe_environment('cpu'); "
+        "print(e.triton, e.env_key, 'triton' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    version, key, imported = done.stdout.split()
+    assert version == triton.__version__ and imported == "False"
+    assert key == environment.probe_environment("cpu").env_key  # here triton is imported
