@@ -30,8 +30,10 @@ case "$part" in
   scale2)
     warm; python3 benchmarks/gpu_scaling.py --seeded "$seeded" --gpus 2 --budget "$budget" --record "$OUT/scaling.jsonl"; profile 2
     export HARNESS_DB="sqlite:///$OUT/scaling-2gpu.sqlite"
-    t0=$(date +%s%N); h tournament --device cuda > "$OUT/second.log" 2>&1; echo "second run, nothing new: exit $? in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+    for i in 1 2 3; do t0=$(date +%s%N); h tournament --device cuda > "$OUT/second.log" 2>&1; echo "second run $i, nothing new: exit $? in $(( ($(date +%s%N) - t0) / 1000000 )) ms"; done
     grep -E "revisions, " "$OUT/second.log"
+    python3 -m cProfile -o "$OUT/noop.prof" -m harness tournament --device cuda > /dev/null 2>&1
+    python3 -c "import pstats,sys; pstats.Stats(sys.argv[1]).sort_stats('cumulative').print_stats(18)" "$OUT/noop.prof" | tail -30
     cache="${HOME:-/root}/.cache/harness"; before=$(find "$cache" -type f 2>/dev/null | wc -l)
     t0=$(date +%s); h tournament --device cuda --gpus all --mode test --force > "$OUT/force.log" 2>&1; echo "--force test phase: exit $? in $(( $(date +%s) - t0 )) s"
     echo "cache files under $cache: $before before --force, $(find "$cache" -type f 2>/dev/null | wc -l) after"
