@@ -250,3 +250,25 @@ def test_ray_tasks_run_the_tournament_on_declared_gpus(run_cli, store_url, mixed
     assert {statuses[i] for i in mixed_store["passing"]} == {"pass"}
     assert rows(store_url, "select count(*) from runs where mode = 'benchmark' and score_ms > 0") == [(3,)]
     assert rows(store_url, "select count(*) from runs where state != 'done'") == [(0,)]
+
+
+def test_jobs_are_shared_out_by_estimated_cost_and_keep_the_request_order():
+    from harness.executors import split_jobs
+
+    limits = SandboxLimits.from_settings()
+    costs = [1.0, 25.0, 22.0, 5.0, 29.0, 7.0, 5.0, 4.0, 5.0, 5.5, 5.0]
+    requests = [
+        EvaluationRequest.make(key, b"", "x.py", "conv2d_v2", device="cpu", limits=limits, cost=cost)
+        for key, cost in enumerate(costs)
+    ]
+    jobs = split_jobs("cpu", "key", requests, slots=2)
+    totals = [sum(request.cost for request in job.requests) for job in jobs]
+    assert max(totals) - min(totals) <= max(costs) and max(totals) <= sum(costs) / 2 + 5
+    assert sorted(request.key for job in jobs for request in job.requests) == list(range(len(costs)))
+    for job in jobs:
+        keys = [request.key for request in job.requests]
+        assert keys == sorted(keys)
+    # Equal costs: round robin, as many jobs as slots, never more than requests.
+    even = split_jobs("cpu", "key", [r.model_copy(update={"cost": 1.0}) for r in requests[:5]], 2)
+    assert [[r.key for r in job.requests] for job in even] == [[0, 2, 4], [1, 3]]
+    assert len(split_jobs("cpu", "key", requests[:1], 4)) == 1

@@ -50,6 +50,7 @@ class EvaluationRequest(BaseModel):
     secret_seed: int | None = None
     limits: dict
     rule: dict | None = None
+    cost: float = 1.0  # an estimate of its seconds, to share requests out evenly (split_jobs)
 
     @classmethod
     def make(
@@ -66,6 +67,7 @@ class EvaluationRequest(BaseModel):
         timed: bool = False,
         secret_seed: int | None = None,
         rule: object | None = None,
+        cost: float = 1.0,
     ) -> EvaluationRequest:
         return cls(
             key=key,
@@ -79,6 +81,7 @@ class EvaluationRequest(BaseModel):
             secret_seed=secret_seed,
             limits=limits.model_dump(),
             rule=dataclasses.asdict(rule) if rule is not None else None,
+            cost=cost,
         )
 
     def evaluator(self) -> Evaluator:
@@ -166,12 +169,19 @@ def run_job(job: Job, on_shape: ShapeCallback | None = None) -> list[Evaluation]
 
 
 def split_jobs(device: str, env_key: str, requests: list[EvaluationRequest], slots: int) -> list[Job]:
-    """At most `slots` jobs of near-equal size (round robin, so each keeps the requests' order)."""
+    """At most `slots` jobs of near-equal estimated cost: the costliest request first, each to the
+    job with the least so far (longest processing time first); each job keeps the requests' order."""
     count = max(1, min(slots, len(requests)))
+    totals = [0.0] * count
+    assigned: list[list[int]] = [[] for _ in range(count)]
+    for index in sorted(range(len(requests)), key=lambda i: (-requests[i].cost, i)):
+        job = min(range(count), key=lambda j: (totals[j], j))
+        totals[job] += requests[index].cost
+        assigned[job].append(index)
     return [
-        Job(device=device, env_key=env_key, requests=requests[first::count])
-        for first in range(count)
-        if requests[first::count]
+        Job(device=device, env_key=env_key, requests=[requests[i] for i in sorted(indices)])
+        for indices in assigned
+        if indices
     ]
 
 

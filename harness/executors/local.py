@@ -1,8 +1,10 @@
 """One worker process per GPU of this node (`harness tournament --gpus N|all`).
 
-Each GPU gets a thread here that takes the next job, runs it in a fresh worker process
-(`python -m harness.executors.worker`) pinned to that GPU with CUDA_VISIBLE_DEVICES, and passes
-the worker's messages to the caller's thread through one queue. A GPU runs one job at a time, and a
+Each GPU gets a long-lived worker process (`python -m harness.executors.worker`) pinned to it with
+CUDA_VISIBLE_DEVICES, started as soon as the device is known, so that its imports and CUDA start
+overlap the parent's own work and are paid once per tournament, not once per phase. For each
+`run`, a thread per GPU takes the next job, sends it to that GPU's worker, and passes the
+worker's messages to the caller's thread through one queue. A GPU runs one job at a time, and a
 job's timings run one after another, so two timings never share a GPU. Workers never touch the
 store: the caller writes what they send back.
 
@@ -40,6 +42,76 @@ def visible_gpus() -> list[str]:
     return [str(index) for index in range(torch.cuda.device_count())]
 
 
+class GpuWorker:
+    """One long-lived worker process pinned to one GPU; runs the jobs it is given, one at a time."""
+
+    def __init__(self, device: str, cuda: bool) -> None:
+        self.device = device
+        self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "harness.executors.worker", *(["--cuda"] if cuda else [])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": device},
+            text=True,
+            start_new_session=True,  # Ctrl-C reaches the parent only; it stops the workers
+        )
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def run(self, job: Job, events: queue.Queue) -> tuple:
+        """Send the job, pass its shape messages on, and return its ("done" | "failed", job, ...)."""
+        try:
+            self.process.stdin.write(job.model_dump_json() + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return ("failed", job, self._why_gone())
+        for line in self.process.stdout:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "shape" in message:
+                events.put(("shape", job, message["shape"]))
+            elif "done" in message:
+                return ("done", job, message["done"])
+            elif "error" in message:
+                return ("failed", job, f"worker on GPU {self.device}: {message['error']}")
+        return ("failed", job, self._why_gone())
+
+    def _why_gone(self) -> str:
+        code = self.process.wait()
+        self.log.flush()
+        self.log.seek(0)
+        tail = self.log.read()[-LOG_TAIL_CHARS:].strip().splitlines()
+        last = f": {tail[-1]}" if tail else ""
+        return f"worker on GPU {self.device} exited with code {code} without a result{last}"
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Close its input (it ends after the job in progress); SIGTERM after `grace_s`, then
+        SIGKILL: the worker stops its sandboxed children on SIGTERM."""
+        process = self.process
+        try:
+            process.stdin.close()
+        except OSError:
+            pass
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            except ProcessLookupError:
+                pass
+        self.log.close()
+
+
 class GpuWorkers:
     name = "local"
 
@@ -49,6 +121,7 @@ class GpuWorkers:
         self.devices = devices
         self.slots = len(devices)
         self._in_process = InProcess()
+        self._workers: dict[str, GpuWorker] = {}
 
     @classmethod
     def for_gpus(cls, gpus: str) -> GpuWorkers:
@@ -69,8 +142,18 @@ class GpuWorkers:
             raise HarnessError(f"--gpus {count}, but only {len(visible)} GPUs are visible here")
         return cls(visible[:count] if visible else [str(index) for index in range(count)])
 
+    def start(self, device: str | None = None) -> None:
+        """Start the workers now (they import torch and, for cuda, start CUDA while the caller
+        goes on); `run` starts any that are not running."""
+        cuda = device != "cpu"
+        for gpu in self.devices:
+            if gpu not in self._workers or not self._workers[gpu].alive:
+                self._workers[gpu] = GpuWorker(gpu, cuda)
+
     def resolve_device(self, device: str | None) -> str:
-        return self._in_process.resolve_device(device)
+        device = self._in_process.resolve_device(device)
+        self.start(device)
+        return device
 
     def probe(self, device: str) -> Environment:
         return self._in_process.probe(device)
@@ -84,17 +167,16 @@ class GpuWorkers:
     ) -> None:
         from harness.sandbox.evaluation import Evaluation, ShapeOutcome
 
+        if not jobs:
+            return
+        self.start(jobs[0].device)
         todo: queue.Queue[Job] = queue.Queue()
         for job in jobs:
             todo.put(job)
         events: queue.Queue[tuple] = queue.Queue()
-        stopping = threading.Event()
-        processes: dict[str, subprocess.Popen] = {}
         threads = [
-            threading.Thread(
-                target=self._serve, args=(device, todo, events, stopping, processes), daemon=True
-            )
-            for device in self.devices[: len(jobs)]
+            threading.Thread(target=self._serve, args=(gpu, todo, events), daemon=True)
+            for gpu in self.devices[: len(jobs)]
         ]
         for thread in threads:
             thread.start()
@@ -113,76 +195,27 @@ class GpuWorkers:
                 else:
                     finished += 1
                     on_failed(job, payload)
-        finally:
-            stopping.set()
-            for process in list(processes.values()):
-                _stop(process)
+        except BaseException:
+            self._stop_all(grace_s=0)  # interrupted: the jobs in progress are abandoned
             for thread in threads:
                 thread.join(timeout=STOP_GRACE_S)
+            raise
 
-    def close(self) -> None:
-        pass
-
-    def _serve(self, device, todo, events, stopping, processes) -> None:
-        while not stopping.is_set():
+    def _serve(self, gpu: str, todo: queue.Queue, events: queue.Queue) -> None:
+        while True:
             try:
                 job = todo.get_nowait()
             except queue.Empty:
                 return
-            outcome = self._run_one(device, job, events, stopping, processes)
-            events.put(outcome)
+            worker = self._workers.get(gpu)
+            if worker is None or not worker.alive:  # a worker that died is replaced for the next job
+                worker = self._workers[gpu] = GpuWorker(gpu, job.device != "cpu")
+            events.put(worker.run(job, events))
 
-    def _run_one(self, device, job, events, stopping, processes) -> tuple:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": device}
-        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "harness.executors.worker"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=env,
-                text=True,
-                start_new_session=True,  # Ctrl-C reaches the parent only; it stops the workers
-            )
-            processes[device] = process
-            try:
-                process.stdin.write(job.model_dump_json())
-                process.stdin.close()
-            except BrokenPipeError:
-                pass
-            result = None
-            for line in process.stdout:
-                try:
-                    message = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if "shape" in message:
-                    events.put(("shape", job, message["shape"]))
-                elif "done" in message:
-                    result = ("done", job, message["done"])
-                elif "error" in message:
-                    result = ("failed", job, f"worker on GPU {device}: {message['error']}")
-            code = process.wait()
-            processes.pop(device, None)
-            if result is not None:
-                return result
-            log.seek(0)
-            tail = log.read()[-LOG_TAIL_CHARS:].strip().splitlines()
-            last = tail[-1] if tail else ""
-            why = "stopped" if stopping.is_set() else f"exited with code {code}"
-            return ("failed", job, f"worker on GPU {device} {why} without a result" + (f": {last}" if last else ""))
+    def _stop_all(self, grace_s: float) -> None:
+        for worker in self._workers.values():
+            worker.stop(grace_s)
+        self._workers.clear()
 
-
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM (the worker stops its sandboxed children), then SIGKILL after a grace period."""
-    if process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    except ProcessLookupError:
-        pass
-
+    def close(self) -> None:
+        self._stop_all(grace_s=STOP_GRACE_S)

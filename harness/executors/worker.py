@@ -1,10 +1,13 @@
-"""`python -m harness.executors.worker`: run one job and report on a private channel.
+"""`python -m harness.executors.worker`: run jobs and report on a private channel.
 
-Reads a `Job` (JSON) on stdin. Writes JSON lines to what was its stdout, which it keeps for itself
-(stdout is pointed at stderr first, so that nothing a library prints can pass for a message):
-`{"shape": {"key": K, "outcome": {...}}}` for every shape that ran, then `{"done": [evaluation,
-...]}`, or `{"error": "one line"}` when the job could not run (a worker environment that differs
-from the job's, a bad request). SIGTERM stops the job: its sandboxed children are stopped too.
+Reads `Job`s (JSON, one per line) on stdin until it closes; runs each in turn. Writes JSON lines
+to what was its stdout, which it keeps for itself (stdout is pointed at stderr first, so that
+nothing a library prints can pass for a message): `{"shape": {"key": K, "outcome": {...}}}` for
+every shape that ran, then `{"done": [evaluation, ...]}`, or `{"error": "one line"}` when the job
+could not run (a worker environment that differs from the job's, a malformed job). It imports
+what evaluations need, and starts CUDA when asked, before reading the first job, so that a
+worker started early is ready when its first job comes. SIGTERM stops it: the sandboxed
+children of the job in progress are stopped too.
 """
 
 from __future__ import annotations
@@ -29,19 +32,30 @@ def main() -> int:
         channel.write(json.dumps(message) + "\n")
         channel.flush()
 
+    import harness.sandbox.evaluation  # noqa: F401  (imports torch and the sandbox now)
     from harness.errors import HarnessError
     from harness.executors import Job, check_environment, run_job
 
-    try:
-        job = Job.model_validate_json(sys.stdin.read())
-        check_environment(job)
-        evaluations = run_job(
-            job, lambda key, outcome: send({"shape": {"key": key, "outcome": outcome.model_dump()}})
-        )
-    except (HarnessError, ValueError) as exc:  # ValueError: pydantic's, a malformed job
-        send({"error": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})
-        return 2
-    send({"done": [evaluation.model_dump() for evaluation in evaluations]})
+    if "--cuda" in sys.argv[1:]:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.init()
+    send({"ready": True})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            job = Job.model_validate_json(line)
+            check_environment(job)
+            evaluations = run_job(
+                job, lambda key, outcome: send({"shape": {"key": key, "outcome": outcome.model_dump()}})
+            )
+        except (HarnessError, ValueError) as exc:  # ValueError: pydantic's, a malformed job
+            text = str(exc).strip()
+            send({"error": text.splitlines()[0] if text else type(exc).__name__})
+            continue
+        send({"done": [evaluation.model_dump() for evaluation in evaluations]})
     return 0
 
 

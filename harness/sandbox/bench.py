@@ -34,7 +34,7 @@ from harness.sandbox.supervisor import SandboxLimits
 from harness.scoring import compare, speedup
 from harness.store.models import Lineage, Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
-from harness.store.runs import find_run, reuse_or_claim, worker_name
+from harness.store.runs import estimated_cost, find_run, reuse_or_claim, worker_name
 from harness.store.session import Store
 from harness.tasks import load_task, revision_secret
 from harness.timing import StoppingRule
@@ -175,6 +175,8 @@ def _claim(
     shape_set = default_shape_set(environment.device, timed=True)
     per_shape_s = limits.call_timeout_s * 16 + rule.budget_s
     ttl_s = limits.startup_timeout_s + limits.import_timeout_s + per_shape_s * len(task.shapes(shape_set)) * 4
+    sources = (mode, "benchmark", "test") if mode == "leaderboard" else (mode, "test")
+    cost = estimated_cost(session, item.revision_id, task.name, environment.env_key, prefer=sources)
     found = reuse_or_claim(
         session, item.revision_id, task, mode, environment,
         shape_set=shape_set, worker=worker, ttl_s=ttl_s, force=force,
@@ -188,7 +190,7 @@ def _claim(
     return EvaluationRequest.make(
         found.run.id, revision_code(revision), revision.filename, task.name,
         device=environment.device, limits=limits, label=item.label, mode=BENCH_MODES[mode],
-        timed=True, secret_seed=secret_seed, rule=rule,
+        timed=True, secret_seed=secret_seed, rule=rule, cost=cost,
     )
 
 

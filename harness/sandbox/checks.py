@@ -23,12 +23,13 @@ from harness.sandbox.evaluation import MODES, default_shape_set
 from harness.sandbox.supervisor import SandboxLimits, sqlite_directory
 from harness.store.models import Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
-from harness.store.runs import reuse_or_claim, worker_name
+from harness.store.runs import estimated_cost, reuse_or_claim, worker_name
 from harness.store.session import Store
 from harness.tasks import load_task, revision_secret
 
 LEADERBOARD_SECRET = "leaderboard_seed"
 RUN_MODES = {"test": "test", "leaderboard": "test-leaderboard"}
+COST_SOURCES = ("test", "test-leaderboard", "benchmark", "leaderboard")  # earlier runs, to share work out
 STATUS_STYLE = {"pass": "green", "wrong_answer": "red", "unsupported": "yellow"}
 
 
@@ -147,6 +148,7 @@ def _claim_check(
     shape_set = default_shape_set(environment.device)
     shapes = len(task.shapes(shape_set))
     ttl_s = limits.startup_timeout_s + limits.import_timeout_s + limits.call_timeout_s * shapes * 16
+    cost = estimated_cost(session, revision_id, task.name, environment.env_key, prefer=COST_SOURCES)
     found = reuse_or_claim(
         session, revision_id, task, RUN_MODES[mode], environment,
         shape_set=shape_set, worker=worker, ttl_s=ttl_s, force=force,
@@ -161,7 +163,7 @@ def _claim_check(
     item.run_id, item.run = found.run.id, None
     request = EvaluationRequest.make(
         found.run.id, revision_code(revision), revision.filename, task.name,
-        device=environment.device, limits=limits, label=label, mode=mode, secret_seed=secret_seed,
+        device=environment.device, limits=limits, label=label, mode=mode, secret_seed=secret_seed, cost=cost,
     )
     return item, request
 

@@ -191,28 +191,32 @@ def detect_isolation(device: str = "cpu") -> IsolationLevel:
     return NO_ISOLATION
 
 
-# What a child imports besides the candidate (see `warm_optimized_bytecode`).
+# What a child imports besides the candidate (see `warm_bytecode`).
 CHILD_IMPORTS = "import torch, torch.nn.functional, triton, harness.sandbox.child, harness.sandbox.transfer"
 
 
 @cache
-def warm_optimized_bytecode() -> None:
-    """CPU children run with -O (see `ChildProcess.spawn`), for which Python keeps separate
-    bytecode (*.opt-1.pyc) that an installation usually lacks and that children never write
-    (PYTHONDONTWRITEBYTECODE, read-only mounts): each would compile torch from source, about
-    1.5 s more per child. Once per process, import the child's libraries with -O in a process of
-    our own, with nothing of a candidate in it, as any `python -O` run does: Python writes that
-    bytecode next to the sources where it may (silently not where it may not)."""
+def warm_bytecode(optimized: bool) -> None:
+    """Children never write bytecode (PYTHONDONTWRITEBYTECODE, read-only mounts), and CPU children
+    run with -O, for which Python keeps separate bytecode (*.opt-1.pyc) that an installation
+    usually lacks. Where the bytecode of torch is missing (an image built with
+    PYTHONDONTWRITEBYTECODE, seen on the H200 machine: every process compiled torch from source,
+    seconds each), each child would compile it again. Once per process, import the child's
+    libraries in a process of our own, with nothing of a candidate in it, as any `python` run
+    does: Python writes the bytecode next to the sources where it may (silently not where it may
+    not). Later harness processes read it too."""
     import importlib.util
 
     import torch
 
-    if Path(importlib.util.cache_from_source(torch.__file__, optimization=1)).exists():
+    if Path(importlib.util.cache_from_source(torch.__file__, optimization=1 if optimized else "")).exists():
         return
+    env = _python_environment()
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     try:
         subprocess.run(
-            [sys.executable, "-O", "-c", CHILD_IMPORTS],
-            env=_python_environment(),
+            [sys.executable, *(["-O"] if optimized else []), "-c", CHILD_IMPORTS],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -402,8 +406,7 @@ class ChildProcess:
         # -O on the CPU: CUDA-only wrappers assert `is_cuda` on their inputs; the interpreter
         # runs their kernels on CPU tensors all the same. The parent checks every answer.
         flags = ["-O"] if self.device == "cpu" else []
-        if flags:
-            warm_optimized_bytecode()
+        warm_bytecode(bool(flags))
         command = [
             *self.level.prefix,
             sys.executable,

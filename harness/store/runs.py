@@ -187,6 +187,24 @@ def reuse_or_claim(
     return ReuseOrClaim(run)
 
 
+def estimated_cost(session: Session, revision_id: int, task: str, env_key: str, prefer: tuple[str, ...]) -> float:
+    """Seconds the revision's latest finished run in this environment spent in its calls (the
+    first call of each shape, with its compilation and autotuning, and the timed calls), its
+    import, and one more for the process; from the first mode of `prefer` that has a run, else 1.
+    Only to share work out evenly among workers."""
+    for mode in prefer:
+        run = find_run(session, revision_id, task, mode, env_key)
+        if run is None:
+            continue
+        seconds = 1.0 + (run.compile_s or 0.0)
+        for shape in run.shapes:
+            seconds += shape.check.get("call_s") or 0.0
+            seconds += (shape.check.get("timing") or {}).get("compile_s") or 0.0
+            seconds += (shape.runs or 0) * (shape.mean_ms or 0.0) / 1000
+        return seconds
+    return 1.0
+
+
 def release_claim(session: Session, run_id: int, worker: str) -> None:
     """Drop a claim that will not be completed (the worker itself failed), if it is still ours."""
     session.execute(delete(Run).where(Run.id == run_id, Run.state == "claimed", Run.claimed_by == worker))
