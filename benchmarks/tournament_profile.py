@@ -18,7 +18,11 @@ written), split into
 - harness overhead: the rest (process starts, input generation, reference computation, output
   transfer and comparison, the leaderboard recheck, L2 flushes, the store).
 
-    python benchmarks/tournament_profile.py [--db URL] [--task conv2d_v2] [--device NAME]
+With `--gpus N` (a tournament run with `--gpus N`), the wall time counts N times (GPU-seconds):
+the work of the workers adds up across GPUs, and the overhead then includes a GPU's idle time
+while the other finishes its share.
+
+    python benchmarks/tournament_profile.py [--db URL] [--task conv2d_v2] [--device NAME] [--gpus N]
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ def main() -> None:
     parser.add_argument("--db", default=None, help="SQLAlchemy URL of the store (default: settings)")
     parser.add_argument("--task", default="conv2d_v2")
     parser.add_argument("--device", default=None, help="device or device name (default: the latest run's)")
+    parser.add_argument("--gpus", type=int, default=1, help="workers the tournament ran with (--gpus N)")
     args = parser.parse_args()
 
     store = open_store(args.db)
@@ -58,11 +63,12 @@ def main() -> None:
         env_key = runs[-1].env_key
         runs = [r for r in runs if r.env_key == env_key]
         print(f"{args.task} on {runs[-1].device_name or runs[-1].device}: {len(runs)} runs")
-        header = f"{'phase':<13}{'runs':>5}{'wall s':>9}{'compile+warm-up':>17}{'checked calls':>15}"
+        header = f"{'phase':<13}{'runs':>5}{'wall s' if args.gpus == 1 else 'GPU s':>9}{'compile+warm-up':>17}{'checked calls':>15}"
         print(header + f"{'timed calls':>13}{'overhead':>10}{'overhead %':>12}")
         for mode in dict.fromkeys(r.mode for r in runs):
             phase = [r for r in runs if r.mode == mode]
             wall = (max(r.finished_at for r in phase) - min(r.started_at for r in phase)).total_seconds()
+            wall *= args.gpus
             in_order = sorted(phase, key=lambda r: r.id)
             compile_s = sum(
                 max((r.compile_s or 0.0 for r in in_order[first : first + GROUP]), default=0.0)
