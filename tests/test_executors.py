@@ -141,12 +141,15 @@ def test_ctrl_c_stops_the_gpu_workers_and_releases_every_claim(store_url, run_cl
         text=True,
     )
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _workers_of(process.pid):
+    while time.monotonic() < deadline and (
+        len(_workers_of(process.pid)) < 2
+        or rows(store_url, "select count(*) from runs where state = 'claimed'") != [(len(ids),)]
+    ):
         time.sleep(0.5)
     workers = _workers_of(process.pid)
     assert len(workers) == 2, "the two workers never started"
-    time.sleep(3)  # the workers are importing the hanging candidates
     assert rows(store_url, "select count(*) from runs where state = 'claimed'") == [(len(ids),)]
+    time.sleep(3)  # the workers are importing the hanging candidates
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
