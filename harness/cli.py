@@ -359,7 +359,8 @@ def tournament(
         for phase in result.phases:
             console.print(
                 f"{phase.phase}: {len(phase.revision_ids)} revisions, {phase.evaluated} evaluated now, "
-                f"{phase.reused} reused, {phase.busy} held by other workers, {len(phase.passed)} passed"
+                f"{phase.reused} reused, {phase.busy} held by other workers, {len(phase.passed)} passed",
+                soft_wrap=True,
             )
         busy = sum(phase.busy for phase in result.phases)
         with store.session() as session:
