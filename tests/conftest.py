@@ -16,6 +16,15 @@ import pytest
 HARNESS_SCRIPT = Path(sys.executable).parent / "harness"
 
 
+def rows(store_url: str, query: str, *parameters: object) -> list[tuple]:
+    """The rows a query returns from a SQLite store (a URL `sqlite:///PATH`)."""
+    connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+    try:
+        return connection.execute(query, parameters).fetchall()
+    finally:
+        connection.close()
+
+
 @pytest.fixture
 def store_url(tmp_path: Path) -> str:
     """The URL of a SQLite store in this test's tmp dir (the file does not exist yet)."""

@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import rows
 
 from harness.evolve.mutate import mutate_candidate
 from harness.tasks import load_task
@@ -41,14 +41,6 @@ def harness(db: str, *args: object, timeout: float = 300) -> subprocess.Complete
         timeout=timeout,
         check=False,
     )
-
-
-def rows(db: str, query: str, *parameters: object) -> list[tuple]:
-    connection = sqlite3.connect(db.removeprefix("sqlite:///"))
-    try:
-        return connection.execute(query, parameters).fetchall()
-    finally:
-        connection.close()
 
 
 def steps_of(db: str, proposer: str, columns: str) -> list[tuple]:

@@ -11,13 +11,13 @@ import re
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import rows
 
 from harness.config import CANDIDATES_DIR
 from harness.executors import EvaluationRequest, Job
@@ -57,14 +57,6 @@ time.sleep(600)
 def custom_kernel(data):
     return data[2]
 '''
-
-
-def rows(store_url: str, query: str) -> list[tuple]:
-    connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
-    try:
-        return connection.execute(query).fetchall()
-    finally:
-        connection.close()
 
 
 def register(run_cli, tmp_path: Path, template: bytes, copies: int, stem: str) -> list[int]:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import math
 import random
-import sqlite3
 import statistics
 import time
 
 import pytest
 import torch
+from conftest import rows
 
 from harness.config import CANDIDATES_DIR
 from harness.sandbox.evaluation import Evaluator, evaluate, evaluate_interleaved
@@ -311,14 +311,6 @@ def test_a_call_that_raises_or_hangs_while_timed_is_a_status():
 
 
 # --- harness bench ----------------------------------------------------------------------------
-
-
-def rows(store_url: str, query: str) -> list[tuple]:
-    connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
-    try:
-        return connection.execute(query).fetchall()
-    finally:
-        connection.close()
 
 
 @pytest.fixture

@@ -112,10 +112,6 @@ class Job(BaseModel):
     requests: list[EvaluationRequest]
 
 
-class JobResult(BaseModel):
-    evaluations: list[dict]  # Evaluation.model_dump(), in the job's order
-
-
 class Executor(Protocol):
     name: str
     slots: int  # jobs that run at once

@@ -28,15 +28,15 @@ from harness.environment import Environment
 from harness.errors import HarnessError
 from harness.executors import EvaluationRequest, Executor, InProcess, evaluate_and_record
 from harness.report.leaderboard import reference_lineage_name
-from harness.sandbox.checks import LEADERBOARD_SECRET, store_limits
+from harness.sandbox.checks import leaderboard_seed, store_limits
 from harness.sandbox.evaluation import ShapeOutcome, default_shape_set
 from harness.sandbox.supervisor import SandboxLimits
 from harness.scoring import compare, speedup
 from harness.store.models import Lineage, Revision, Run
-from harness.store.revisions import get_or_create_secret, get_revision, revision_code
+from harness.store.revisions import get_revision, revision_code
 from harness.store.runs import estimated_cost, find_run, reuse_or_claim, worker_name
 from harness.store.session import Store
-from harness.tasks import load_task, revision_secret
+from harness.tasks import load_task
 from harness.timing import StoppingRule
 
 BENCH_MODES = {"benchmark": "test", "leaderboard": "leaderboard"}  # run mode -> the evaluation's seeds
@@ -184,9 +184,7 @@ def _claim(
     if found.run is None or found.reused:
         item.run, item.reused, item.busy_with = found.run, found.reused, found.busy_with
         return None
-    secret_seed = None
-    if mode == "leaderboard":
-        secret_seed = revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)
+    secret_seed = leaderboard_seed(session, revision) if mode == "leaderboard" else None
     return EvaluationRequest.make(
         found.run.id, revision_code(revision), revision.filename, task.name,
         device=environment.device, limits=limits, label=item.label, mode=BENCH_MODES[mode],

@@ -21,7 +21,7 @@ from harness.errors import HarnessError
 from harness.executors import EvaluationRequest, Executor, InProcess, evaluate_and_record
 from harness.sandbox.evaluation import MODES, default_shape_set
 from harness.sandbox.supervisor import SandboxLimits, sqlite_directory
-from harness.store.models import Run
+from harness.store.models import Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
 from harness.store.runs import estimated_cost, reuse_or_claim, worker_name
 from harness.store.session import Store
@@ -132,6 +132,11 @@ def store_limits(store: Store, limits: SandboxLimits) -> SandboxLimits:
     return limits.model_copy(update={"hidden_paths": [*limits.hidden_paths, *hidden]})
 
 
+def leaderboard_seed(session: Session, revision: Revision) -> int:
+    """The revision's secret seed for leaderboard mode (the store's secret, combined with its code)."""
+    return revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)
+
+
 def _claim_check(
     session: Session,
     revision_id: int,
@@ -157,9 +162,7 @@ def _claim_check(
     item.shape_count = shapes
     if found.run is None or found.reused:
         return item, None
-    secret_seed = None
-    if mode == "leaderboard":
-        secret_seed = revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)
+    secret_seed = leaderboard_seed(session, revision) if mode == "leaderboard" else None
     item.run_id, item.run = found.run.id, None
     request = EvaluationRequest.make(
         found.run.id, revision_code(revision), revision.filename, task.name,
