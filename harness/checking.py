@@ -5,7 +5,10 @@ reference from them, and compares what the child sent back:
 
 - the returned object must be an exact `torch.Tensor` (not a subclass) with the reference's
   shape, dtype and device type, and must not share memory with an input;
-- the inputs, as the child holds them after the call, must equal the parent's bit for bit;
+- the inputs, as the child holds them after the call, must still be plain tensors of their shape
+  and dtype and equal bit for bit to the child's own copy from before the call (compared in the
+  child on the device, so that large inputs never travel; like every report of the child, a
+  candidate that rewrites the harness in its process can fake it, see docs/threat-model.md);
 - every element must be finite (the output buffer is NaN before the call, so an element the
   candidate did not write stays NaN) and within `atol + rtol * |expected|` of the fp32
   reference, as GPU MODE's `verbose_allclose` has it.
@@ -26,7 +29,8 @@ from types import ModuleType
 import torch
 from pydantic import BaseModel
 
-from harness.sandbox.protocol import TensorInfo
+from harness.sandbox.protocol import CheckReply, TensorInfo
+from harness.sandbox.transfer import bit_sum
 from harness.tasks import Shape, TaskSpec
 
 MAX_PRINT = 5
@@ -43,16 +47,13 @@ class ReferenceCase:
     expected: torch.Tensor
     expected64: torch.Tensor | None
     note: str | None = None
-    _input_bytes: dict = field(default_factory=dict, repr=False)
+    _bit_sums: dict = field(default_factory=dict, repr=False)
 
-    def input_bytes(self, index: int) -> torch.Tensor:
-        """Input `index` as contiguous bytes on the CPU, copied once per case (every revision
-        checked on the case compares against the same copy)."""
-        found = self._input_bytes.get(index)
-        if found is None:
-            found = self.data[index].detach().cpu().contiguous().view(torch.uint8)
-            self._input_bytes[index] = found
-        return found
+    def bit_sum(self, index: int) -> int:
+        """Input `index`'s bit sum (harness.sandbox.transfer.bit_sum), computed once per case."""
+        if index not in self._bit_sums:
+            self._bit_sums[index] = bit_sum(self.data[index])
+        return self._bit_sums[index]
 
 
 class Mismatch(BaseModel):
@@ -151,17 +152,27 @@ def output_problem(info: TensorInfo | None, expected: torch.Tensor, aliases_inpu
     return None
 
 
-def inputs_problem(task: TaskSpec, case: ReferenceCase, returned: list[torch.Tensor | None]) -> str | None:
-    """The first input that the child no longer holds exactly as generated, or None."""
-    for index, after in zip(task.input_indices, returned):
+def inputs_problem(task: TaskSpec, case: ReferenceCase, reply: CheckReply) -> str | None:
+    """The first input that the child did not make as the parent did or no longer holds as made,
+    or None. The reply carries each input's bit sum before the call, its description after it, and
+    the count of its elements that differ bit for bit from the child's copy taken before the call
+    (harness.sandbox.transfer)."""
+    count = len(task.input_indices)
+    if not len(reply.inputs) == len(reply.inputs_changed) == len(reply.inputs_bit_sums) == count:
+        return "the inputs were not reported after the call"
+    for position, index in enumerate(task.input_indices):
+        info, changed = reply.inputs[position], reply.inputs_changed[position]
         before = case.data[index]
         name = task.data[index]
-        if after is None:
+        if reply.inputs_bit_sums[position] != case.bit_sum(index):
+            return f"input {name!r} in the child is not the parent's (is generate_input deterministic?)"
+        if not info.exact_tensor:
             return f"input {name!r} is no longer a plain tensor after the call"
-        if after.shape != before.shape or after.dtype != before.dtype:
+        if info.shape != list(before.shape) or info.dtype != str(before.dtype):
             return f"input {name!r} changed shape or dtype during the call"
-        if not torch.equal(after.view(torch.uint8), case.input_bytes(index)):
-            changed = int((after != before.detach().cpu()).sum())
+        if changed is None:
+            return f"input {name!r} could not be compared with its copy from before the call"
+        if changed:
             return f"input {name!r} was modified ({changed} elements differ)"
     return None
 

@@ -332,15 +332,8 @@ def tournament(
     db: DbOption = None,
 ) -> None:
     """Check, time and rank every revision of the task that has no result in this environment yet."""
-    from rich.console import Console
-
-    from harness.executors import make_executor
-    from harness.report.html import render_leaderboard
-    from harness.report.leaderboard import build_leaderboard
-    from harness.report.progress import RichTournamentProgress
     from harness.store.session import open_store
     from harness.timing import StoppingRule
-    from harness.tournament import run_tournament
 
     if budget is not None and budget <= 0:
         raise HarnessError(f"--budget must be positive, got {budget:g}")
@@ -348,6 +341,21 @@ def tournament(
         raise HarnessError("--ray-address needs --executor ray")
     rule = StoppingRule(budget_s=budget) if budget is not None else None
     store = open_store(db)
+    if executor == "local" and gpus is None and device in (None, "cpu", "cuda"):
+        # The sandbox's isolation probe (on a GPU, a process that starts CUDA: seconds) runs
+        # while this process imports torch and claims its runs, not after.
+        from harness.environment import likely_device
+        from harness.sandbox.supervisor import start_isolation_probe
+
+        start_isolation_probe(device or likely_device())
+    from rich.console import Console
+
+    from harness.executors import make_executor
+    from harness.report.html import render_leaderboard
+    from harness.report.leaderboard import build_leaderboard
+    from harness.report.progress import RichTournamentProgress
+    from harness.tournament import run_tournament
+
     runner = None
     try:
         runner = make_executor(executor, gpus=gpus, ray_address=ray_address)

@@ -103,6 +103,18 @@ def nvidia_driver_version() -> str:
     return ""
 
 
+def likely_device() -> str:
+    """cuda when the NVIDIA driver lists a GPU that CUDA_VISIBLE_DEVICES does not hide, else cpu:
+    read from /proc without torch, a guess for starting slow probes early (torch decides the
+    device later; a wrong guess costs a probe that is stopped at exit)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() == "":
+        return "cpu"
+    try:
+        return "cuda" if any(NVIDIA_GPUS_DIR.iterdir()) else "cpu"
+    except OSError:
+        return "cpu"
+
+
 def gpu_fingerprint(torch_version: str) -> str | None:
     """A digest of what decides which GPU torch's device 0 is and what it is called, read from
     files and variables without initializing CUDA; None when some of it cannot be read."""

@@ -6,7 +6,10 @@ task's reference, interleaved shape by shape (harness.sandbox.bench); `leaderboa
 recheck with secret seeds, a fresh seed per timed call and every timed output checked.
 
 Work runs on an executor (harness.executors): this process, one worker per GPU (`--gpus`), or Ray
-tasks (`--executor ray`); the parent alone writes to the store. Each (revision, phase) is a run in
+tasks (`--executor ray`); the parent alone writes to the store. When the benchmark phase follows,
+a revision that passed its checks keeps its sandboxed child (ready, its candidate imported) for
+its benchmark run on the same process: no second start, torch import and candidate import. The
+leaderboard recheck always starts fresh children. Each (revision, phase) is a run in
 the store, claimed before the work and written whole after it
 (harness.store.runs), so an interrupted tournament leaves only claims, never half results: Ctrl-C
 releases them at once, a killed process's claims expire, and the next tournament reuses every
@@ -114,7 +117,8 @@ def run_tournament(
         if not candidates:
             break
         if phase == "test":
-            outcome = _check_phase(store, candidates, environment, force, limits, progress, executor)
+            keep = len(PHASES[mode]) > 1  # the benchmark phase may adopt the passing children
+            outcome = _check_phase(store, candidates, environment, force, limits, progress, executor, keep)
         else:
             outcome = _bench_phase(store, phase, candidates, environment, force, limits, rule, progress, executor)
         result.phases.append(outcome)
@@ -135,6 +139,7 @@ def _check_phase(
     limits: SandboxLimits,
     progress: TournamentProgress,
     executor: Executor,
+    keep_children: bool,
 ) -> PhaseResult:
     outcome = PhaseResult("test", revision_ids)
     shape_set = default_shape_set(environment.device)
@@ -151,6 +156,7 @@ def _check_phase(
         environment=environment,
         executor=executor,
         progress=lambda line, steps: progress.step(line, steps),
+        keep_children=keep_children,
     )
     for item in checked:
         _count(outcome, item)

@@ -1,5 +1,6 @@
 """The parent's checks on real tensors: the tolerance rule, NaN/Inf, the error measures, the
-returned object's metadata, the inputs' integrity, and the raw-bytes transfer from the child."""
+returned object's metadata, the inputs' integrity (counted in the child, judged in the parent),
+and the raw-bytes transfer from the child."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 from harness import checking
-from harness.sandbox.transfer import describe, export_tensor, read_tensor
+from harness.sandbox.protocol import CheckReply
+from harness.sandbox.transfer import bit_sum, changed_elements, describe, export_tensor, read_tensor
 from harness.tasks import Shape, load_reference, load_task
 
 TASK = load_task("conv2d_v2")
@@ -104,12 +106,44 @@ def test_output_problem_accepts_the_right_tensor_unless_it_aliases_an_input(case
     assert "shares memory" in checking.output_problem(info, case.expected, aliases_input=True)
 
 
-def test_inputs_problem_catches_a_single_changed_bit(case):
-    returned = [case.data[i].clone() for i in TASK.input_indices]
-    assert checking.inputs_problem(TASK, case, returned) is None
-    returned[1].view(torch.int32)[0, 0, 0, 0] ^= 1
-    assert checking.inputs_problem(TASK, case, returned) == "input 'kernel' was modified (1 elements differ)"
-    assert "no longer a plain tensor" in checking.inputs_problem(TASK, case, [returned[0], None])
+def _reply(case, changed: list[int | None], sums: list[int] | None = None) -> CheckReply:
+    inputs = [describe(case.data[i]) for i in TASK.input_indices]
+    sums = sums if sums is not None else [bit_sum(case.data[i]) for i in TASK.input_indices]
+    return CheckReply(token="t", id=1, inputs=inputs, inputs_changed=changed, inputs_bit_sums=sums)
+
+
+def test_a_single_changed_bit_is_counted_and_judged(case):
+    before = [case.data[i].clone() for i in TASK.input_indices]
+    after = [b.clone() for b in before]
+    assert [changed_elements(b, a) for b, a in zip(before, after)] == [0, 0]
+    assert checking.inputs_problem(TASK, case, _reply(case, [0, 0])) is None
+    after[1].view(torch.int32)[0, 0, 0, 0] ^= 1  # one bit of one element of the kernel
+    counts = [changed_elements(b, a) for b, a in zip(before, after)]
+    assert counts == [0, 1]
+    assert checking.inputs_problem(TASK, case, _reply(case, counts)) == "input 'kernel' was modified (1 elements differ)"
+    # NaN stays NaN as a value, but its bits are compared: a changed NaN payload is counted
+    nan = torch.full((3,), float("nan"))
+    other = nan.clone()
+    other.view(torch.int32)[1] ^= 1
+    assert changed_elements(nan, nan.clone()) == 0 and changed_elements(nan, other) == 1
+
+
+def test_inputs_that_changed_kind_or_were_made_differently_are_named(case):
+    before = case.data[0]
+    assert changed_elements(before, before.reshape(-1)) is None  # another shape
+    assert changed_elements(before, before.double()) is None
+    assert changed_elements(before, [1.0]) is None
+    reply = _reply(case, [0, None])
+    assert "could not be compared" in checking.inputs_problem(TASK, case, reply)
+    reply.inputs[0] = describe([1.0])
+    assert "no longer a plain tensor" in checking.inputs_problem(TASK, case, reply)
+    reply = _reply(case, [0, 0])
+    reply.inputs[1] = describe(case.data[1].reshape(-1))
+    assert "changed shape or dtype" in checking.inputs_problem(TASK, case, reply)
+    sums = [bit_sum(case.data[i]) for i in TASK.input_indices]
+    sums[0] += 1
+    assert "is not the parent's" in checking.inputs_problem(TASK, case, _reply(case, [0, 0], sums))
+    assert "not reported" in checking.inputs_problem(TASK, case, _reply(case, [0]))
 
 
 def test_the_float64_reference_is_skipped_and_said_so_when_the_shape_is_too_big_for_the_cpu(monkeypatch):

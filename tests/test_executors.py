@@ -6,6 +6,7 @@ Candidates that report CUDA_VISIBLE_DEVICES in their error show where each evalu
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -108,6 +109,24 @@ def test_one_worker_per_gpu_shares_the_revisions_out_and_the_parent_stores_them(
     again = run_cli("tournament", "--device", "cpu", "--gpus", "2", "--budget", "0.1", timeout=300)
     assert again.returncode == 0, again.stderr
     assert "test: 5 revisions, 0 evaluated now, 5 reused" in again.stdout
+
+
+def test_in_one_process_the_benchmark_phase_reuses_the_children_that_passed_the_checks(run_cli, store_url, mixed_store):
+    done = run_cli("tournament", "--device", "cpu", "--budget", "0.1", timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "benchmark: 3 revisions, 3 evaluated now" in done.stdout
+    details = rows(store_url, "select mode, status, details from runs")
+    benchmark = [json.loads(d) for mode, status, d in details if mode == "benchmark"]
+    assert len(benchmark) == 3 and all(d["child_reused"] and d["startup_s"] == 0.0 for d in benchmark)
+    test = [json.loads(d) for mode, status, d in details if mode == "test"]
+    assert not any(d["child_reused"] for d in test) and all(d["startup_s"] > 0 for d in test)
+    scores = rows(store_url, "select score_ms from runs where mode = 'benchmark'")
+    assert all(score > 0 for (score,) in scores)
+    # the leaderboard recheck starts fresh children
+    done = run_cli("tournament", "--device", "cpu", "--budget", "0.1", "--mode", "leaderboard", timeout=600)
+    assert done.returncode == 0, done.stderr
+    recheck = [json.loads(d) for (d,) in rows(store_url, "select details from runs where mode = 'leaderboard'")]
+    assert len(recheck) == 3 and not any(d["child_reused"] for d in recheck)
 
 
 def test_a_worker_in_another_environment_refuses_its_job_and_the_others_go_on():

@@ -206,3 +206,71 @@ def test_the_environment_key_needs_no_triton_import_and_is_unchanged():
     version, key, imported = done.stdout.split()
     assert version == triton.__version__ and imported == "False"
     assert key == environment.probe_environment("cpu").env_key  # here triton is imported
+
+
+def test_a_passing_child_is_kept_for_the_next_phase_adopted_once_and_then_stopped():
+    from harness.sandbox import evaluation
+    from harness.timing import StoppingRule
+
+    settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
+    files = (REFERENCE, BAD / "wrong_answer.py")
+
+    def make(path: Path, **options) -> Evaluator:
+        return Evaluator(path.read_bytes(), path.name, TASK, device="cpu", limits=settings, **options)
+
+    checked = [make(path, keep_child=True) for path in files]
+    first = evaluate_interleaved(checked)
+    assert [e.status for e in first] == ["pass", "wrong_answer"]
+    kept = checked[0].child
+    assert kept.serving and list(evaluation._kept_children.values()) == [kept]
+    assert checked[1].child.proc.poll() is not None, "a failing candidate's child is not kept"
+
+    rule = StoppingRule(min_runs=2, max_runs=3, budget_s=0.2)
+    timed = [make(path, timed=True, rule=rule) for path in files]
+    assert timed[0].adopted and timed[0].child is kept and not timed[1].adopted
+    assert not evaluation._kept_children
+    second = evaluate_interleaved(timed)
+    reused = second[0]
+    assert reused.status == "pass" and reused.child_reused and reused.startup_s == 0.0 and reused.compile_s == 0.0
+    assert all(s.runs and s.mean_ms > 0 for s in reused.shapes)
+    assert second[1].status == "wrong_answer" and not second[1].child_reused and second[1].startup_s > 0
+    assert kept.proc.poll() is not None, "not asked to keep it again: stopped at the end"
+    assert not kept.workdir.exists() and not evaluation._kept_children
+
+
+def test_kept_children_that_no_job_adopts_are_stopped_when_the_next_job_starts():
+    from harness.executors import EvaluationRequest, Job, run_job
+    from harness.sandbox import evaluation
+
+    settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
+    request = EvaluationRequest.make(1, REFERENCE.read_bytes(), REFERENCE.name, "conv2d_v2", device="cpu",
+                                     limits=settings, keep_child=True)
+    [checked] = run_job(Job(device="cpu", env_key="k", requests=[request]))
+    assert checked.status == "pass"
+    [kept] = evaluation._kept_children.values()
+    other = EvaluationRequest.make(2, (BAD / "wrong_answer.py").read_bytes(), "wrong_answer.py", "conv2d_v2",
+                                   device="cpu", limits=settings)
+    [result] = run_job(Job(device="cpu", env_key="k", requests=[other]))
+    assert result.status == "wrong_answer" and not result.child_reused
+    assert kept.proc.poll() is not None and not evaluation._kept_children
+
+
+def test_an_isolation_probe_started_early_gives_the_same_level_and_leaves_nothing_at_exit(tmp_path):
+    import subprocess
+    import sys
+
+    from harness.sandbox.supervisor import detect_isolation
+
+    env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
+    script = "from harness.sandbox import supervisor as s\ns.start_isolation_probe('cpu')\n"
+    waited = subprocess.run(
+        [sys.executable, "-c", script + "print(s.detect_isolation('cpu').name)"],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    )
+    assert waited.stdout.strip() == detect_isolation("cpu").name
+    # a command that exits while its probe still runs (nothing to evaluate, an error)
+    subprocess.run(
+        [sys.executable, "-c", script],
+        env=env, timeout=120, check=True,
+    )
+    assert not list(tmp_path.glob("harness-probe-*")), "the probe's scratch directory is removed"

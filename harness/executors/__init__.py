@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -51,6 +52,7 @@ class EvaluationRequest(BaseModel):
     limits: dict
     rule: dict | None = None
     cost: float = 1.0  # an estimate of its seconds, to share requests out evenly (split_jobs)
+    keep_child: bool = False  # keep a passing child for this candidate's next phase (Evaluator)
 
     @classmethod
     def make(
@@ -68,6 +70,7 @@ class EvaluationRequest(BaseModel):
         secret_seed: int | None = None,
         rule: object | None = None,
         cost: float = 1.0,
+        keep_child: bool = False,
     ) -> EvaluationRequest:
         return cls(
             key=key,
@@ -82,6 +85,7 @@ class EvaluationRequest(BaseModel):
             limits=limits.model_dump(),
             rule=dataclasses.asdict(rule) if rule is not None else None,
             cost=cost,
+            keep_child=keep_child,
         )
 
     def evaluator(self) -> Evaluator:
@@ -100,6 +104,7 @@ class EvaluationRequest(BaseModel):
             secret_seed=self.secret_seed,
             limits=SandboxLimits(**self.limits),
             rule=StoppingRule(**self.rule) if self.rule is not None else None,
+            keep_child=self.keep_child,
         )
 
 
@@ -115,6 +120,9 @@ class Job(BaseModel):
 class Executor(Protocol):
     name: str
     slots: int  # jobs that run at once
+    # whether its jobs run in processes that live on (this one, the GPU workers), so that a
+    # phase's children can be kept for the next phase's job (EvaluationRequest.keep_child)
+    keeps_children: bool
 
     def resolve_device(self, device: str | None) -> str: ...
 
@@ -151,10 +159,21 @@ def check_environment(job: Job) -> Environment:
 
 
 def run_job(job: Job, on_shape: ShapeCallback | None = None) -> list[Evaluation]:
-    """Evaluate the job's requests in this process, interleaved shape by shape."""
-    from harness.sandbox.evaluation import evaluate_interleaved
+    """Evaluate the job's requests in this process, interleaved shape by shape. Children kept by
+    an earlier job (an earlier phase) are adopted by the requests of the same candidates; the
+    others are stopped before anything runs."""
+    from harness.sandbox.evaluation import close_kept_children, evaluate_interleaved
 
-    evaluators = [request.evaluator() for request in job.requests]
+    evaluators = []
+    try:
+        for request in job.requests:
+            evaluators.append(request.evaluator())
+    except BaseException:
+        for evaluator in evaluators:
+            evaluator.close()
+        raise
+    finally:
+        close_kept_children()
     keys = {id(evaluator): request.key for evaluator, request in zip(evaluators, job.requests)}
 
     def shape_done(evaluator: Evaluator, outcome: ShapeOutcome) -> None:
@@ -186,6 +205,7 @@ class InProcess:
 
     name = "local"
     slots = 1
+    keeps_children = True
 
     def resolve_device(self, device: str | None) -> str:
         from harness.sandbox.evaluation import resolve_device
@@ -202,7 +222,10 @@ class InProcess:
             on_done(job, run_job(job, on_shape))
 
     def close(self) -> None:
-        pass
+        if "harness.sandbox.evaluation" in sys.modules:
+            from harness.sandbox.evaluation import close_kept_children
+
+            close_kept_children()
 
 
 def make_executor(executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None) -> Executor:

@@ -114,6 +114,7 @@ class GpuWorker:
 
 class GpuWorkers:
     name = "local"
+    keeps_children = True  # each worker lives for the whole tournament
 
     def __init__(self, devices: list[str]) -> None:
         if not devices:

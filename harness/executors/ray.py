@@ -52,6 +52,7 @@ def _job_task(job_json: str) -> str:
 
 class RayExecutor:
     name = "ray"
+    keeps_children = False  # a Ray task ends with its job
 
     def __init__(self, address: str | None = None) -> None:
         try:

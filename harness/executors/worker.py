@@ -32,6 +32,9 @@ def main() -> int:
         channel.write(json.dumps(message) + "\n")
         channel.flush()
 
+    from harness.sandbox.supervisor import start_isolation_probe
+
+    start_isolation_probe("cuda" if "--cuda" in sys.argv[1:] else "cpu")  # while torch imports
     import harness.sandbox.evaluation  # noqa: F401  (imports torch and the sandbox now)
     from harness.errors import HarnessError
     from harness.executors import Job, check_environment, run_job

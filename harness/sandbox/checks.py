@@ -56,12 +56,15 @@ def check_revisions(
     environment: Environment | None = None,
     executor: Executor | None = None,
     progress: Callable[[str, int], None] | None = None,
+    keep_children: bool = False,
 ) -> list[CheckedRevision]:
     """Check each revision on `device` (default: cuda if torch sees a GPU, else cpu), on the
     executor (default: this process), the revisions interleaved shape by shape so that each
     shape's reference is computed once. Everything is validated first (device, mode, every id):
     bad input fails before any work or any write. `progress` hears (line, shapes done) per shape
-    that ran, and once per revision for the shapes it did not run (stored, busy, stopped)."""
+    that ran, and once per revision for the shapes it did not run (stored, busy, stopped).
+    `keep_children`: a timed phase follows on the same executor, which may keep the children
+    that passed for it (EvaluationRequest.keep_child)."""
     executor = executor or InProcess()
     device = executor.resolve_device(device)
     if mode not in MODES:
@@ -79,6 +82,8 @@ def check_revisions(
     with store.session() as session:
         for revision_id in dict.fromkeys(revision_ids):
             item, request = _claim_check(session, revision_id, environment, mode, force, limits, worker)
+            if request is not None and keep_children and getattr(executor, "keeps_children", False):
+                request.keep_child = True
             checked.append(item)
             if request is None:
                 progress(f"{item.label}: {_stored_or_busy(item)}", item.shape_count)

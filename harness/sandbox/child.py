@@ -368,10 +368,13 @@ class Worker:
         """Import torch, the input generator and the candidate; answer Ready or ImportFailed."""
         import torch
 
-        from harness.sandbox.transfer import export_tensor
+        from harness.sandbox.transfer import bit_sum, changed_elements, describe, export_tensor
 
         self.torch = torch
         self.export_tensor = export_tensor
+        self.changed_elements = changed_elements
+        self.describe = describe
+        self.bit_sum = bit_sum
         workdir = self.hello.workdir
         self.reference = _load_module("reference", os.path.join(workdir, "reference.py"))
         self.channel.send(Started(token=self.hello.token))
@@ -449,11 +452,14 @@ class Worker:
 
     def check(self, request: CheckRequest) -> CheckReply:
         """One call on fresh inputs. The output buffer is NaN before the call; afterwards the
-        returned object and every input go to files for the parent, then the returned tensor and
-        the buffer are overwritten with NaN so that no later call finds this answer in memory."""
+        returned object goes to a file for the parent, every input is described and compared bit
+        for bit with a copy taken before the call, then the returned tensor and the buffer are
+        overwritten with NaN so that no later call finds this answer in memory."""
         reply = CheckReply(token=self.hello.token, id=request.id)
         data = self.make_inputs(request.shape, request.seed)
         self.fill_output_buffer(data)
+        before = {index: data[index].detach().clone() for index in self.hello.input_indices}
+        reply.inputs_bit_sums = [self.bit_sum(before[index]) for index in self.hello.input_indices]
         self.autotuners.force(request.autotune_config)
         self.synchronize()
         started = perf_counter()
@@ -471,10 +477,9 @@ class Worker:
         reply.autotuners = self.autotuners.describe()
         reply.autotune_config = self.autotuners.chosen()
         reply.output = self.export_tensor(result, self.io_dir / f"output-{request.id}.bin")
-        reply.inputs = [
-            self.export_tensor(data[index], self.io_dir / f"input-{request.id}-{index}.bin")
-            for index in self.hello.input_indices
-        ]
+        reply.inputs = [self.describe(data[index]) for index in self.hello.input_indices]
+        reply.inputs_changed = [self.changed_elements(before[index], data[index]) for index in self.hello.input_indices]
+        del before
         if reply.output.exact_tensor:
             reply.output_aliases_input = self.aliases_input(result, data)
             if not reply.output_aliases_input and result.is_floating_point():

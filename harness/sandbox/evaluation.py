@@ -15,6 +15,8 @@ per-shape statistics come from harness.timing and the score from harness.scoring
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import math
 import secrets
@@ -62,6 +64,27 @@ MODES = ("test", "leaderboard")
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
 INTERLEAVE_GROUP = 16  # children alive at once in evaluate_interleaved
+KEEP_LIMIT = INTERLEAVE_GROUP  # children kept at most for a next phase (`keep_child`)
+
+# Children kept, ready, after a passing evaluation asked to keep its child (a tournament's test
+# phase, when a timed phase follows), by (code, task, device, limits): the next Evaluator of the
+# same candidate in this process adopts one instead of starting a process, importing torch and
+# the candidate again. `run_job` closes the ones its job did not adopt; so do the executors'
+# `close` and the end of the process.
+_kept_children: dict[tuple[str, str, str, str], ChildProcess] = {}
+
+
+def close_kept_children() -> None:
+    """Stop every kept child (asked together, then waited for)."""
+    children = list(_kept_children.values())
+    _kept_children.clear()
+    for child in children:
+        child.request_shutdown()
+    for child in children:
+        child.close()
+
+
+atexit.register(close_kept_children)
 
 
 class ShapeOutcome(BaseModel):
@@ -104,6 +127,8 @@ class Evaluation(BaseModel):
     # spawn until the child has imported torch, on the parent's clock (a group's children start
     # together: on fewer cores than children this includes waiting for a core)
     startup_s: float | None = None
+    # the child was kept from this candidate's previous phase (startup_s and compile_s are then 0)
+    child_reused: bool = False
     wall_s: float = 0.0
     isolation: str = ""
     autotuners: list[AutotunerInfo] = []
@@ -169,19 +194,13 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     details: dict = {"output": reply.output.model_dump(exclude={"written"}) if reply.output else None}
     if problem is not None:
         return "wrong_answer", problem, details
-    returned_inputs = []
-    for index, info in zip(task.input_indices, reply.inputs):
-        try:
-            returned_inputs.append(read_tensor(child.input_path(reply.id, index), info))
-        except (ValueError, OSError):
-            returned_inputs.append(None)
     try:
-        received = read_tensor(child.output_path(reply.id), reply.output)
+        received = read_tensor(child.output_path(reply.id), reply.output, case.expected.device.type)
     except (ValueError, OSError) as exc:
         return "wrong_answer", f"output could not be read back: {exc}", details
     check = checking.compare_output(received, case, rtol=task.rtol, atol=task.atol)
     details.update(check.model_dump())
-    inputs_problem = checking.inputs_problem(task, case, returned_inputs)
+    inputs_problem = checking.inputs_problem(task, case, reply)
     if inputs_problem is not None:
         reason = inputs_problem if check.passed else f"{inputs_problem}; {check.reason}"
         return "wrong_answer", reason, details
@@ -273,6 +292,7 @@ class Evaluator:
         secret_seed: int | None = None,
         limits: SandboxLimits | None = None,
         rule: StoppingRule | None = None,
+        keep_child: bool = False,
     ) -> None:
         device = resolve_device(device)
         if mode not in MODES:
@@ -287,7 +307,6 @@ class Evaluator:
         self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
         code_sha256 = hashlib.sha256(code).hexdigest()
         self.reference = load_reference(task)
-        self.peak_tflops = peak_tflops(device)
         self.started = perf_counter()
         self.evaluation = Evaluation(
             status="pass",
@@ -307,7 +326,19 @@ class Evaluator:
         self.force_configs = device == "cpu" if force_configs is None else force_configs
         self.config_count = 0
         self.stopped = False  # the import failed, or a shape ended the evaluation
-        self.child = ChildProcess(code, task, device=device, limits=self.limits, code_sha256=code_sha256)
+        # A child kept by an earlier evaluation of the same candidate is adopted, ready; with
+        # `keep_child`, a child that passed everything is kept for the next one (`release_child`).
+        self.keep_child, self.kept = keep_child, False
+        self.child_key = (code_sha256, task.name, device, self.limits.model_dump_json())
+        kept = _kept_children.pop(self.child_key, None)
+        self.adopted = kept is not None and kept.serving
+        if self.adopted:
+            kept.log.clear()  # this evaluation's log starts here
+            self.child = kept
+        else:
+            if kept is not None:
+                kept.close()
+            self.child = ChildProcess(code, task, device=device, limits=self.limits, code_sha256=code_sha256)
 
     def __enter__(self) -> Self:
         return self
@@ -316,8 +347,34 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        """Stop the child and remove its files (also when it never started); idempotent."""
-        self.child.close()
+        """Stop the child and remove its files (also when it never started), unless it was kept
+        for the next evaluation; idempotent."""
+        if not self.kept:
+            self.child.close()
+
+    def release_child(self) -> None:
+        """At the end of the evaluation: keep the child for the next evaluation of this candidate
+        (with `keep_child`, when every shape passed and it can serve again), else ask it to stop
+        without waiting (`finish` waits)."""
+        passed = self.evaluation.status == "pass" and all(s.status == "pass" for s in self.evaluation.shapes)
+        if (
+            self.keep_child
+            and passed
+            and not self.stopped
+            and self.child.serving
+            and self.child_key not in _kept_children
+            and len(_kept_children) < KEEP_LIMIT
+        ):
+            _kept_children[self.child_key] = self.child
+            self.kept = True
+        else:
+            self.child.request_shutdown()
+
+    @functools.cached_property
+    def peak_tflops(self) -> float:
+        """Asked only when a shape is timed: on a GPU it reads the device name, which starts CUDA
+        in this process, and that start belongs after the children's spawn (`start_evaluators`)."""
+        return peak_tflops(self.device)
 
     @property
     def shape_count(self) -> int:
@@ -330,7 +387,9 @@ class Evaluator:
 
     def spawn(self) -> bool:
         """Start the child without waiting for its imports; False (and the evaluation's status
-        says why) when it died at once."""
+        says why) when it died at once. An adopted child is running already."""
+        if self.adopted:
+            return True
         try:
             self.child.spawn()
         except ChildFailure as failure:
@@ -340,6 +399,8 @@ class Evaluator:
     def wait_ready(self) -> Ready | ImportFailed | ChildFailure:
         """After `spawn`: the child's answer to the imports, or the failure that ended it. Touches
         only this evaluator's child, so evaluators may wait in threads at once."""
+        if self.adopted:
+            return self.child.ready
         try:
             return self.child.wait_ready()
         except ChildFailure as failure:
@@ -352,8 +413,10 @@ class Evaluator:
             evaluation.status, evaluation.reason = first.status, first.reason
             self.stopped = True
             return False
-        evaluation.startup_s = self.child.startup_s
-        evaluation.compile_s = first.import_s
+        # an adopted child neither started nor imported anything for this evaluation
+        evaluation.child_reused = self.adopted
+        evaluation.startup_s = 0.0 if self.adopted else self.child.startup_s
+        evaluation.compile_s = 0.0 if self.adopted else first.import_s
         if isinstance(first, ImportFailed):
             evaluation.status, evaluation.reason = first.kind, first.error
             self.stopped = True
@@ -405,7 +468,7 @@ class Evaluator:
         evaluation = self.evaluation
         if not evaluation.isolation:
             evaluation.isolation = describe_isolation(self.child.level, None)
-        self.child.close()  # first: the log is complete once the child is gone
+        self.close()  # first: the log is complete once the child is gone (a kept one goes on)
         evaluation.log_tail = self.child.log_tail(LOG_TAIL_CHARS)
         failed = next((s for s in evaluation.shapes if s.status not in ("pass", "not_run")), None)
         if evaluation.status == "pass" and failed is not None:
@@ -494,7 +557,7 @@ class Evaluator:
         if problem is not None:
             return problem
         try:
-            received = read_tensor(path, done.output)
+            received = read_tensor(path, done.output, case.expected.device.type)
         except (ValueError, OSError) as exc:
             return f"output could not be read back: {exc}"
         check = checking.compare_output(received, case, rtol=self.task.rtol, atol=self.task.atol)
@@ -561,7 +624,7 @@ def evaluate_interleaved(
                         if on_shape is not None:
                             on_shape(evaluator, outcome)
             for evaluator in group:
-                evaluator.child.request_shutdown()
+                evaluator.release_child()
             evaluations += [evaluator.finish() for evaluator in group]
     return evaluations
 
@@ -569,14 +632,13 @@ def evaluate_interleaved(
 def start_evaluators(evaluators: list[Evaluator]) -> list[bool]:
     """`Evaluator.start` for several at once: spawn every child (quick), then wait for each in its
     own thread with its own deadlines, while this thread computes the first shape's reference
-    (the parent's own CUDA start and first reference overlap the children's imports). Returns
+    (the parent's own CUDA start, the check of a kept GPU name and the first reference overlap the
+    children's imports; a failed check stops the children and raises). Returns
     each evaluator's `start()` result, in order.
 
     What the numbers mean: `startup_s` is still spawn until torch is imported in the child, and
     `compile_s` the candidate's import on the child's clock; the children import side by side,
     so on a machine with fewer cores than children both include waiting for a core."""
-    if any(evaluator.device == "cuda" for evaluator in evaluators):
-        confirm_device_name()  # a GPU name kept from an earlier probe must be torch's (environment)
     spawned = [evaluator for evaluator in evaluators if evaluator.spawn()]
     answers: dict[int, Ready | ImportFailed | ChildFailure | BaseException] = {}
 
@@ -593,6 +655,10 @@ def start_evaluators(evaluators: list[Evaluator]) -> list[bool]:
     try:
         for thread in threads:
             thread.start()
+        if any(evaluator.device == "cuda" for evaluator in evaluators):
+            # A GPU name kept from an earlier probe must be torch's (harness.environment): this
+            # starts CUDA here, so it comes after the spawn, while the children import.
+            confirm_device_name()
         if spawned:
             spawned[0].prefetch_reference(0)
         for thread in threads:

@@ -168,7 +168,12 @@ class CheckReply(Message):
     error: CallError | None = None
     output: TensorInfo | None = None
     output_aliases_input: bool = False
-    inputs: list[TensorInfo] = []
+    inputs: list[TensorInfo] = []  # each input as the child holds it after the call (not exported)
+    # per input: elements that differ bit for bit from the child's copy taken before the call
+    # (None: no longer a plain tensor of the same shape, dtype and device)
+    inputs_changed: list[int | None] = []
+    # per input, before the call: harness.sandbox.transfer.bit_sum, against the parent's own inputs
+    inputs_bit_sums: list[int] = []
     autotuners: list[AutotunerInfo] = []
     autotune_config: dict[str, dict[str, str]] | None = None  # per Autotuner: the config it ran
 

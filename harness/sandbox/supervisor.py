@@ -19,6 +19,7 @@ check a candidate on a shape set. How it defends itself (docs/runner.md has the 
 
 from __future__ import annotations
 
+import atexit
 import hmac
 import os
 import resource
@@ -63,7 +64,6 @@ from harness.sandbox.protocol import (
     TimeRequest,
     encode,
 )
-from harness.sandbox.transfer import make_io_dir
 from harness.tasks import TaskSpec
 from harness.timing import StoppingRule
 
@@ -157,11 +157,33 @@ ISOLATION_LEVELS = (
 NO_ISOLATION = IsolationLevel("none", (), False)
 
 
-@cache
+_isolation_levels: dict[str, IsolationLevel] = {}
+_isolation_lock = threading.Lock()
+
+
 def detect_isolation(device: str = "cpu") -> IsolationLevel:
     """The strongest level whose namespaces this system grants, tried once per process and
     device: the full levels run the child's own probe (hide, remount read-only, fork an init,
-    lock); for cuda every level must also run a CUDA kernel inside its namespaces."""
+    lock); for cuda every level must also run a CUDA kernel inside its namespaces (a process that
+    imports torch and starts CUDA: seconds on a GPU machine, see `start_isolation_probe`). A
+    caller that comes while another thread probes waits for its answer."""
+    with _isolation_lock:
+        if device not in _isolation_levels:
+            _isolation_levels[device] = _probe_isolation(device)
+        return _isolation_levels[device]
+
+
+def start_isolation_probe(device: str) -> None:
+    """Start `detect_isolation(device)` in a background thread now (the probe is a child
+    process: the thread only waits), so that it runs while this process imports torch, opens the
+    store and claims its runs; the first child's spawn then finds the answer ready or waits for
+    it. Nothing when the settings turn isolation off."""
+    if os.environ.get("HARNESS_SANDBOX_ISOLATION") == "none" or device in _isolation_levels:
+        return
+    threading.Thread(target=detect_isolation, args=(device,), name="isolation-probe", daemon=True).start()
+
+
+def _probe_isolation(device: str) -> IsolationLevel:
     if shutil.which("unshare") is None:
         return NO_ISOLATION
     use_cuda = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize()"
@@ -175,20 +197,74 @@ def detect_isolation(device: str = "cpu") -> IsolationLevel:
                 command += ["--probe-cuda"] if device == "cuda" else []
             else:
                 command = [*level.prefix, sys.executable, "-c", use_cuda if device == "cuda" else "pass"]
-            try:
-                done = subprocess.run(
-                    command,
-                    capture_output=True,
-                    timeout=PROBE_TIMEOUT_S * (3 if device == "cuda" else 1),
-                    env=_python_environment(),
-                    stdin=subprocess.DEVNULL,
-                    check=False,
-                )
-            except (OSError, subprocess.TimeoutExpired):
-                continue
-            if done.returncode == 0 and (not level.full or done.stdout.strip() == b"ok"):
+            done = _run_probe(command, PROBE_TIMEOUT_S * (3 if device == "cuda" else 1))
+            if done is not None and done[0] == 0 and (not level.full or done[1].strip() == b"ok"):
                 return level
     return NO_ISOLATION
+
+
+_probes: set[subprocess.Popen] = set()
+
+
+def _run_probe(command: list[str], timeout_s: float) -> tuple[int, bytes] | None:
+    """(exit code, stdout) of one probe process, or None when it could not start or timed out.
+    Each probe leads its own process group, so that `_stop_probes` can end it."""
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_python_environment(),
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    _probes.add(process)
+    try:
+        stdout, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_probe(process)
+        process.wait()
+        return None
+    finally:
+        _probes.discard(process)
+    return process.returncode, stdout
+
+
+def _kill_probe(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@atexit.register
+def _stop_probes() -> None:
+    """At exit (a command with nothing to evaluate, an error, Ctrl-C): end a probe still running
+    in the background and let its thread remove its scratch directory."""
+    for process in list(_probes):
+        _kill_probe(process)
+    for thread in threading.enumerate():
+        if thread.name == "isolation-probe":
+            thread.join(timeout=5)
+
+
+MIN_SHM_FREE_BYTES = 2 * 1024**3
+
+
+def make_io_dir() -> Path:
+    """A fresh private directory for one child's files: in /dev/shm when it is writable and has
+    room (a container's default 64 MiB would end a large copy with SIGBUS), else in the
+    temporary directory."""
+    shm = Path("/dev/shm")
+    root = None
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        stats = os.statvfs(shm)
+        if stats.f_bavail * stats.f_frsize >= MIN_SHM_FREE_BYTES:
+            root = shm
+    return Path(tempfile.mkdtemp(prefix="harness-io-", dir=root))
+
 
 
 # What a child imports besides the candidate (see `warm_bytecode`).
@@ -341,6 +417,7 @@ class ChildProcess:
         self.status_fd: int | None = None
         self.shutdown_requested = False
         self.startup_s: float | None = None
+        self.ready: Ready | ImportFailed | None = None
         settings = get_settings()
         self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
@@ -470,8 +547,19 @@ class ChildProcess:
         Children started together wait in threads, each on its own pipes and deadlines."""
         self._receive(self.started, self.limits.startup_timeout_s, "startup", (Started,))
         self.startup_s = monotonic() - self.started
-        return self._receive(
+        self.ready = self._receive(
             monotonic(), self.limits.import_timeout_s, "import/compile", (Ready, ImportFailed)
+        )
+        return self.ready
+
+    @property
+    def serving(self) -> bool:
+        """Started, ready, not asked to stop and still running: it can serve another evaluation."""
+        return (
+            isinstance(self.ready, Ready)
+            and not self.shutdown_requested
+            and self.proc is not None
+            and self.proc.poll() is None
         )
 
     def request_shutdown(self) -> None:
@@ -589,9 +677,6 @@ class ChildProcess:
 
     def timed_output_path(self, request_id: int, index: int) -> Path:
         return self.io_dir / f"timed-{request_id}-{index}.bin"
-
-    def input_path(self, request_id: int, index: int) -> Path:
-        return self.io_dir / f"input-{request_id}-{index}.bin"
 
     def discard_files(self) -> None:
         for path in self.io_dir.iterdir():

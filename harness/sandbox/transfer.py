@@ -1,17 +1,20 @@
 """Tensors from the child to the parent as raw bytes in files, never as pickles.
 
 The parent creates a private directory (under /dev/shm where it exists, so the bytes stay in
-memory) and names the files; the child copies a tensor straight into a file mapped with
-`torch.from_file(shared=True)` (one device-to-host copy for a GPU tensor, no extra buffer) and
-reports shape, dtype and device in a `TensorInfo`. The parent maps the file back read-only after
-checking that its size is exactly what the reported shape and dtype need, so nothing the child
-writes is ever interpreted as anything but numbers.
+memory) and names the files; the child writes a tensor's bytes (C order) into a file, a GPU tensor
+through a pinned host buffer (one DMA copy, then one write), and reports shape, dtype and device in
+a `TensorInfo`. The parent reads the file with `read` calls (never a mapping the child could
+truncate under it) into a fresh tensor, pinned when it goes on to a GPU, after checking that the
+file holds exactly the bytes the reported shape and dtype need, so nothing the child writes is ever
+interpreted as anything but numbers.
+
+The inputs never travel: the child copies them before a call and counts afterwards, bit for bit,
+the elements that changed (`changed_elements`); the parent judges the counts.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -35,22 +38,6 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
-MIN_SHM_FREE_BYTES = 2 * 1024**3
-
-
-def make_io_dir() -> Path:
-    """A fresh private directory for one child's files: in /dev/shm when it is writable and has
-    room (a container's default 64 MiB would end a large copy with SIGBUS), else in the
-    temporary directory."""
-    shm = Path("/dev/shm")
-    root = None
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        stats = os.statvfs(shm)
-        if stats.f_bavail * stats.f_frsize >= MIN_SHM_FREE_BYTES:
-            root = shm
-    return Path(tempfile.mkdtemp(prefix="harness-io-", dir=root))
-
-
 def describe(value: object) -> TensorInfo:
     """Facts about any object, read without calling into a subclass or a foreign type."""
     kind = type(value)
@@ -64,23 +51,58 @@ def describe(value: object) -> TensorInfo:
     return info
 
 
+def _bytes_of(value: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes in C order, as a flat uint8 tensor on the CPU (pinned for a GPU tensor:
+    the caching host allocator keeps the buffer for the next call, so the copy is one DMA)."""
+    value = value.detach()
+    if value.device.type == "cpu":
+        return value.contiguous().reshape(-1).view(torch.uint8)
+    staging = torch.empty(value.numel() * value.element_size(), dtype=torch.uint8, pin_memory=True)
+    staging.view(value.dtype).view(value.shape).copy_(value)
+    return staging
+
+
 def export_tensor(value: object, path: Path) -> TensorInfo:
-    """Describe `value` and, when it is an exact torch.Tensor, copy its bytes (in C order) to `path`."""
+    """Describe `value` and, when it is an exact torch.Tensor, write its bytes (in C order) to `path`."""
     info = describe(value)
     if not info.exact_tensor or info.dtype not in DTYPES or info.device not in ("cpu", "cuda"):
         return info  # a meta tensor has no bytes; the parent names the device
-    if value.numel() == 0:
-        path.write_bytes(b"")
-    else:
-        target = torch.from_file(str(path), shared=True, size=value.numel(), dtype=value.dtype)
-        target.view(value.shape).copy_(value.detach())
-        del target
+    with open(path, "wb") as file:
+        if value.numel():
+            file.write(_bytes_of(value).numpy().data)
     info.written = True
     return info
 
 
-def read_tensor(path: Path, info: TensorInfo) -> torch.Tensor:
-    """The tensor the child exported to `path` (on the CPU). Raises ValueError when the file does
+_SAME_SIZE_INTEGER = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def changed_elements(before: torch.Tensor, after: object) -> int | None:
+    """How many elements of `after` differ bit for bit from `before` (a copy taken before the call),
+    on their own device; None when `after` is no longer a plain tensor of the same shape, dtype and
+    device."""
+    if type(after) is not torch.Tensor or after.shape != before.shape or after.dtype != before.dtype:
+        return None
+    if after.device != before.device:
+        return None
+    if before.dtype == torch.bool:
+        return int((after != before).sum())
+    bits = _SAME_SIZE_INTEGER[before.element_size()]
+    return int((after.detach().view(bits) != before.view(bits)).sum())
+
+
+def bit_sum(value: torch.Tensor) -> int:
+    """The sum of the elements' bit patterns as integers (int64, wrapping): a cheap fingerprint,
+    on the tensor's own device, that the parent compares with its own inputs' to see that both
+    sides generated the same inputs."""
+    if value.dtype == torch.bool:
+        return int(value.sum())
+    bits = _SAME_SIZE_INTEGER[value.element_size()]
+    return int(value.detach().view(bits).sum(dtype=torch.int64))
+
+
+def read_tensor(path: Path, info: TensorInfo, device: str = "cpu") -> torch.Tensor:
+    """The tensor the child exported to `path`, on `device`. Raises ValueError when the file does
     not hold exactly what `info` describes."""
     if not info.written or info.dtype not in DTYPES or info.shape is None:
         raise ValueError("no tensor was exported")
@@ -91,11 +113,21 @@ def read_tensor(path: Path, info: TensorInfo) -> torch.Tensor:
             raise ValueError(f"negative size in shape {info.shape}")
         numel *= size
     expected_bytes = numel * torch.empty((), dtype=dtype).element_size()
-    actual_bytes = path.stat().st_size
-    if actual_bytes != expected_bytes:
-        raise ValueError(
-            f"exported file holds {actual_bytes} bytes, shape {info.shape} needs {expected_bytes}"
-        )
-    if numel == 0:
-        return torch.empty(info.shape, dtype=dtype)
-    return torch.from_file(str(path), shared=False, size=numel, dtype=dtype).view(info.shape)
+    with open(path, "rb", buffering=0) as file:
+        actual_bytes = os.fstat(file.fileno()).st_size
+        if actual_bytes != expected_bytes:
+            raise ValueError(
+                f"exported file holds {actual_bytes} bytes, shape {info.shape} needs {expected_bytes}"
+            )
+        if numel == 0:
+            return torch.empty(info.shape, dtype=dtype, device=device)
+        pinned = device != "cpu" and torch.cuda.is_available()
+        buffer = torch.empty(expected_bytes, dtype=torch.uint8, pin_memory=pinned)
+        view = memoryview(buffer.numpy()).cast("B")
+        done = 0
+        while done < expected_bytes:
+            count = file.readinto(view[done:])
+            if not count:
+                raise ValueError(f"exported file ended after {done} of {expected_bytes} bytes")
+            done += count
+    return buffer.view(dtype).view(info.shape).to(device)

@@ -231,6 +231,7 @@ def record_run(
         "code_sha256": evaluation.code_sha256,
         "shape_set": evaluation.shape_set,
         "startup_s": evaluation.startup_s,
+        "child_reused": evaluation.child_reused,
         "isolation": evaluation.isolation,
         "autotuners": [tuner.model_dump() for tuner in evaluation.autotuners],
         "log_tail": evaluation.log_tail,
