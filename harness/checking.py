@@ -187,7 +187,17 @@ def _first_positions(mask: torch.Tensor, count: int) -> list[list[int]]:
             found.extend((torch.nonzero(chunk).flatten()[: count - len(found)] + start).tolist())
             if len(found) >= count:
                 break
-    return [list(map(int, torch.unravel_index(torch.tensor(i), mask.shape))) for i in found]
+    return [_unravel(i, tuple(mask.shape)) for i in found]
+
+
+def _unravel(flat_index: int, shape: tuple[int, ...]) -> list[int]:
+    """The position of element `flat_index` of a C-ordered tensor of `shape` (plain arithmetic:
+    torch.unravel_index costs half a second on its first call in a process)."""
+    position = []
+    for size in reversed(shape):
+        flat_index, rest = divmod(flat_index, size) if size else (flat_index, 0)
+        position.append(rest)
+    return position[::-1]
 
 
 @torch.no_grad()

@@ -148,31 +148,40 @@ def gpu_fingerprint(torch_version: str) -> str | None:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
-def _name_cache_path() -> Path:
+def _kept_path(name: str) -> Path:
     from harness.config import get_settings
 
-    return Path(get_settings().cache_dir, DEVICE_NAME_CACHE)
+    return Path(get_settings().cache_dir, name)
 
 
-def _read_name_cache() -> dict[str, str]:
+def read_kept(name: str) -> dict[str, str]:
+    """Facts kept on disk under fingerprints (the file `name` in the cache directory)."""
     try:
-        names = json.loads(_name_cache_path().read_text())
+        kept = json.loads(_kept_path(name).read_text())
     except (OSError, ValueError):
         return {}
-    return names if isinstance(names, dict) else {}
+    return kept if isinstance(kept, dict) else {}
 
 
-def _write_name_cache(names: dict[str, str]) -> None:
+def write_kept(name: str, kept: dict[str, str]) -> None:
     """Atomically (a rename), so that concurrent tournaments never read half a file; best effort."""
-    path = _name_cache_path()
+    path = _kept_path(name)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=".device-names-", dir=path.parent)
+        handle, temporary = tempfile.mkstemp(prefix=".kept-", dir=path.parent)
         with os.fdopen(handle, "w") as file:
-            json.dump(names, file)
+            json.dump(kept, file)
         os.replace(temporary, path)
     except OSError:
         pass
+
+
+def _read_name_cache() -> dict[str, str]:
+    return read_kept(DEVICE_NAME_CACHE)
+
+
+def _write_name_cache(names: dict[str, str]) -> None:
+    write_kept(DEVICE_NAME_CACHE, names)
 
 
 def cuda_device_name(torch_version: str) -> str:

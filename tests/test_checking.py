@@ -207,3 +207,22 @@ def test_a_wrong_output_is_not_excused_by_the_reference(case):
     assert not check.passed
     assert check.mismatches_where_reference_is_off == 0 and check.within_tolerance_of_float64 is False
     assert "itself off" not in check.reason and "within tolerance of the float64" not in check.reason
+
+
+@pytest.mark.parametrize("shape", [(4, 64, 121, 121), (3,), (2, 1, 5), (1, 1)])
+def test_mismatch_positions_are_torchs_unravelled_indices(shape):
+    numel = 1
+    for size in shape:
+        numel *= size
+    for flat in {0, 1, numel - 1, numel // 3, numel // 2}:
+        assert checking._unravel(flat, shape) == [int(v) for v in torch.unravel_index(torch.tensor(flat), shape)]
+
+
+def test_a_large_tensor_travels_in_slices_and_comes_back_equal(tmp_path: Path):
+    from harness.sandbox import transfer
+
+    value = torch.randn(3, 1500, 1300).transpose(1, 2)  # 23 MB, above PARALLEL_IO_BYTES, not contiguous
+    assert value.numel() * 4 > transfer.PARALLEL_IO_BYTES
+    info = export_tensor(value, tmp_path / "big.bin")
+    assert (tmp_path / "big.bin").stat().st_size == value.numel() * 4
+    assert torch.equal(read_tensor(tmp_path / "big.bin", info), value)

@@ -274,3 +274,50 @@ def test_an_isolation_probe_started_early_gives_the_same_level_and_leaves_nothin
         env=env, timeout=120, check=True,
     )
     assert not list(tmp_path.glob("harness-probe-*")), "the probe's scratch directory is removed"
+
+
+KEPT_ISOLATION = """
+import json, sys
+from harness.errors import HarnessError
+from harness.sandbox import supervisor as s
+from harness.tasks import load_task
+level = s.detect_isolation("cpu")
+print(level.name, "kept" if "cpu" in s._levels_from_cache else "probed")
+if sys.argv[1:] == ["fail"]:
+    limits = s.SandboxLimits.from_settings(startup_timeout_s=0.001)
+    child = s.ChildProcess(b"def custom_kernel(d):\\n    return d[2]\\n", load_task("conv2d_v2"), device="cpu",
+                           limits=limits, code_sha256="0" * 64)
+    try:
+        child.spawn()
+        child.wait_ready()
+    except HarnessError as exc:
+        print("error:", exc)
+    finally:
+        child.close()
+"""
+
+
+def test_the_isolation_level_is_kept_on_disk_and_dropped_when_a_child_then_fails_to_start(tmp_path):
+    import subprocess
+    import sys
+
+    from harness.sandbox.supervisor import ISOLATION_CACHE, detect_isolation
+
+    env = {**__import__("os").environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(*args: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", KEPT_ISOLATION, *args], capture_output=True, text=True,
+                              env=env, timeout=120, check=True)
+        return done.stdout.strip().splitlines()
+
+    name = detect_isolation("cpu").name
+    assert run() == [f"{name} probed"]
+    kept = json.loads((tmp_path / "cache" / ISOLATION_CACHE).read_text())
+    assert list(kept.values()) == [name]
+    assert run() == [f"{name} kept"], "the next command reads the level instead of probing"
+    lines = run("fail")
+    assert lines[0] == f"{name} kept"
+    assert lines[1].startswith(f"error: a sandboxed child did not start under the kept isolation level {name}")
+    assert lines[1].endswith("the kept level is dropped: run the command again")
+    assert json.loads((tmp_path / "cache" / ISOLATION_CACHE).read_text()) == {}
+    assert run() == [f"{name} probed"]

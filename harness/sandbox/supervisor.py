@@ -20,7 +20,9 @@ check a candidate on a shape set. How it defends itself (docs/runner.md has the 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import hmac
+import json
 import os
 import resource
 import secrets
@@ -157,20 +159,91 @@ ISOLATION_LEVELS = (
 NO_ISOLATION = IsolationLevel("none", (), False)
 
 
+ISOLATION_CACHE = "isolation-levels.json"  # in the cache directory: fingerprint -> level name
+USERNS_SYSCTLS = (  # what decides whether unprivileged user namespaces are granted
+    "/proc/sys/kernel/unprivileged_userns_clone",
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+)
 _isolation_levels: dict[str, IsolationLevel] = {}
+_levels_from_cache: dict[str, str] = {}  # device -> the fingerprint its level was read under
 _isolation_lock = threading.Lock()
+
+
+def isolation_fingerprint(device: str) -> str | None:
+    """A digest of what decides which namespaces a child gets (this boot, the kernel and its user
+    namespace settings, the user, unshare, the interpreter; on a GPU, the GPUs and the driver),
+    read without starting anything; None when some of it cannot be read (then nothing is kept)."""
+    from harness.environment import BOOT_ID_FILE, gpu_fingerprint
+
+    try:
+        boot_id = BOOT_ID_FILE.read_text().strip()
+    except OSError:
+        return None
+    sysctls = {}
+    for path in USERNS_SYSCTLS:
+        try:
+            sysctls[path] = Path(path).read_text().strip()
+        except OSError:
+            sysctls[path] = None
+    facts = {
+        "device": device,
+        "boot_id": boot_id,
+        "kernel": os.uname().release,
+        "sysctls": sysctls,
+        "uid": os.getuid(),
+        "unshare": shutil.which("unshare"),
+        "python": sys.executable,
+        "levels": [(level.name, level.prefix) for level in ISOLATION_LEVELS],
+    }
+    if device == "cuda":
+        facts["gpus"] = gpu_fingerprint("")
+        if facts["gpus"] is None:
+            return None
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
 def detect_isolation(device: str = "cpu") -> IsolationLevel:
     """The strongest level whose namespaces this system grants, tried once per process and
     device: the full levels run the child's own probe (hide, remount read-only, fork an init,
     lock); for cuda every level must also run a CUDA kernel inside its namespaces (a process that
-    imports torch and starts CUDA: seconds on a GPU machine, see `start_isolation_probe`). A
-    caller that comes while another thread probes waits for its answer."""
+    imports torch and starts CUDA: seconds on a GPU machine). The answer is kept on disk under
+    `isolation_fingerprint`, so later commands skip the probe; a kept level that then fails to
+    start a child is dropped (`forget_kept_isolation`). A caller that comes while another thread
+    probes (`start_isolation_probe`) waits for its answer."""
+    from harness.environment import read_kept, write_kept
+
     with _isolation_lock:
-        if device not in _isolation_levels:
-            _isolation_levels[device] = _probe_isolation(device)
-        return _isolation_levels[device]
+        if device in _isolation_levels:
+            return _isolation_levels[device]
+        fingerprint = isolation_fingerprint(device)
+        name = read_kept(ISOLATION_CACHE).get(fingerprint) if fingerprint else None
+        level = next((level for level in (*ISOLATION_LEVELS, NO_ISOLATION) if level.name == name), None)
+        if level is not None:
+            _levels_from_cache[device] = fingerprint
+        else:
+            level = _probe_isolation(device)
+            if fingerprint is not None:
+                write_kept(ISOLATION_CACHE, {**read_kept(ISOLATION_CACHE), fingerprint: level.name})
+        _isolation_levels[device] = level
+        return level
+
+
+def forget_kept_isolation(device: str) -> bool:
+    """Drop a level that was read from the disk for `device` (in this process and on disk);
+    True when there was one: a child that failed before its first message may have failed
+    because the system no longer grants those namespaces."""
+    from harness.environment import read_kept, write_kept
+
+    with _isolation_lock:
+        fingerprint = _levels_from_cache.pop(device, None)
+        if fingerprint is None:
+            return False
+        _isolation_levels.pop(device, None)
+        kept = read_kept(ISOLATION_CACHE)
+        kept.pop(fingerprint, None)
+        write_kept(ISOLATION_CACHE, kept)
+        return True
 
 
 def start_isolation_probe(device: str) -> None:
@@ -409,6 +482,7 @@ class ChildProcess:
         self.limits = limits
         self.token = secrets.token_hex(16)
         self.level = NO_ISOLATION if limits.isolation == "none" else detect_isolation(device)
+        self.level_was_kept = limits.isolation != "none" and device in _levels_from_cache
         self.next_id = 0
         self.log = bytearray()
         self.log_total = 0
@@ -495,18 +569,10 @@ class ChildProcess:
         ]
         self.started = monotonic()
         try:
-            self.proc = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                env=self.environment(),
-                pass_fds=child_fds,
-                start_new_session=True,
-                # Only setrlimit calls run between fork and exec (no locks, no allocation to speak of).
-                preexec_fn=_resource_limits(self.limits),  # noqa: PLW1509
-            )
+            self.proc = self._popen(command, child_fds)
+        except OSError as exc:
+            self._blame_kept_isolation(str(exc))
+            raise HarnessError(f"could not start a sandboxed child: {exc}") from None
         finally:
             for fd in child_fds:
                 os.close(fd)
@@ -540,12 +606,41 @@ class ChildProcess:
         )
         self._send(hello, "startup")
 
+    def _popen(self, command: list[str], child_fds: list[int]) -> subprocess.Popen:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+            env=self.environment(),
+            pass_fds=child_fds,
+            start_new_session=True,
+            # Only setrlimit calls run between fork and exec (no locks, no allocation to speak of).
+            preexec_fn=_resource_limits(self.limits),  # noqa: PLW1509
+        )
+
+    def _blame_kept_isolation(self, reason: str) -> None:
+        """A child that could not start or died before its first message ran none of the
+        candidate's code. When its isolation level was read from the disk, the system may no
+        longer grant it: drop it and raise HarnessError (nothing is recorded; the next command
+        probes afresh)."""
+        if self.level_was_kept and forget_kept_isolation(self.device):
+            raise HarnessError(
+                f"a sandboxed child did not start under the kept isolation level {self.level.name} "
+                f"({reason}); the kept level is dropped: run the command again"
+            )
+
     def wait_ready(self) -> Ready | ImportFailed:
         """After `spawn`: wait until the child has imported torch (`Started`, due startup_timeout_s
         after the spawn; `startup_s` is that wait on the parent's clock), then until it has
         imported the candidate (`Ready` or `ImportFailed`, due import_timeout_s after `Started`).
         Children started together wait in threads, each on its own pipes and deadlines."""
-        self._receive(self.started, self.limits.startup_timeout_s, "startup", (Started,))
+        try:
+            self._receive(self.started, self.limits.startup_timeout_s, "startup", (Started,))
+        except ChildFailure as failure:
+            self._blame_kept_isolation(failure.reason)
+            raise
         self.startup_s = monotonic() - self.started
         self.ready = self._receive(
             monotonic(), self.limits.import_timeout_s, "import/compile", (Ready, ImportFailed)

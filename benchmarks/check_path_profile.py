@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Milliseconds of each step of one check's path on a large shape, in one process (no sandbox):
+what the child does after the call (copy and bit sums of the inputs, the output's export, the
+inputs' comparison) and what the parent does (read back, compare, judge the inputs), then the
+isolation probe and a child's start. For finding where a check's overhead goes on a GPU.
+
+    python benchmarks/check_path_profile.py [--device cuda] [--shape 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from harness import checking
+from harness.sandbox import supervisor
+from harness.sandbox.protocol import CheckReply
+from harness.sandbox.transfer import bit_sum, changed_elements, describe, export_tensor, read_tensor
+from harness.tasks import load_reference, load_task
+
+
+def timed(label: str, function, repeats: int, device: str, results: dict) -> object:
+    values = []
+    out = None
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        out = function()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        values.append((time.perf_counter() - started) * 1e3)
+    results[label] = values
+    print(f"{label:<44} first {values[0]:8.2f} ms   median {statistics.median(values):8.2f} ms", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--shape", type=int, default=2, help="index in the task's benchmarks")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    task = load_task("conv2d_v2")
+    reference = load_reference(task)
+    shape = task.shapes("benchmarks")[args.shape]
+    device, repeats, results = args.device, args.repeats, {}
+    print(f"{device} {torch.cuda.get_device_name() if device == 'cuda' else ''}; shape {shape.parameters}")
+    case = timed("parent: reference case (fp32 + float64)",
+                 lambda: checking._make_reference_case(reference, shape, shape.seed, device), 1, device, results)
+    data = reference.generate_input(**shape.parameters, seed=shape.seed, device=device)
+    inputs = [data[i] for i in task.input_indices]
+    output = case.expected.clone()
+    io = Path(tempfile.mkdtemp(prefix="harness-io-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    before = timed("child: copy the inputs", lambda: [t.clone() for t in inputs], repeats, device, results)
+    sums = timed("child: bit sums of the inputs", lambda: [bit_sum(t) for t in before], repeats, device, results)
+    info = timed("child: export the output (new file)", lambda: export_tensor(output, io / "out.bin"), repeats, device, results)
+    timed("child: compare inputs with the copies", lambda: [changed_elements(b, a) for b, a in zip(before, inputs)],
+          repeats, device, results)
+    received = timed("parent: read the output back", lambda: read_tensor(io / "out.bin", info, device), repeats, device, results)
+    timed("parent: compare_output", lambda: checking.compare_output(received, case, rtol=task.rtol, atol=task.atol),
+          repeats, device, results)
+    reply = CheckReply(token="t", id=1, inputs=[describe(t) for t in inputs], inputs_changed=[0] * len(inputs),
+                       inputs_bit_sums=sums)
+    timed("parent: judge the inputs", lambda: checking.inputs_problem(task, case, reply), repeats, device, results)
+    wrong = received.clone()
+    wrong.view(-1)[::1000] += 1.0
+    timed("parent: compare_output, 0.1% wrong", lambda: checking.compare_output(wrong, case, rtol=task.rtol, atol=task.atol),
+          2, device, results)
+    timed("isolation probe (detect_isolation, fresh)", lambda: supervisor._probe_isolation(device), 1, device, results)
+    for code in ("pass", "import torch", f"import torch; torch.zeros(1, device='{device}')"):
+        timed(f"python -c {code[:34]!r}", lambda code=code: subprocess.run([sys.executable, "-c", code], check=True),
+              2, "cpu", results)
+
+
+if __name__ == "__main__":
+    main()
