@@ -22,11 +22,12 @@ Steps (each tournament in a fresh process, as `harness tournament` would run):
      less the part counted as compilation above; in the test phase this still includes the
      first call's compilation (no timed call to tell it apart);
    - timed calls: the sum of the timed calls (events on a GPU);
-   - harness overhead: everything else, itemized: process starts, evaluator setup (isolation
-     probe, first CUDA use), reference cases, check I/O (inputs made in the child, outputs and
-     inputs exported, pipes), judging (read back and compare), the timing loop around the timed
-     calls (inputs per call, L2 flush, synchronization, seeds), the leaderboard recheck, child
-     stops, and the rest of the phase (store claims and writes, progress);
+   - harness overhead: everything else, itemized: process starts (early spawns included),
+     evaluator setup (isolation probe, child files), reference cases, check I/O (inputs made,
+     copied and compared in the child, the output exported, pipes), judging (read back and
+     compare), the timing loop around the timed calls (inputs per call, L2 flush,
+     synchronization, seeds), the leaderboard recheck, child stops, and the rest of the phase
+     (store claims and writes, the parent's own torch import, progress);
    and outside the phases: startup (imports, environment probe, store) and the report (with the
    short gaps between phases);
 2. the same command again with nothing new to do, timed end to end (`python -m harness`), three
@@ -136,7 +137,7 @@ def install(ledger: Ledger) -> None:
         seconds = (getattr(reply, "seconds", None) or 0.0) if reply is not None else 0.0
         seconds = min(seconds, own)
         ledger.add(CHECKED, seconds)
-        ledger.add("overhead: check I/O (inputs in the child, exports, pipes)", own - seconds)
+        ledger.add("overhead: check I/O (inputs in the child, output export, pipes)", own - seconds)
         ledger.first_calls.setdefault((id(args[0]), _where(kwargs.get("phase", ""))), seconds)
 
     def on_time(own, args, kwargs, reply) -> None:
@@ -216,7 +217,8 @@ def install(ledger: Ledger) -> None:
     ledger.instrument(supervisor.ChildProcess, "time", on_time)
     ledger.instrument(evaluation, "start_evaluators", on_start)
     ledger.instrument(evaluation.Evaluator, "finish", on_finish)
-    ledger.instrument(evaluation.Evaluator, "__init__", bucket("overhead: evaluator setup (isolation probe, files, parent CUDA init)"))
+    ledger.instrument(evaluation.Evaluator, "__init__", bucket("overhead: evaluator setup (isolation probe, files)"))
+    ledger.instrument(supervisor, "start_children_early", bucket("overhead: process starts (spawn, torch import, CUDA context)"))
     ledger.instrument(evaluation.checking, "reference_case", bucket("overhead: reference cases"))
     ledger.instrument(evaluation, "_judge", bucket("overhead: judging (read back, compare)"))
     ledger.instrument(evaluation.Evaluator, "_timed_output_problem", bucket("overhead: leaderboard recheck"))

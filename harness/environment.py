@@ -203,13 +203,17 @@ def cuda_device_name(torch_version: str) -> str:
 
 def confirm_device_name() -> None:
     """In a process that has initialized CUDA: raise HarnessError (and forget the kept name) when a
-    name served from the kept copy is not what torch reports now, before anything is claimed or
-    written under a key made with it. Free when no name came from the kept copy."""
+    name served from the kept copy is not what torch reports now (or CUDA is not usable now), before
+    any result is written under a key made with it (the claims made under it are released by
+    the caller's error handling). Free when no name came from the kept copy."""
     if not _names_from_cache:
         return
     import torch
 
-    actual = torch.cuda.get_device_name()
+    try:
+        actual = torch.cuda.get_device_name()
+    except (RuntimeError, AssertionError) as exc:  # CUDA unusable now: the kept name said otherwise
+        actual = f"unusable ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
     for fingerprint, name in list(_names_from_cache.items()):
         if name != actual:
             names = _read_name_cache()
@@ -246,14 +250,43 @@ def triton_version() -> str:
     return triton.__version__
 
 
-def probe_environment(device: str) -> Environment:
-    """The facts for `device` ("cpu" or "cuda"), and their key."""
-    import torch
+def torch_versions() -> tuple[str, str]:
+    """(torch.__version__, torch.version.cuda or ""), read from torch/version.py, which torch
+    generates at build time with both as literals, when torch is not imported yet (the import
+    takes seconds on some machines, and a tournament's parent starts its children before it);
+    else from torch itself."""
+    module = sys.modules.get("torch")
+    if module is None:
+        spec = importlib.util.find_spec("torch")
+        if spec is not None and spec.submodule_search_locations:
+            try:
+                source = Path(next(iter(spec.submodule_search_locations)), "version.py").read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                source = ""
+            version = re.findall(r"^__version__\s*=\s*'([^'\\]+)'\s*$", source, re.MULTILINE)
+            cuda = re.findall(r"^cuda(?:\s*:\s*Optional\[str\])?\s*=\s*(None|'[^'\\]+')\s*$", source, re.MULTILINE)
+            if len(version) == 1 and len(cuda) == 1:
+                return version[0], "" if cuda[0] == "None" else cuda[0].strip("'")
+        import torch as module
+    return str(module.__version__), module.version.cuda or ""
 
+
+def kept_cuda_device_name() -> str | None:
+    """The GPU name kept for the current fingerprint (a GPU that torch saw on this boot, driver
+    and device selection), without importing torch or starting CUDA; None when none is kept."""
+    fingerprint = gpu_fingerprint(torch_versions()[0])
+    name = _read_name_cache().get(fingerprint) if fingerprint is not None else None
+    return name if isinstance(name, str) and name else None
+
+
+def probe_environment(device: str) -> Environment:
+    """The facts for `device` ("cpu" or "cuda"), and their key; on a GPU seen before, read without
+    importing torch (`torch_versions`, the kept GPU name)."""
+    torch_version, torch_cuda = torch_versions()
     if device == "cuda":
-        device_name = cuda_device_name(torch.__version__)
+        device_name = cuda_device_name(torch_version)
         driver = nvidia_driver_version()
-        cuda_runtime = torch.version.cuda or ""
+        cuda_runtime = torch_cuda
     else:
         device_name = cpu_model()
         driver = ""
@@ -263,7 +296,7 @@ def probe_environment(device: str) -> Environment:
         device_name=device_name,
         driver_version=driver,
         cuda_runtime=cuda_runtime,
-        torch=torch.__version__,
+        torch=torch_version,
         triton=triton_version(),
         python=platform.python_version(),
         harness=__version__,

@@ -25,7 +25,7 @@ from harness.errors import HarnessError
 from harness.executors import Executor, InProcess
 from harness.sandbox.bench import BenchedRevision, bench_revisions, with_references
 from harness.sandbox.checks import CheckedRevision, check_revisions, store_limits
-from harness.sandbox.evaluation import default_shape_set
+from harness.sandbox.devices import default_shape_set
 from harness.sandbox.supervisor import SandboxLimits
 from harness.store.revisions import get_revision, list_revisions
 from harness.store.session import Store

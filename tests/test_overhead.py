@@ -209,7 +209,7 @@ def test_the_environment_key_needs_no_triton_import_and_is_unchanged():
 
 
 def test_a_passing_child_is_kept_for_the_next_phase_adopted_once_and_then_stopped():
-    from harness.sandbox import evaluation
+    from harness.sandbox import supervisor
     from harness.timing import StoppingRule
 
     settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
@@ -222,37 +222,37 @@ def test_a_passing_child_is_kept_for_the_next_phase_adopted_once_and_then_stoppe
     first = evaluate_interleaved(checked)
     assert [e.status for e in first] == ["pass", "wrong_answer"]
     kept = checked[0].child
-    assert kept.serving and list(evaluation._kept_children.values()) == [kept]
+    assert kept.serving and list(supervisor.kept_children.values()) == [kept]
     assert checked[1].child.proc.poll() is not None, "a failing candidate's child is not kept"
 
     rule = StoppingRule(min_runs=2, max_runs=3, budget_s=0.2)
     timed = [make(path, timed=True, rule=rule) for path in files]
     assert timed[0].adopted and timed[0].child is kept and not timed[1].adopted
-    assert not evaluation._kept_children
+    assert not supervisor.kept_children
     second = evaluate_interleaved(timed)
     reused = second[0]
     assert reused.status == "pass" and reused.child_reused and reused.startup_s == 0.0 and reused.compile_s == 0.0
     assert all(s.runs and s.mean_ms > 0 for s in reused.shapes)
     assert second[1].status == "wrong_answer" and not second[1].child_reused and second[1].startup_s > 0
     assert kept.proc.poll() is not None, "not asked to keep it again: stopped at the end"
-    assert not kept.workdir.exists() and not evaluation._kept_children
+    assert not kept.workdir.exists() and not supervisor.kept_children
 
 
 def test_kept_children_that_no_job_adopts_are_stopped_when_the_next_job_starts():
     from harness.executors import EvaluationRequest, Job, run_job
-    from harness.sandbox import evaluation
+    from harness.sandbox import supervisor
 
     settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
     request = EvaluationRequest.make(1, REFERENCE.read_bytes(), REFERENCE.name, "conv2d_v2", device="cpu",
                                      limits=settings, keep_child=True)
     [checked] = run_job(Job(device="cpu", env_key="k", requests=[request]))
     assert checked.status == "pass"
-    [kept] = evaluation._kept_children.values()
+    [kept] = supervisor.kept_children.values()
     other = EvaluationRequest.make(2, (BAD / "wrong_answer.py").read_bytes(), "wrong_answer.py", "conv2d_v2",
                                    device="cpu", limits=settings)
     [result] = run_job(Job(device="cpu", env_key="k", requests=[other]))
     assert result.status == "wrong_answer" and not result.child_reused
-    assert kept.proc.poll() is not None and not evaluation._kept_children
+    assert kept.proc.poll() is not None and not supervisor.kept_children
 
 
 def test_an_isolation_probe_started_early_gives_the_same_level_and_leaves_nothing_at_exit(tmp_path):
@@ -321,3 +321,52 @@ def test_the_isolation_level_is_kept_on_disk_and_dropped_when_a_child_then_fails
     assert lines[1].endswith("the kept level is dropped: run the command again")
     assert json.loads((tmp_path / "cache" / ISOLATION_CACHE).read_text()) == {}
     assert run() == [f"{name} probed"]
+
+
+EARLY_CHILD = """
+import sys
+from pathlib import Path
+from harness.sandbox import supervisor
+from harness.tasks import load_task
+
+code = Path(sys.argv[1]).read_bytes()
+task = load_task("conv2d_v2")
+limits = supervisor.SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
+supervisor.start_children_early([(code, task, "cpu", limits)])
+print("torch imported before the spawn:", "torch" in sys.modules)
+[early] = supervisor.early_children.values()
+from harness.sandbox.evaluation import Evaluator, evaluate_interleaved
+evaluator = Evaluator(code, "reference.py", task, device="cpu", limits=limits)
+print("taken:", evaluator.spawned_early and evaluator.child is early and not supervisor.early_children)
+[evaluation] = evaluate_interleaved([evaluator])
+print("status:", evaluation.status, "startup_s > 0:", evaluation.startup_s > 0)
+supervisor.start_children_early([(code, task, "cpu", limits)])
+supervisor.close_waiting_children()
+print("left:", len(supervisor.early_children))
+"""
+
+
+def test_children_spawned_before_torch_is_imported_are_taken_by_their_evaluations():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", EARLY_CHILD, str(REFERENCE)], capture_output=True, text=True,
+                          timeout=180, check=True)
+    assert done.stdout.splitlines() == [
+        "torch imported before the spawn: False",
+        "taken: True",
+        "status: pass startup_s > 0: True",
+        "left: 0",
+    ], done.stderr[-2000:]
+
+
+def test_torch_versions_are_read_without_importing_torch_and_are_torchs():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom harness.environment import torch_versions\nread = torch_versions()\n"
+        "print('torch' in sys.modules)\nimport torch\nprint(read == (str(torch.__version__), torch.version.cuda or ''))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["False", "True"]

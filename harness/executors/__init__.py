@@ -161,19 +161,32 @@ def check_environment(job: Job) -> Environment:
 def run_job(job: Job, on_shape: ShapeCallback | None = None) -> list[Evaluation]:
     """Evaluate the job's requests in this process, interleaved shape by shape. Children kept by
     an earlier job (an earlier phase) are adopted by the requests of the same candidates; the
-    others are stopped before anything runs."""
-    from harness.sandbox.evaluation import close_kept_children, evaluate_interleaved
+    others are stopped before anything runs. The first group's other children are spawned before
+    anything imports torch here (harness.sandbox.supervisor is free of it), so that this process's
+    own torch import, when it is the first, overlaps their start."""
+    from harness.sandbox.devices import INTERLEAVE_GROUP
+    from harness.sandbox.supervisor import SandboxLimits, close_waiting_children, start_children_early
+    from harness.tasks import load_task
 
-    evaluators = []
     try:
-        for request in job.requests:
-            evaluators.append(request.evaluator())
-    except BaseException:
-        for evaluator in evaluators:
-            evaluator.close()
-        raise
+        start_children_early(
+            [
+                (base64.b64decode(r.code), load_task(r.task), r.device, SandboxLimits(**r.limits))
+                for r in job.requests[:INTERLEAVE_GROUP]
+            ]
+        )
+        from harness.sandbox.evaluation import evaluate_interleaved
+
+        evaluators = []
+        try:
+            for request in job.requests:
+                evaluators.append(request.evaluator())
+        except BaseException:
+            for evaluator in evaluators:
+                evaluator.close()
+            raise
     finally:
-        close_kept_children()
+        close_waiting_children()
     keys = {id(evaluator): request.key for evaluator, request in zip(evaluators, job.requests)}
 
     def shape_done(evaluator: Evaluator, outcome: ShapeOutcome) -> None:
@@ -208,7 +221,7 @@ class InProcess:
     keeps_children = True
 
     def resolve_device(self, device: str | None) -> str:
-        from harness.sandbox.evaluation import resolve_device
+        from harness.sandbox.devices import resolve_device
 
         return resolve_device(device)
 
@@ -222,10 +235,10 @@ class InProcess:
             on_done(job, run_job(job, on_shape))
 
     def close(self) -> None:
-        if "harness.sandbox.evaluation" in sys.modules:
-            from harness.sandbox.evaluation import close_kept_children
+        if "harness.sandbox.supervisor" in sys.modules:
+            from harness.sandbox.supervisor import close_waiting_children
 
-            close_kept_children()
+            close_waiting_children()
 
 
 def make_executor(executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None) -> Executor:

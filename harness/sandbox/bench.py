@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rich.console import Group
 from rich.table import Table
@@ -29,7 +30,7 @@ from harness.errors import HarnessError
 from harness.executors import EvaluationRequest, Executor, InProcess, evaluate_and_record
 from harness.report.leaderboard import reference_lineage_name
 from harness.sandbox.checks import leaderboard_seed, store_limits
-from harness.sandbox.evaluation import ShapeOutcome, default_shape_set
+from harness.sandbox.devices import default_shape_set
 from harness.sandbox.supervisor import SandboxLimits
 from harness.scoring import compare, speedup
 from harness.store.models import Lineage, Revision, Run
@@ -38,6 +39,9 @@ from harness.store.runs import estimated_cost, find_run, reuse_or_claim, worker_
 from harness.store.session import Store
 from harness.tasks import load_task
 from harness.timing import StoppingRule
+
+if TYPE_CHECKING:
+    from harness.sandbox.evaluation import ShapeOutcome
 
 BENCH_MODES = {"benchmark": "test", "leaderboard": "leaderboard"}  # run mode -> the evaluation's seeds
 STATISTICS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")

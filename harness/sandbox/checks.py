@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from harness.environment import Environment
 from harness.errors import HarnessError
 from harness.executors import EvaluationRequest, Executor, InProcess, evaluate_and_record
-from harness.sandbox.evaluation import MODES, default_shape_set
+from harness.sandbox.devices import MODES, default_shape_set
 from harness.sandbox.supervisor import SandboxLimits, sqlite_directory
 from harness.store.models import Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code

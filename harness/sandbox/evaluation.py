@@ -15,7 +15,6 @@ per-shape statistics come from harness.timing and the score from harness.scoring
 
 from __future__ import annotations
 
-import atexit
 import functools
 import hashlib
 import math
@@ -35,6 +34,7 @@ from harness import checking, scoring
 from harness.config import get_settings
 from harness.environment import confirm_device_name
 from harness.errors import HarnessError
+from harness.sandbox.devices import INTERLEAVE_GROUP, MODES, default_shape_set, resolve_device
 from harness.sandbox.protocol import AutotunerInfo, CallDone, CheckReply, ImportFailed, IsolationReport, Ready
 from harness.sandbox.supervisor import (
     SHUTDOWN_GRACE_S,
@@ -42,6 +42,9 @@ from harness.sandbox.supervisor import (
     ChildProcess,
     IsolationLevel,
     SandboxLimits,
+    child_key,
+    early_children,
+    kept_children,
 )
 from harness.sandbox.transfer import read_tensor
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
@@ -60,31 +63,9 @@ Status = Literal["pass", "wrong_answer", "compile_error", "runtime_error", "time
 ShapeStatus = Literal[
     "pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported", "not_run"
 ]
-MODES = ("test", "leaderboard")
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
-INTERLEAVE_GROUP = 16  # children alive at once in evaluate_interleaved
 KEEP_LIMIT = INTERLEAVE_GROUP  # children kept at most for a next phase (`keep_child`)
-
-# Children kept, ready, after a passing evaluation asked to keep its child (a tournament's test
-# phase, when a timed phase follows), by (code, task, device, limits): the next Evaluator of the
-# same candidate in this process adopts one instead of starting a process, importing torch and
-# the candidate again. `run_job` closes the ones its job did not adopt; so do the executors'
-# `close` and the end of the process.
-_kept_children: dict[tuple[str, str, str, str], ChildProcess] = {}
-
-
-def close_kept_children() -> None:
-    """Stop every kept child (asked together, then waited for)."""
-    children = list(_kept_children.values())
-    _kept_children.clear()
-    for child in children:
-        child.request_shutdown()
-    for child in children:
-        child.close()
-
-
-atexit.register(close_kept_children)
 
 
 class ShapeOutcome(BaseModel):
@@ -137,16 +118,6 @@ class Evaluation(BaseModel):
     score_ms: float | None = None  # timed and passed: the task's score (ranking_by) of the shape means
 
 
-def resolve_device(device: str | None) -> str:
-    """`device`, or cuda when torch sees a GPU and cpu otherwise; HarnessError when unusable."""
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device not in ("cpu", "cuda"):
-        raise HarnessError(f"unknown device {device!r}: use cpu or cuda")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise HarnessError("--device cuda, but torch sees no CUDA GPU here")
-    return device
-
-
 def peak_tflops(device: str) -> float:
     """The peak rate setting whose key is part of this device's name ("cpu" on the CPU)."""
     settings = get_settings()
@@ -155,12 +126,6 @@ def peak_tflops(device: str) -> float:
         if key.lower() in name.lower():
             return peak
     return settings.default_peak_tflops
-
-
-def default_shape_set(device: str, timed: bool = False) -> str:
-    if device == "cpu":
-        return "smoke"
-    return "benchmarks" if timed else "tests"
 
 
 def describe_isolation(level: IsolationLevel, report: IsolationReport | None) -> str:
@@ -328,17 +293,23 @@ class Evaluator:
         self.stopped = False  # the import failed, or a shape ended the evaluation
         # A child kept by an earlier evaluation of the same candidate is adopted, ready; with
         # `keep_child`, a child that passed everything is kept for the next one (`release_child`).
+        # A child spawned early for this evaluation (`start_children_early`) is taken as it is.
         self.keep_child, self.kept = keep_child, False
-        self.child_key = (code_sha256, task.name, device, self.limits.model_dump_json())
-        kept = _kept_children.pop(self.child_key, None)
+        self.child_key = child_key(code_sha256, task.name, device, self.limits)
+        kept = kept_children.pop(self.child_key, None)
         self.adopted = kept is not None and kept.serving
+        early = early_children.pop(self.child_key, None)
+        self.spawned_early = early is not None and not self.adopted
         if self.adopted:
             kept.log.clear()  # this evaluation's log starts here
             self.child = kept
+        elif self.spawned_early:
+            self.child = early
         else:
-            if kept is not None:
-                kept.close()
             self.child = ChildProcess(code, task, device=device, limits=self.limits, code_sha256=code_sha256)
+        for unused in (kept, early):
+            if unused is not None and unused is not self.child:
+                unused.close()
 
     def __enter__(self) -> Self:
         return self
@@ -362,10 +333,10 @@ class Evaluator:
             and passed
             and not self.stopped
             and self.child.serving
-            and self.child_key not in _kept_children
-            and len(_kept_children) < KEEP_LIMIT
+            and self.child_key not in kept_children
+            and len(kept_children) < KEEP_LIMIT
         ):
-            _kept_children[self.child_key] = self.child
+            kept_children[self.child_key] = self.child
             self.kept = True
         else:
             self.child.request_shutdown()
@@ -387,8 +358,8 @@ class Evaluator:
 
     def spawn(self) -> bool:
         """Start the child without waiting for its imports; False (and the evaluation's status
-        says why) when it died at once. An adopted child is running already."""
-        if self.adopted:
+        says why) when it died at once. An adopted child, or one spawned early, runs already."""
+        if self.adopted or self.spawned_early:
             return True
         try:
             self.child.spawn()

@@ -130,6 +130,51 @@ class SandboxLimits(BaseModel):
         return cls(**values)
 
 
+def child_key(code_sha256: str, task: str, device: str, limits: SandboxLimits) -> tuple[str, str, str, str]:
+    """What a sandboxed child is made for: the same candidate, task, device and limits."""
+    return (code_sha256, task, device, limits.model_dump_json())
+
+
+# Children made for an evaluation before its Evaluator exists, by `child_key`; the Evaluator of
+# the same candidate takes its child from here (harness.sandbox.evaluation):
+# - kept: ready, kept after a passing evaluation for the candidate's next phase (`keep_child`);
+# - early: spawned by `start_children_early` while the parent imports torch, not yet ready.
+kept_children: dict[tuple[str, str, str, str], ChildProcess] = {}
+early_children: dict[tuple[str, str, str, str], ChildProcess] = {}
+
+
+def start_children_early(wanted: list[tuple[bytes, TaskSpec, str, SandboxLimits]]) -> None:
+    """Spawn a child for each (code, task, device, limits) that has no kept or early child yet,
+    without waiting: they import torch and their candidates while the caller imports torch
+    itself and sets up the evaluations that will take them. A child that dies at once is left
+    for its evaluation to start again (and to record why)."""
+    for code, task, device, limits in wanted:
+        key = child_key(hashlib.sha256(code).hexdigest(), task.name, device, limits)
+        if key in kept_children or key in early_children:
+            continue
+        child = ChildProcess(code, task, device=device, limits=limits, code_sha256=key[0])
+        try:
+            child.spawn()
+        except ChildFailure:
+            child.close()
+            continue
+        early_children[key] = child
+
+
+def close_waiting_children() -> None:
+    """Stop every kept or early child that no evaluation took (asked together, then waited for)."""
+    children = [*kept_children.values(), *early_children.values()]
+    kept_children.clear()
+    early_children.clear()
+    for child in children:
+        child.request_shutdown()
+    for child in children:
+        child.close()
+
+
+atexit.register(close_waiting_children)
+
+
 class ChildFailure(Exception):
     """The child timed out, died, or broke the protocol; it is gone when this is raised."""
 
@@ -356,9 +401,10 @@ def warm_bytecode(optimized: bool) -> None:
     not). Later harness processes read it too."""
     import importlib.util
 
-    import torch
-
-    if Path(importlib.util.cache_from_source(torch.__file__, optimization=1 if optimized else "")).exists():
+    spec = importlib.util.find_spec("torch")  # not imported: the parent may not have imported it yet
+    if spec is None or not spec.origin:
+        return
+    if Path(importlib.util.cache_from_source(spec.origin, optimization=1 if optimized else "")).exists():
         return
     env = _python_environment()
     env.pop("PYTHONDONTWRITEBYTECODE", None)
