@@ -370,3 +370,47 @@ def test_torch_versions_are_read_without_importing_torch_and_are_torchs():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.split() == ["False", "True"]
+
+
+MARKS_ITS_TUNER = b'''"""A torch conv2d that marks its (never launched) Triton autotuner's choices and prints how many
+it remembers at each call."""
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["n"])
+@triton.jit
+def tuned(x, n, B: tl.constexpr):
+    pass
+
+
+def custom_kernel(data):
+    input_tensor, kernel, output = data
+    print("remembered", len(tuned.cache), flush=True)
+    tuned.cache[("marked",)] = tuned.configs[0]
+    output.copy_(F.conv2d(input_tensor, kernel))
+    return output
+'''
+
+
+def test_a_kept_childs_autotuners_forget_their_choices_before_the_next_phase():
+    from harness.sandbox import supervisor
+    from harness.timing import StoppingRule
+
+    settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
+    checked = Evaluator(MARKS_ITS_TUNER, "marks.py", TASK, device="cpu", limits=settings, keep_child=True)
+    [first] = evaluate_interleaved([checked])
+    assert first.status == "pass", first.reason
+    remembered = [line for line in first.log_tail.splitlines() if line.startswith("remembered")]
+    assert remembered[0] == "remembered 0" and remembered[-1] == "remembered 1", "the mark stays within a phase"
+    kept = checked.child
+    timed = Evaluator(MARKS_ITS_TUNER, "marks.py", TASK, device="cpu", limits=settings, timed=True,
+                      rule=StoppingRule(min_runs=2, max_runs=2, budget_s=0.1))
+    assert timed.adopted and timed.child is kept
+    [second] = evaluate_interleaved([timed])
+    assert second.status == "pass" and second.child_reused
+    remembered = [line for line in second.log_tail.splitlines() if line.startswith("remembered")]
+    assert remembered[0] == "remembered 0", "forgotten before the kept child's first call of this phase"
+    assert remembered[1:] and set(remembered[1:]) == {"remembered 1"}
+    assert not supervisor.kept_children

@@ -323,6 +323,14 @@ class Autotuners:
             for name, tuner in zip(self.names(), self.tuners)
         ]
 
+    def forget(self) -> None:
+        """Every tuner forgets the config it chose per key (Triton's `Autotuner.cache`), so that
+        the next call on a key tunes afresh, as in a fresh process."""
+        for tuner in self.tuners:
+            cache = getattr(tuner, "cache", None)
+            if isinstance(cache, dict):
+                cache.clear()
+
     def force(self, index: int | None) -> None:
         """Index None restores every tuner's configs; otherwise each tuner keeps only its
         config number `index` modulo its count (one config: Triton runs it without benchmarking)."""
@@ -474,6 +482,9 @@ class Worker:
         for bit with a copy taken before the call, then the returned tensor and the buffer are
         overwritten with NaN so that no later call finds this answer in memory."""
         reply = CheckReply(token=self.hello.token, id=request.id)
+        if request.forget_tuning:
+            self.autotuners.scan()
+            self.autotuners.forget()
         data = self.make_inputs(request.shape, request.seed)
         self.fill_output_buffer(data)
         before = {index: data[index].detach().clone() for index in self.hello.input_indices}

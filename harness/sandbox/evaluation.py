@@ -181,6 +181,7 @@ def _check_shape(
     seed: int,
     config_count: int,
     force_configs: bool,
+    forget_tuning: bool = False,
 ) -> int:
     """Run and judge one shape (with `force_configs`, once per autotune config); fills
     `outcome` and returns the config count, which grows if a call created new autotuners."""
@@ -192,7 +193,9 @@ def _check_shape(
     while True:
         forced = index if config_count else None
         phase = f"call on {where}" + (f" with autotune config {forced}" if forced is not None else "")
-        reply = child.check(shape.parameters, seed, autotune_config=forced, phase=phase)
+        reply = child.check(
+            shape.parameters, seed, autotune_config=forced, phase=phase, forget_tuning=forget_tuning and index == 0
+        )
         status, reason, details = _judge(task, case, child, reply)
         child.discard_files()
         if outcome.call_s is None:
@@ -300,6 +303,7 @@ class Evaluator:
         self.adopted = kept is not None and kept.serving
         early = early_children.pop(self.child_key, None)
         self.spawned_early = early is not None and not self.adopted
+        self.forget_tuning = self.adopted
         if self.adopted:
             kept.log.clear()  # this evaluation's log starts here
             self.child = kept
@@ -422,8 +426,13 @@ class Evaluator:
         seed = combine_seeds(shape.seed, self.secret_seed) if self.mode == "leaderboard" else shape.seed
         all_passed_before = all(s.status == "pass" for s in self.evaluation.shapes[:index])
         try:
+            # A kept child's autotuners chose their configs on the previous phase's shapes (a key
+            # that leaves out the batch, say, would reuse them here): the first check makes them
+            # forget, so that this phase tunes on its own shapes as a fresh process would.
+            forget, self.forget_tuning = self.forget_tuning, False
             self.config_count = _check_shape(
-                self.child, self.task, self.reference, outcome, shape, seed, self.config_count, self.force_configs
+                self.child, self.task, self.reference, outcome, shape, seed, self.config_count, self.force_configs,
+                forget,
             )
             if self.timed and outcome.status == "pass" and all_passed_before:
                 self._time_shape(outcome, shape, seed)

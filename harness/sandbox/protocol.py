@@ -65,6 +65,9 @@ class CheckRequest(Message):
     shape: dict[str, int | float | str | bool]
     seed: int
     autotune_config: int | None = None  # force every Autotuner to its config (index mod count)
+    # before the call, every Triton autotuner forgets the configs it chose, as in a fresh process
+    # (the first check of a child kept from the candidate's previous phase)
+    forget_tuning: bool = False
 
 
 class Shutdown(Message):

@@ -734,10 +734,17 @@ class ChildProcess:
         self._send(request, phase)
         return self._receive(monotonic(), timeout_s, phase, (reply_type,), request.id)
 
-    def check(self, shape: dict, seed: int, *, autotune_config: int | None, phase: str) -> CheckReply:
-        """One call of the entry point on the given shape, limited to call_timeout_s."""
+    def check(
+        self, shape: dict, seed: int, *, autotune_config: int | None, phase: str, forget_tuning: bool = False
+    ) -> CheckReply:
+        """One call of the entry point on the given shape, limited to call_timeout_s (with
+        `forget_tuning`, the autotuners forget their choices first: CheckRequest)."""
         request = CheckRequest(
-            id=self.new_request_id(), shape=shape, seed=seed, autotune_config=autotune_config
+            id=self.new_request_id(),
+            shape=shape,
+            seed=seed,
+            autotune_config=autotune_config,
+            forget_tuning=forget_tuning,
         )
         return self.ask(request, CheckReply, timeout_s=self.limits.call_timeout_s, phase=phase)
 
