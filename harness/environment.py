@@ -250,25 +250,46 @@ def triton_version() -> str:
     return triton.__version__
 
 
+def _torch_version_file() -> dict[str, str | None] | None:
+    """`__version__`, `cuda` and `hip` from torch/version.py (generated at torch's build with each
+    a literal), without importing torch; None when torch is imported already or the file does not
+    read as expected."""
+    if "torch" in sys.modules:
+        return None
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        source = Path(next(iter(spec.submodule_search_locations)), "version.py").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    found: dict[str, str | None] = {}
+    for name in ("__version__", "cuda", "hip"):
+        pattern = rf"^{name}(?:\s*:\s*Optional\[str\])?\s*=\s*(None|'[^'\\]+')\s*$"
+        values = re.findall(pattern, source, re.MULTILINE)
+        if len(values) != 1:
+            return None
+        found[name] = None if values[0] == "None" else values[0].strip("'")
+    return found if found["__version__"] else None
+
+
 def torch_versions() -> tuple[str, str]:
-    """(torch.__version__, torch.version.cuda or ""), read from torch/version.py, which torch
-    generates at build time with both as literals, when torch is not imported yet (the import
-    takes seconds on some machines, and a tournament's parent starts its children before it);
-    else from torch itself."""
-    module = sys.modules.get("torch")
-    if module is None:
-        spec = importlib.util.find_spec("torch")
-        if spec is not None and spec.submodule_search_locations:
-            try:
-                source = Path(next(iter(spec.submodule_search_locations)), "version.py").read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                source = ""
-            version = re.findall(r"^__version__\s*=\s*'([^'\\]+)'\s*$", source, re.MULTILINE)
-            cuda = re.findall(r"^cuda(?:\s*:\s*Optional\[str\])?\s*=\s*(None|'[^'\\]+')\s*$", source, re.MULTILINE)
-            if len(version) == 1 and len(cuda) == 1:
-                return version[0], "" if cuda[0] == "None" else cuda[0].strip("'")
-        import torch as module
-    return str(module.__version__), module.version.cuda or ""
+    """(torch.__version__, torch.version.cuda or ""), read from torch/version.py when torch is not
+    imported yet (the import takes seconds on some machines, and a tournament's parent starts its
+    children before it), else from torch itself."""
+    literals = _torch_version_file()
+    if literals is not None:
+        return literals["__version__"], literals["cuda"] or ""
+    import torch
+
+    return str(torch.__version__), torch.version.cuda or ""
+
+
+def torch_build_without_gpu() -> bool:
+    """Whether this torch was built for neither CUDA nor ROCm (torch/version.py, no import): then
+    torch.cuda.is_available() is False whatever the machine has."""
+    literals = _torch_version_file()
+    return literals is not None and literals["cuda"] is None and literals["hip"] is None
 
 
 def kept_cuda_device_name() -> str | None:

@@ -414,3 +414,24 @@ def test_a_kept_childs_autotuners_forget_their_choices_before_the_next_phase():
     assert remembered[0] == "remembered 0", "forgotten before the kept child's first call of this phase"
     assert remembered[1:] and set(remembered[1:]) == {"remembered 1"}
     assert not supervisor.kept_children
+
+
+def test_a_cpu_only_torch_decides_the_device_without_being_imported():
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.version.cuda is not None or torch.version.hip is not None:
+        pytest.skip("this torch is built for a GPU")
+    script = (
+        "import sys\nfrom harness.errors import HarnessError\nfrom harness.sandbox.devices import resolve_device\n"
+        "print(resolve_device(None))\ntry:\n    resolve_device('cuda')\nexcept HarnessError as exc:\n    print(exc)\n"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.splitlines() == [
+        "cpu",
+        "--device cuda, but torch sees no CUDA GPU here (a CPU-only build of torch)",
+        "False",
+    ]

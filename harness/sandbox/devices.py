@@ -12,15 +12,20 @@ INTERLEAVE_GROUP = 16  # children alive at once in evaluate_interleaved
 
 def resolve_device(device: str | None) -> str:
     """`device`, or cuda when torch sees a GPU and cpu otherwise; HarnessError when unusable.
-    A GPU whose name is kept for the current fingerprint (harness.environment: seen by torch on
-    this boot, driver and device selection) counts as seen without importing torch; the parent
-    confirms it with torch once CUDA starts (`confirm_device_name`), before anything is written."""
+    Without importing torch where it can: a CPU-only build of torch sees no GPU, and a GPU whose
+    name is kept for the current fingerprint (harness.environment: seen by torch on this boot,
+    driver and device selection) counts as seen; the parent confirms it with torch once CUDA
+    starts (`confirm_device_name`), before anything is written."""
     if device not in (None, "cpu", "cuda"):
         raise HarnessError(f"unknown device {device!r}: use cpu or cuda")
     if device == "cpu":
         return device
-    from harness.environment import kept_cuda_device_name
+    from harness.environment import kept_cuda_device_name, torch_build_without_gpu
 
+    if torch_build_without_gpu():
+        if device == "cuda":
+            raise HarnessError("--device cuda, but torch sees no CUDA GPU here (a CPU-only build of torch)")
+        return "cpu"
     if kept_cuda_device_name() is not None:
         return "cuda"
     import torch
