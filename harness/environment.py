@@ -17,6 +17,7 @@ process that later initializes CUDA anyway (to evaluate) checks the kept name ag
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -176,28 +177,25 @@ def write_kept(name: str, kept: dict[str, str]) -> None:
         pass
 
 
-def _read_name_cache() -> dict[str, str]:
-    return read_kept(DEVICE_NAME_CACHE)
-
-
-def _write_name_cache(names: dict[str, str]) -> None:
-    write_kept(DEVICE_NAME_CACHE, names)
+def _kept_name(fingerprint: str | None) -> str | None:
+    """The GPU name kept under `fingerprint`, or None."""
+    name = read_kept(DEVICE_NAME_CACHE).get(fingerprint) if fingerprint is not None else None
+    return name if isinstance(name, str) and name else None
 
 
 def cuda_device_name(torch_version: str) -> str:
     """torch.cuda.get_device_name() for device 0, from the kept copy when the GPU fingerprint is
     the one torch answered for before (no CUDA initialization), else from torch (and kept)."""
     fingerprint = gpu_fingerprint(torch_version)
-    if fingerprint is not None:
-        name = _read_name_cache().get(fingerprint)
-        if isinstance(name, str) and name:
-            _names_from_cache[fingerprint] = name
-            return name
+    name = _kept_name(fingerprint)
+    if name is not None:
+        _names_from_cache[fingerprint] = name
+        return name
     import torch
 
     name = torch.cuda.get_device_name()
     if fingerprint is not None:
-        _write_name_cache({**_read_name_cache(), fingerprint: name})
+        write_kept(DEVICE_NAME_CACHE, {**read_kept(DEVICE_NAME_CACHE), fingerprint: name})
     return name
 
 
@@ -216,9 +214,9 @@ def confirm_device_name() -> None:
         actual = f"unusable ({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
     for fingerprint, name in list(_names_from_cache.items()):
         if name != actual:
-            names = _read_name_cache()
+            names = read_kept(DEVICE_NAME_CACHE)
             names.pop(fingerprint, None)
-            _write_name_cache(names)
+            write_kept(DEVICE_NAME_CACHE, names)
             _names_from_cache.clear()
             raise HarnessError(
                 f"the GPU is {actual!r}, not {name!r} as kept from an earlier probe; "
@@ -250,9 +248,11 @@ def triton_version() -> str:
     return triton.__version__
 
 
+@functools.cache
 def _torch_version_file() -> dict[str, str | None] | None:
     """`__version__`, `cuda` and `hip` from torch/version.py (generated at torch's build with each
-    a literal), without importing torch; None when torch is imported already or the file does not
+    a literal), without importing torch, read once per process (a command asks for them three
+    times before its first evaluation); None when torch is imported already or the file does not
     read as expected."""
     if "torch" in sys.modules:
         return None
@@ -295,9 +295,7 @@ def torch_build_without_gpu() -> bool:
 def kept_cuda_device_name() -> str | None:
     """The GPU name kept for the current fingerprint (a GPU that torch saw on this boot, driver
     and device selection), without importing torch or starting CUDA; None when none is kept."""
-    fingerprint = gpu_fingerprint(torch_versions()[0])
-    name = _read_name_cache().get(fingerprint) if fingerprint is not None else None
-    return name if isinstance(name, str) and name else None
+    return _kept_name(gpu_fingerprint(torch_versions()[0]))
 
 
 def probe_environment(device: str) -> Environment:

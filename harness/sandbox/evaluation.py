@@ -410,11 +410,15 @@ class Evaluator:
         if index >= len(self.shapes):
             return
         shape = self.shapes[index]
-        seed = combine_seeds(shape.seed, self.secret_seed) if self.mode == "leaderboard" else shape.seed
         try:
-            checking.reference_case(self.task, self.reference, shape, seed, self.device)
+            checking.reference_case(self.task, self.reference, shape, self._check_seed(shape), self.device)
         except Exception:  # noqa: BLE001, S110 - the check computes it again and raises there
             pass
+
+    def _check_seed(self, shape: Shape) -> int:
+        """The seed of a shape's checked call: its public seed, combined with the secret one in
+        leaderboard mode."""
+        return combine_seeds(shape.seed, self.secret_seed) if self.mode == "leaderboard" else shape.seed
 
     def run_shape(self, index: int) -> ShapeOutcome:
         """Check shape `index`, then time it when timed. After a shape that ended the evaluation
@@ -423,7 +427,7 @@ class Evaluator:
         if self.stopped:
             return outcome
         shape = self.shapes[index]
-        seed = combine_seeds(shape.seed, self.secret_seed) if self.mode == "leaderboard" else shape.seed
+        seed = self._check_seed(shape)
         all_passed_before = all(s.status == "pass" for s in self.evaluation.shapes[:index])
         try:
             # A kept child's autotuners chose their configs on the previous phase's shapes (a key

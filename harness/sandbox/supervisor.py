@@ -384,7 +384,6 @@ def make_io_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="harness-io-", dir=root))
 
 
-
 # What a child imports besides the candidate (see `warm_bytecode`).
 CHILD_IMPORTS = "import torch, torch.nn.functional, triton, harness.sandbox.child, harness.sandbox.transfer"
 

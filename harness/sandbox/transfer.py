@@ -109,28 +109,30 @@ def export_tensor(value: object, path: Path) -> TensorInfo:
 _SAME_SIZE_INTEGER = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def _bits(value: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements as integers of the same size (their bit patterns), without a copy."""
+    return value.detach().view(_SAME_SIZE_INTEGER[value.element_size()])
+
+
 def changed_elements(before: torch.Tensor, after: object) -> int | None:
     """How many elements of `after` differ bit for bit from `before` (a copy taken before the call),
     on their own device; None when `after` is no longer a plain tensor of the same shape, dtype and
     device."""
-    if type(after) is not torch.Tensor or after.shape != before.shape or after.dtype != before.dtype:
+    if (
+        type(after) is not torch.Tensor
+        or after.shape != before.shape
+        or after.dtype != before.dtype
+        or after.device != before.device
+    ):
         return None
-    if after.device != before.device:
-        return None
-    if before.dtype == torch.bool:
-        return int((after != before).sum())
-    bits = _SAME_SIZE_INTEGER[before.element_size()]
-    return int((after.detach().view(bits) != before.view(bits)).sum())
+    return int((_bits(after) != _bits(before)).sum())
 
 
 def bit_sum(value: torch.Tensor) -> int:
     """The sum of the elements' bit patterns as integers (int64, wrapping): a cheap fingerprint,
     on the tensor's own device, that the parent compares with its own inputs' to see that both
     sides generated the same inputs."""
-    if value.dtype == torch.bool:
-        return int(value.sum())
-    bits = _SAME_SIZE_INTEGER[value.element_size()]
-    return int(value.detach().view(bits).sum(dtype=torch.int64))
+    return int(_bits(value).sum(dtype=torch.int64))
 
 
 def read_tensor(path: Path, info: TensorInfo, device: str = "cpu") -> torch.Tensor:
