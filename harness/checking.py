@@ -1,4 +1,5 @@
-"""Trusted checking, in the parent only: the reference, the comparison, the verdict per call.
+"""Trusted checking, in the parent only: the reference, the comparison, both verdicts per call
+(harness.verdicts says what each one accepts).
 
 The parent regenerates each shape's inputs with the task's own generator and seed, computes the
 reference from them, and compares what the child sent back:
@@ -32,6 +33,7 @@ from pydantic import BaseModel
 from harness.sandbox.protocol import CheckReply, TensorInfo
 from harness.sandbox.transfer import bit_sum
 from harness.tasks import Shape, TaskSpec
+from harness.verdicts import Accuracy, Verdict, Verdicts
 
 MAX_PRINT = 5
 SMALL_FOR_CPU_FLOAT64 = 1 << 22  # elements of all data together: float64 reference on the CPU
@@ -41,12 +43,19 @@ SCAN_CHUNK = 1 << 20
 
 @dataclass
 class ReferenceCase:
-    """One shape's inputs and expected outputs, computed in the parent."""
+    """One shape's inputs and expected outputs, computed in the parent. The exact answer
+    (`expected64`) and the output's scale are computed from `reference` when first asked for
+    (`exact`, `scale`), unless given; `note` says why the exact answer is missing."""
 
     data: tuple
     expected: torch.Tensor
-    expected64: torch.Tensor | None
+    expected64: torch.Tensor | None = None
     note: str | None = None
+    reference: ModuleType | None = field(default=None, repr=False)
+    flops: float | None = None  # the reference module's `flops` of the shape, when it has one
+    _exact_done: bool = field(default=False, repr=False)
+    _scale: torch.Tensor | None = field(default=None, repr=False)
+    _scale_done: bool = field(default=False, repr=False)
     _bit_sums: dict = field(default_factory=dict, repr=False)
 
     def bit_sum(self, index: int) -> int:
@@ -54,6 +63,22 @@ class ReferenceCase:
         if index not in self._bit_sums:
             self._bit_sums[index] = bit_sum(self.data[index])
         return self._bit_sums[index]
+
+    def exact(self) -> torch.Tensor | None:
+        """The exact answer: the task's reference in float64 on the same fp32 inputs (rounded once,
+        at the end), computed once per case; None when skipped (`note` says why)."""
+        if self.expected64 is None and not self._exact_done and self.reference is not None:
+            self.expected64, self.note = _exact_answer(self.reference, self.data, self.flops)
+        self._exact_done = True
+        return self.expected64
+
+    def scale(self) -> torch.Tensor | None:
+        """The natural scale of each output element, from the reference module's optional
+        `output_scale(data)` (for conv2d: sqrt(sum (x*w)^2)); None without one."""
+        if not self._scale_done and self.reference is not None and hasattr(self.reference, "output_scale"):
+            self._scale = self.reference.output_scale(self.data)
+        self._scale_done = True
+        return self._scale
 
 
 class Mismatch(BaseModel):
@@ -66,19 +91,23 @@ class Mismatch(BaseModel):
 
 
 class OutputCheck(BaseModel):
+    """The comparison of one output: both verdicts, the accuracy figures and the details of GPU
+    MODE's comparison. `passed`: either verdict passes (the output is worth timing); which one
+    ranks is the caller's choice (the task's `verdict`)."""
+
     passed: bool
     reason: str = ""
+    verdicts: Verdicts
+    accuracy: Accuracy = Accuracy()
     mismatches: int = 0
     not_finite: int = 0
     first_mismatches: list[Mismatch] = []
     max_abs_err: float | None = None
     rel_l2: float | None = None
     reference_rel_l2: float | None = None
-    # When some elements mismatch: at how many of them the float64 answer itself is off the
-    # reference by more than the tolerance (the reference's own rounding, not the candidate's),
-    # and whether the output is within the tolerance of the float64 answer everywhere.
+    # When GPU MODE's check fails: at how many of those elements the exact answer itself fails it
+    # (the reference's own rounding, not the candidate's).
     mismatches_where_reference_is_off: int | None = None
-    within_tolerance_of_float64: bool | None = None
     note: str | None = None
 
 
@@ -111,26 +140,39 @@ def reference_case(
 
 
 def _make_reference_case(reference: ModuleType, shape: Shape, seed: int, device: str) -> ReferenceCase:
+    """The inputs, the reference, and (computed now, while children import) the exact answer and
+    the scale. Whether the exact answer is computed, and where, is decided by the shape's
+    arithmetic (the task's `flops`, when its reference module has one), not by a measured time,
+    so that the same shape always gets the same measures."""
     data = reference.generate_input(**shape.parameters, seed=seed, device=device)
     expected = reference.ref_kernel(data)
     _synchronize(device)
-    numel = sum(t.numel() for t in data if isinstance(t, torch.Tensor))
-    device64 = "cpu" if numel <= SMALL_FOR_CPU_FLOAT64 else device
-    # Decided by the shape's arithmetic (the task's `flops`, when its reference module has one),
-    # not by a measured time, so that the same shape always gets the same measures.
     flops = reference.flops(**shape.parameters) if hasattr(reference, "flops") else None
-    if device64 == "cpu" and flops is not None and flops > MAX_CPU_FLOAT64_FLOPS:
-        note = f"rel_l2 skipped: a float64 reference of {flops:.3g} FLOPs is too slow on the CPU"
-        return ReferenceCase(data=data, expected=expected, expected64=None, note=note)
+    case = ReferenceCase(data=data, expected=expected, reference=reference, flops=flops)
+    if case.exact() is not None:
+        case.scale()
+    return case
+
+
+def _exact_answer(
+    reference: ModuleType, data: tuple, flops: float | None
+) -> tuple[torch.Tensor | None, str | None]:
+    """The reference on the inputs cast to float64: on the CPU for small, cheap shapes, else on
+    the data's device; skipped (with the reason) on a CPU when it would take too long."""
+    tensors = [t for t in data if isinstance(t, torch.Tensor)]
+    device = tensors[0].device.type if tensors else "cpu"
+    expensive = flops is not None and flops > MAX_CPU_FLOAT64_FLOPS
+    if device == "cpu" and expensive:
+        return None, f"exact answer skipped: a float64 reference of {flops:.3g} FLOPs is too slow on the CPU"
+    small = sum(t.numel() for t in tensors) <= SMALL_FOR_CPU_FLOAT64 and not expensive
+    device64 = "cpu" if small else device
     data64 = tuple(
-        t.to(device=device64, dtype=torch.float64)
-        if isinstance(t, torch.Tensor) and t.is_floating_point()
-        else t
+        t.to(device=device64, dtype=torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
         for t in data
     )
     expected64 = reference.ref_kernel(data64)
     _synchronize(device64)
-    return ReferenceCase(data=data, expected=expected, expected64=expected64)
+    return expected64, None
 
 
 def output_problem(info: TensorInfo | None, expected: torch.Tensor, aliases_input: bool) -> str | None:
@@ -201,69 +243,106 @@ def _unravel(flat_index: int, shape: tuple[int, ...]) -> list[int]:
 
 
 @torch.no_grad()
-def compare_output(received: torch.Tensor, case: ReferenceCase, *, rtol: float, atol: float) -> OutputCheck:
-    """The tolerance check and the error measures for one output (received may be on the CPU)."""
+def compare_output(
+    received: torch.Tensor, case: ReferenceCase, *, rtol: float, atol: float, figures: bool = True
+) -> OutputCheck:
+    """Both verdicts on one output (received may be on the CPU), and with `figures` the accuracy
+    figures. Without `figures` (the recheck of timed calls) the exact answer is computed only when
+    GPU MODE's check fails somewhere: where it passes, `accurate` passes too."""
     expected = case.expected
     received = received.to(expected.device)
     finite = torch.isfinite(received)
     not_finite = int((~finite).sum())
-    diff = (received.to(torch.float64) - expected.to(torch.float64)).abs()
-    tolerance = atol + rtol * expected.to(torch.float64).abs()
-    mismatched = ~finite | ~(diff <= tolerance)
+    expected_wide = expected.to(torch.float64)
+    diff = (received.to(torch.float64) - expected_wide).abs()
+    mismatched = ~finite | ~(diff <= atol + rtol * expected_wide.abs())
+    del expected_wide
     mismatches = int(mismatched.sum())
-    check = OutputCheck(passed=mismatches == 0, mismatches=mismatches, not_finite=not_finite, note=case.note)
     finite_diff = diff[finite]
-    check.max_abs_err = float(finite_diff.max()) if finite_diff.numel() else None
-    if case.expected64 is not None:
-        reference64 = case.expected64
-        norm = float(torch.linalg.vector_norm(reference64))
-        if not_finite == 0 and norm > 0:
-            error = received.to(device=reference64.device, dtype=torch.float64) - reference64
-            check.rel_l2 = float(torch.linalg.vector_norm(error)) / norm
-        if norm > 0:
-            ref_error = expected.to(device=reference64.device, dtype=torch.float64) - reference64
-            check.reference_rel_l2 = float(torch.linalg.vector_norm(ref_error)) / norm
-    if mismatches and case.expected64 is not None and not_finite == 0:
-        reference64 = case.expected64
-        on64 = mismatched.to(reference64.device)
-        reference_off = (expected.to(reference64.device, torch.float64) - reference64).abs() > (
-            atol + rtol * reference64.abs()
-        )
-        check.mismatches_where_reference_is_off = int((on64 & reference_off).sum())
-        received64 = received.to(device=reference64.device, dtype=torch.float64)
-        check.within_tolerance_of_float64 = bool(((received64 - reference64).abs() <= atol + rtol * reference64.abs()).all())
+    max_abs_err = float(finite_diff.max()) if finite_diff.numel() else None
+    del diff, finite_diff
+    numel = received.numel()
+
+    exact = case.exact() if figures or mismatches else None
+    accuracy = Accuracy()
+    accurate_failures, where_exact_fails, reference_rel_l2 = mismatches, None, None
+    if exact is not None:
+        received64 = received.to(device=exact.device, dtype=torch.float64)
+        error = received64 - exact
+        if mismatches:
+            within_exact = error.abs() <= atol + rtol * exact.abs()
+            on_exact = mismatched.to(exact.device)
+            accurate_failures = int((on_exact & ~within_exact).sum())
+            reference = expected.to(device=exact.device, dtype=torch.float64)
+            exact_fails_gpumode = ~((exact - reference).abs() <= atol + rtol * reference.abs())
+            where_exact_fails = int((on_exact & exact_fails_gpumode).sum())
+            del within_exact, on_exact, reference, exact_fails_gpumode
+        if figures:
+            norm = float(torch.linalg.vector_norm(exact))
+            if norm > 0:
+                if not_finite == 0:
+                    accuracy.rel_l2 = float(torch.linalg.vector_norm(error)) / norm
+                reference_error = expected.to(device=exact.device, dtype=torch.float64) - exact
+                reference_rel_l2 = float(torch.linalg.vector_norm(reference_error)) / norm
+            scale = case.scale()
+            if scale is not None and not_finite == 0:
+                scale = scale.to(device=exact.device, dtype=torch.float64)
+                positive = scale > 0
+                if bool(positive.any()):
+                    accuracy.max_err_over_scale = float((error.abs()[positive] / scale[positive]).max())
+        del error, received64
+
+    first = []
     if mismatches:
-        for position in _first_positions(mismatched, MAX_PRINT):
-            index = tuple(position)
-            check.first_mismatches.append(
-                Mismatch(
-                    index=position,
-                    received=_json_number(received[index]),
-                    expected=_json_number(expected[index]),
-                )
-            )
-        check.reason = describe_mismatches(check, received.numel())
-    return check
-
-
-def describe_mismatches(check: OutputCheck, numel: int) -> str:
-    """One line, like GPU MODE's "mismatch found!" message."""
-    parts = [f"{check.mismatches} of {numel} elements mismatch"]
-    if check.not_finite:
-        parts.append(f"{check.not_finite} NaN/Inf (unwritten elements stay NaN)")
-    if check.mismatches_where_reference_is_off:
-        parts.append(
-            f"the float64 answer is itself off the reference at {check.mismatches_where_reference_is_off} of them"
-        )
-    if check.within_tolerance_of_float64:
-        parts.append("the output is within tolerance of the float64 answer everywhere")
-    shown = ", ".join(
-        f"at {tuple(m.index)}: {_number(m.received)} vs {_number(m.expected)}"
-        for m in check.first_mismatches[:3]
+        first = [
+            Mismatch(index=p, received=_json_number(received[tuple(p)]), expected=_json_number(expected[tuple(p)]))
+            for p in _first_positions(mismatched, MAX_PRINT)
+        ]
+    gpumode = Verdict(status="fail" if mismatches else "pass", failures=mismatches)
+    if mismatches:
+        gpumode.reason = _gpumode_reason(mismatches, numel, not_finite, where_exact_fails, first)
+    accurate = Verdict(status="fail" if accurate_failures else "pass", failures=accurate_failures)
+    if accurate_failures:
+        accurate.reason = _accurate_reason(accurate_failures, numel, not_finite, exact is not None, case.note)
+    verdicts = Verdicts(gpumode=gpumode, accurate=accurate)
+    return OutputCheck(
+        passed=gpumode.passed or accurate.passed,
+        reason="; ".join(v.reason for v in (gpumode, accurate) if v.reason),
+        verdicts=verdicts,
+        accuracy=accuracy,
+        mismatches=mismatches,
+        not_finite=not_finite,
+        first_mismatches=first,
+        max_abs_err=max_abs_err,
+        rel_l2=accuracy.rel_l2,
+        reference_rel_l2=reference_rel_l2,
+        mismatches_where_reference_is_off=where_exact_fails,
+        note=case.note,
     )
-    if shown:
-        parts.append(f"first {shown}")
-    return "; ".join(parts)
+
+
+def _gpumode_reason(
+    mismatches: int, numel: int, not_finite: int, where_exact_fails: int | None, first: list[Mismatch]
+) -> str:
+    """GPU MODE's verdict in words, like its "mismatch found!" message, with how many of the
+    failing elements the exact answer fails too."""
+    text = f"GPU MODE check: fails {mismatches} of {numel} elements"
+    if where_exact_fails:
+        text += f", {where_exact_fails} of them where the exact answer fails too"
+    if not_finite:
+        text += f"; {not_finite} NaN/Inf (unwritten elements stay NaN)"
+    shown = ", ".join(f"at {tuple(m.index)}: {_number(m.received)} vs {_number(m.expected)}" for m in first[:3])
+    return f"{text}; first {shown}" if shown else text
+
+
+def _accurate_reason(failures: int, numel: int, not_finite: int, exact: bool, note: str | None) -> str:
+    if not exact:
+        return f"accurate check: no exact answer ({note or 'not computed'}), so GPU MODE's rule decides"
+    text = (
+        f"accurate check: {failures} of {numel} elements are off the exact answer and off GPU MODE's "
+        "tolerance of the reference"
+    )
+    return f"{text} ({not_finite} NaN/Inf)" if not_finite else text
 
 
 def _json_number(value: torch.Tensor) -> float | str:

@@ -28,10 +28,12 @@ class Settings(BaseSettings):
     # devices, so a short budget keeps a CPU tournament to minutes.
     cpu_shape_budget_s: float = 1.0
     max_file_bytes: int = 1_000_000
-    # timing: the peak rate (TFLOP/s) of each device, by a case-insensitive part of its name; a
-    # time below FLOPs / peak flags the shape `below_physical_floor` (harness.timing).
-    peak_tflops: dict[str, float] = {"H200": 67.0, "H100": 67.0}
-    default_peak_tflops: float = 100.0
+    # timing: the peak memory bandwidth (GB/s) of each device, by a case-insensitive part of its
+    # name ("cpu" on the CPU); a call faster than reading its inputs once at that rate is flagged
+    # `below_physical_floor` (harness.timing). Unknown devices get the default, set high so that
+    # an honest time is never flagged.
+    peak_bandwidth_gbs: dict[str, float] = {"H200": 4800.0, "H100": 3350.0, "A100": 2039.0, "B200": 8000.0}
+    default_peak_bandwidth_gbs: float = 20000.0
 
     def shape_budget(self, device: str) -> float:
         return self.cpu_shape_budget_s if device == "cpu" else self.shape_budget_s

@@ -151,9 +151,14 @@ def test_the_float64_reference_is_skipped_and_said_so_when_the_shape_is_too_big_
     shape = TASK.smoke[0]
     # A seed no other test uses: the parent keeps its last reference case for the next caller.
     case = checking.reference_case(TASK, REFERENCE, shape, shape.seed + 1, "cpu")
-    assert case.expected64 is None and "rel_l2 skipped" in case.note
+    assert case.expected64 is None and "exact answer skipped" in case.note
     check = checking.compare_output(case.expected.clone(), case, rtol=TASK.rtol, atol=TASK.atol)
     assert check.passed and check.rel_l2 is None and check.note == case.note
+    wrong = case.expected.clone()
+    wrong.view(-1)[0] += 1.0
+    check = checking.compare_output(wrong, case, rtol=TASK.rtol, atol=TASK.atol)
+    assert check.verdicts.gpumode.status == check.verdicts.accurate.status == "fail"
+    assert "no exact answer (exact answer skipped" in check.verdicts.accurate.reason
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
@@ -188,16 +193,19 @@ def test_objects_other_than_exact_tensors_are_described_not_exported(tmp_path: P
 
 
 def test_a_mismatch_where_the_reference_itself_is_off_is_named(case):
-    """A reference whose own rounding is off at one element: an output equal to the float64
-    answer fails the strict check there, and the reason says the reference is off too."""
+    """A reference whose own rounding is off at one element: an output equal to the exact answer
+    fails GPU MODE's check there, passes the accurate one, and the reason says the exact answer
+    fails GPU MODE's check there too."""
     expected = case.expected.clone()
     expected[0, 0, 0, 0] += 0.01  # the 'reference' is off the float64 answer beyond tolerance here
     noisy = checking.ReferenceCase(data=case.data, expected=expected, expected64=case.expected64)
     exact = case.expected64.to(torch.float32)
     check = checking.compare_output(exact, noisy, rtol=TASK.rtol, atol=TASK.atol)
-    assert not check.passed and check.mismatches == 1
-    assert check.mismatches_where_reference_is_off == 1 and check.within_tolerance_of_float64 is True
-    assert "float64 answer is itself off the reference at 1 of them" in check.reason
+    assert check.passed and check.mismatches == 1, "timed: it passes one verdict"
+    assert check.verdicts.gpumode.status == "fail" and check.verdicts.gpumode.failures == 1
+    assert check.verdicts.accurate.status == "pass" and check.verdicts.accurate.reason == ""
+    assert check.mismatches_where_reference_is_off == 1
+    assert check.reason.startswith("GPU MODE check: fails 1 of 648 elements, 1 of them where the exact answer fails too")
 
 
 def test_a_wrong_output_is_not_excused_by_the_reference(case):
@@ -205,8 +213,69 @@ def test_a_wrong_output_is_not_excused_by_the_reference(case):
     wrong[0, 0, 0, 0] += 0.5
     check = compare(wrong, case)
     assert not check.passed
-    assert check.mismatches_where_reference_is_off == 0 and check.within_tolerance_of_float64 is False
-    assert "itself off" not in check.reason and "within tolerance of the float64" not in check.reason
+    assert check.verdicts.gpumode.failures == check.verdicts.accurate.failures == 1
+    assert check.mismatches_where_reference_is_off == 0 and "fails too" not in check.reason
+    assert "accurate check: 1 of 648 elements are off the exact answer" in check.reason
+
+
+WIDE = Shape(size=24, kernelsize=8, channels=16, batch=1, seed=11)  # K = C*k*k = 1024 terms a sum
+
+
+@pytest.fixture(scope="module")
+def wide_case() -> checking.ReferenceCase:
+    return checking._make_reference_case(REFERENCE, WIDE, WIDE.seed, "cpu")
+
+
+def _exact_sum_of(data: tuple, rounded: callable) -> torch.Tensor:
+    """The convolution of the inputs as `rounded` leaves them, summed exactly (float64), in fp32."""
+    x, w, _ = data
+    return torch.nn.functional.conv2d(rounded(x).double(), rounded(w).double()).float()
+
+
+def _to_tf32(t: torch.Tensor) -> torch.Tensor:
+    """Round to TF32's 10-bit mantissa (round half away from zero on the bits)."""
+    bits = t.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def test_the_rounded_exact_answer_passes_accurate_where_the_reference_is_off(wide_case):
+    """Seeded noise of one fp32 ulp-scale on the reference stands in for cuDNN's rounding: where it
+    moves the reference past the tolerance the exact answer fails GPU MODE's rule, never accurate."""
+    exact = wide_case.exact().float()
+    off = wide_case.expected.clone()
+    off.view(-1)[::97] += 0.003
+    shifted = checking.ReferenceCase(data=wide_case.data, expected=off, expected64=wide_case.exact(), reference=REFERENCE)
+    check = checking.compare_output(exact, shifted, rtol=TASK.rtol, atol=TASK.atol)
+    assert check.verdicts.gpumode.status == "fail" and check.verdicts.accurate.status == "pass"
+    assert check.mismatches_where_reference_is_off == check.mismatches > 0
+    assert check.accuracy.rel_l2 < 1e-7 and check.accuracy.max_err_over_scale < 1e-6
+
+
+@pytest.mark.parametrize("rounded", [_to_tf32, lambda t: t.to(torch.bfloat16).float()], ids=["tf32", "bf16"])
+def test_reduced_precision_inputs_fail_both_verdicts_even_when_summed_exactly(wide_case, rounded):
+    check = compare(_exact_sum_of(wide_case.data, rounded), wide_case)
+    assert check.verdicts.gpumode.status == check.verdicts.accurate.status == "fail"
+    assert not check.passed and check.verdicts.accurate.failures > 0
+    assert check.accuracy.rel_l2 > 1e-4
+
+
+@pytest.mark.parametrize("damage", ["nan", "inf", "unwritten"])
+def test_nan_inf_and_a_partial_write_fail_both_verdicts(wide_case, damage):
+    output = wide_case.exact().float()
+    if damage == "unwritten":
+        output[0, :, 5:] = float("nan")  # the buffer is NaN before the call: what was not written
+    else:
+        output[0, 0, 0, 0] = float(damage)
+    check = compare(output, wide_case)
+    assert check.verdicts.gpumode.status == check.verdicts.accurate.status == "fail"
+    assert check.not_finite > 0 and "NaN/Inf" in check.verdicts.accurate.reason
+    assert check.accuracy.rel_l2 is None and check.accuracy.max_err_over_scale is None
+
+
+def test_the_reference_passes_both_verdicts_and_measures_its_own_error(wide_case):
+    check = compare(wide_case.expected.clone(), wide_case)
+    assert check.verdicts.gpumode.passed and check.verdicts.accurate.passed
+    assert 0 < check.accuracy.rel_l2 < 1e-6 and 0 < check.accuracy.max_err_over_scale < 1e-5
 
 
 @pytest.mark.parametrize("shape", [(4, 64, 121, 121), (3,), (2, 1, 5), (1, 1)])

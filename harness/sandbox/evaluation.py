@@ -57,6 +57,7 @@ from harness.timing import (
     host_clock_disagrees,
     physical_floor_ms,
 )
+from harness.verdicts import Accuracy, Verdict, Verdicts
 
 STATUSES = ("pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported")
 Status = Literal["pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported"]
@@ -91,6 +92,10 @@ class ShapeOutcome(BaseModel):
     times_ms: list[float] = []
     compile_s: float | None = None  # the timing warm-up's seconds
     timing_flags: list[str] = []  # harness.timing.TIMING_MISMATCH
+    # Both verdicts (harness.checking) over every output of the shape that was compared: the
+    # checked call (each autotune config on the CPU) and, in leaderboard mode, every timed call.
+    verdicts: Verdicts | None = None
+    accuracy: Accuracy = Accuracy()
 
 
 class Evaluation(BaseModel):
@@ -118,14 +123,14 @@ class Evaluation(BaseModel):
     score_ms: float | None = None  # timed and passed: the task's score (ranking_by) of the shape means
 
 
-def peak_tflops(device: str) -> float:
-    """The peak rate setting whose key is part of this device's name ("cpu" on the CPU)."""
+def peak_bandwidth_gbs(device: str) -> float:
+    """The peak bandwidth setting whose key is part of this device's name ("cpu" on the CPU)."""
     settings = get_settings()
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    for key, peak in settings.peak_tflops.items():
+    for key, peak in settings.peak_bandwidth_gbs.items():
         if key.lower() in name.lower():
             return peak
-    return settings.default_peak_tflops
+    return settings.default_peak_bandwidth_gbs
 
 
 def describe_isolation(level: IsolationLevel, report: IsolationReport | None) -> str:
@@ -152,24 +157,42 @@ def _config_label(chosen: dict[str, dict[str, str]] | None) -> str:
 
 
 def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, reply: CheckReply):
-    """(status, reason, check details) of one call."""
+    """(status, reason, check details, the output's comparison or None) of one call. `pass` when
+    either verdict passes (harness.checking); the reason then says which one fails, if any."""
     if reply.error is not None:
-        return reply.error.kind, reply.error.error, {}
+        return reply.error.kind, reply.error.error, {}, None
     problem = checking.output_problem(reply.output, case.expected, reply.output_aliases_input)
     details: dict = {"output": reply.output.model_dump(exclude={"written"}) if reply.output else None}
     if problem is not None:
-        return "wrong_answer", problem, details
+        return "wrong_answer", problem, details, None
     try:
         received = read_tensor(child.output_path(reply.id), reply.output, case.expected.device.type)
     except (ValueError, OSError) as exc:
-        return "wrong_answer", f"output could not be read back: {exc}", details
+        return "wrong_answer", f"output could not be read back: {exc}", details, None
     check = checking.compare_output(received, case, rtol=task.rtol, atol=task.atol)
-    details.update(check.model_dump())
+    details.update(check.model_dump(exclude={"verdicts", "accuracy", "passed"}))
     inputs_problem = checking.inputs_problem(task, case, reply)
     if inputs_problem is not None:
-        reason = inputs_problem if check.passed else f"{inputs_problem}; {check.reason}"
-        return "wrong_answer", reason, details
-    return ("pass", "", details) if check.passed else ("wrong_answer", check.reason, details)
+        reason = inputs_problem if not check.reason else f"{inputs_problem}; {check.reason}"
+        return "wrong_answer", reason, details, None
+    return ("pass" if check.passed else "wrong_answer"), check.reason, details, check
+
+
+def _failed_verdicts(reason: str) -> Verdicts:
+    """Both verdicts failed for an output that could not be compared (nothing returned, a wrong
+    type or shape, modified inputs, an exception)."""
+    return Verdicts(
+        gpumode=Verdict(status="fail", reason=reason), accurate=Verdict(status="fail", reason=reason)
+    )
+
+
+def _record_comparison(outcome: ShapeOutcome, status: str, reason: str, check: checking.OutputCheck | None) -> None:
+    """Fold one output's verdicts and figures into the shape's (each verdict passes only where it
+    passes for every output)."""
+    verdicts = check.verdicts if check is not None else _failed_verdicts(reason or status)
+    outcome.verdicts = verdicts if outcome.verdicts is None else outcome.verdicts.both(verdicts)
+    if check is not None:
+        outcome.accuracy = outcome.accuracy.worst(check.accuracy)
 
 
 def _check_shape(
@@ -189,6 +212,7 @@ def _check_shape(
     where = f"{outcome.set_name}[{outcome.index}]"
     configs: list[dict] = []
     first_failure = None
+    first_reason = ""  # a verdict that fails on an output that passes the other one
     index = 0
     while True:
         forced = index if config_count else None
@@ -196,21 +220,29 @@ def _check_shape(
         reply = child.check(
             shape.parameters, seed, autotune_config=forced, phase=phase, forget_tuning=forget_tuning and index == 0
         )
-        status, reason, details = _judge(task, case, child, reply)
+        status, reason, details, check = _judge(task, case, child, reply)
         child.discard_files()
+        if status in ("pass", "wrong_answer"):
+            _record_comparison(outcome, status, reason, check)
         if outcome.call_s is None:
             outcome.call_s = reply.seconds
         if force_configs:
             config_count = max(config_count, max((len(t.configs) for t in reply.autotuners), default=0))
         label = _config_label(reply.autotune_config)
         configs.append({"index": forced, "config": label, "status": status, "details": details})
+        if reason and status == "pass" and first_failure is None and not first_reason:
+            first_reason = (f"autotune config {forced} ({label}): " if forced is not None else "") + reason
         if status != "pass" and first_failure is None:
             prefix = f"autotune config {forced} ({label}): " if forced is not None else ""
             first_failure = (status, prefix + reason, details)
         index += 1
         if status not in ("pass", "wrong_answer") or index >= max(config_count, 1):
             break
-    status, reason, details = first_failure or ("pass", "", configs[-1]["details"])
+    status, reason, details = first_failure or ("pass", first_reason, configs[-1]["details"])
+    verdicts = outcome.verdicts
+    if status == "pass" and verdicts is not None and not (verdicts.gpumode.passed or verdicts.accurate.passed):
+        # every config passed one verdict, but not the same one
+        status, reason = "wrong_answer", f"{verdicts.gpumode.reason}; {verdicts.accurate.reason}"
     outcome.status, outcome.reason = status, reason
     outcome.passed = status == "pass"
     outcome.check = dict(details)
@@ -346,10 +378,10 @@ class Evaluator:
             self.child.request_shutdown()
 
     @functools.cached_property
-    def peak_tflops(self) -> float:
+    def peak_bandwidth_gbs(self) -> float:
         """Asked only when a shape is timed: on a GPU it reads the device name, which starts CUDA
         in this process, and that start belongs after the children's spawn (`start_evaluators`)."""
-        return peak_tflops(self.device)
+        return peak_bandwidth_gbs(self.device)
 
     @property
     def shape_count(self) -> int:
@@ -482,7 +514,7 @@ class Evaluator:
             path = self.child.timed_output_path(done.id, done.index)
             try:
                 if not problems:
-                    problem = self._timed_output_problem(shape, seeds.get(done.index), done, path)
+                    problem = self._timed_output_problem(outcome, shape, seeds.get(done.index), done, path)
                     if problem is not None:
                         problems.append(f"call {done.index} (seed {seeds.get(done.index)}): {problem}")
             finally:
@@ -509,6 +541,10 @@ class Evaluator:
             outcome.reason = f"{len(times)} timed calls, but {checked} outputs handed over for checking"
         elif problems:
             outcome.status, outcome.reason = "wrong_answer", f"leaderboard recheck: {problems[0]}"
+        elif outcome.verdicts is not None and not (outcome.verdicts.gpumode.passed or outcome.verdicts.accurate.passed):
+            verdicts = outcome.verdicts
+            outcome.status = "wrong_answer"
+            outcome.reason = f"leaderboard recheck: {verdicts.gpumode.reason}; {verdicts.accurate.reason}"
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
             flags += self._parent_timing_flags(shape, times, leaderboard)
@@ -525,18 +561,22 @@ class Evaluator:
         flags = []
         if not leaderboard and host_clock_disagrees(times, list(self.child.call_wall_ms.values())):
             flags.append(HOST_CLOCK_MISMATCH)
-        flops = getattr(self.reference, "flops", None)
-        if flops is not None and min(times) < physical_floor_ms(flops(**shape.parameters), self.peak_tflops):
+        case = checking.reference_case(self.task, self.reference, shape, self._check_seed(shape), self.device)
+        input_bytes = sum(getattr(case.data[index], "nbytes", 0) for index in self.task.input_indices)
+        if min(times) < physical_floor_ms(input_bytes, self.peak_bandwidth_gbs):
             flags.append(BELOW_PHYSICAL_FLOOR)
         return flags
 
-    def _timed_output_problem(self, shape: Shape, seed: int | None, done: CallDone, path: Path) -> str | None:
-        """Why a timed call's output is not the reference's for its seed, or None. Only the fp32
-        reference is computed (no float64 error measures) to keep the recheck cheap."""
+    def _timed_output_problem(
+        self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone, path: Path
+    ) -> str | None:
+        """Why a timed call's output is not the answer for its seed, or None; its verdicts are
+        folded into the shape's. Only the fp32 reference is computed, and the exact answer only
+        where GPU MODE's check fails (no accuracy figures), to keep the recheck cheap."""
         if seed is None:
             return "an output for a call whose seed was never sent"
         data = self.reference.generate_input(**shape.parameters, seed=seed, device=self.device)
-        case = checking.ReferenceCase(data=data, expected=self.reference.ref_kernel(data), expected64=None)
+        case = checking.ReferenceCase(data=data, expected=self.reference.ref_kernel(data), reference=self.reference)
         problem = checking.output_problem(done.output, case.expected, done.output_aliases_input)
         if problem is not None:
             return problem
@@ -544,8 +584,11 @@ class Evaluator:
             received = read_tensor(path, done.output, case.expected.device.type)
         except (ValueError, OSError) as exc:
             return f"output could not be read back: {exc}"
-        check = checking.compare_output(received, case, rtol=self.task.rtol, atol=self.task.atol)
-        return None if check.passed else check.reason
+        check = checking.compare_output(received, case, rtol=self.task.rtol, atol=self.task.atol, figures=False)
+        if not check.passed:
+            return check.reason
+        _record_comparison(outcome, "pass", check.reason, check)
+        return None
 
 
 def evaluate(

@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, ForeignKey, LargeBinary, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from harness.verdicts import Accuracy, Verdict, Verdicts
+
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
@@ -141,8 +143,34 @@ class ShapeResult(Base):
     min_ms: Mapped[float | None]
     max_ms: Mapped[float | None]
     times_ms: Mapped[list[Any]] = mapped_column(default=list)
+    # Both verdicts (harness.checking) over every compared output of the shape, with the accuracy
+    # figures against the exact answer; None in a shape that produced no output to compare (and
+    # in rows written before the verdicts existed).
+    gpumode_status: Mapped[str | None] = mapped_column(String(10))  # pass | fail
+    gpumode_failures: Mapped[int | None]
+    gpumode_reason: Mapped[str] = mapped_column(Text, default="")
+    accurate_status: Mapped[str | None] = mapped_column(String(10))  # pass | fail
+    accurate_failures: Mapped[int | None]
+    accurate_reason: Mapped[str] = mapped_column(Text, default="")
+    rel_l2: Mapped[float | None]
+    max_err_over_scale: Mapped[float | None]
 
     run: Mapped[Run] = relationship(back_populates="shapes")
+
+    @property
+    def verdicts(self) -> Verdicts | None:
+        if self.gpumode_status is None or self.accurate_status is None:
+            return None
+        return Verdicts(
+            gpumode=Verdict(status=self.gpumode_status, failures=self.gpumode_failures or 0, reason=self.gpumode_reason),
+            accurate=Verdict(
+                status=self.accurate_status, failures=self.accurate_failures or 0, reason=self.accurate_reason
+            ),
+        )
+
+    @property
+    def accuracy(self) -> Accuracy:
+        return Accuracy(rel_l2=self.rel_l2, max_err_over_scale=self.max_err_over_scale)
 
 
 class Secret(Base):

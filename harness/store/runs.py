@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from harness.environment import Environment
 from harness.store.models import Run, ShapeResult, utcnow
+from harness.verdicts import VERDICTS
 
 if TYPE_CHECKING:
     from harness.sandbox.evaluation import Evaluation
@@ -153,10 +154,18 @@ class ReuseOrClaim:
 
 
 def covers_shapes(run: Run, task: TaskSpec, shape_set: str) -> bool:
-    """Whether a stored run covers exactly the task's current shapes of `shape_set` (a changed task
-    file makes stored results stale)."""
+    """Whether a stored run covers exactly the task's current shapes of `shape_set` and was judged
+    with both verdicts (a changed task file, or a run from before the verdicts, is stale)."""
     current = [(shape_set, i, {**s.parameters, "seed": s.seed}) for i, s in enumerate(task.shapes(shape_set))]
-    return [(r.set_name, r.index, r.shape) for r in run.shapes] == current
+    return [(r.set_name, r.index, r.shape) for r in run.shapes] == current and not _judged_before_verdicts(run)
+
+
+def _judged_before_verdicts(run: Run) -> bool:
+    """A run whose compared outputs have no verdicts was recorded before the two verdicts existed
+    (db/migrations 0003): it is judged again."""
+    return any(
+        r.verdicts is None and r.check.get("status") == "wrong_answer" and r.check.get("mismatches") for r in run.shapes
+    )
 
 
 def reuse_or_claim(
@@ -210,6 +219,20 @@ def release_claim(session: Session, run_id: int, worker: str) -> None:
     session.execute(delete(Run).where(Run.id == run_id, Run.state == "claimed", Run.claimed_by == worker))
 
 
+def _verdict_columns(outcome) -> dict:
+    """The shape's verdicts and accuracy figures as ShapeResult columns."""
+    columns: dict = {"rel_l2": outcome.accuracy.rel_l2, "max_err_over_scale": outcome.accuracy.max_err_over_scale}
+    if outcome.verdicts is not None:
+        for name in VERDICTS:
+            verdict = outcome.verdicts.get(name)
+            columns |= {
+                f"{name}_status": verdict.status,
+                f"{name}_failures": verdict.failures,
+                f"{name}_reason": verdict.reason,
+            }
+    return columns
+
+
 def record_run(
     session: Session, run_id: int, worker: str, evaluation: Evaluation, *, score_ms: float | None = None
 ) -> Run | None:
@@ -250,6 +273,7 @@ def record_run(
             },
             times_ms=list(outcome.times_ms),
             **{name: getattr(outcome, name) for name in TIMING_FIELDS},
+            **_verdict_columns(outcome),
         )
         for outcome in evaluation.shapes
     ]

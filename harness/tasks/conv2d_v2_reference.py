@@ -46,6 +46,15 @@ def ref_kernel(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.T
         return F.conv2d(input_tensor, kernel, stride=1, padding=0)
 
 
+def output_scale(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The natural scale of each output element, s = sqrt(sum (x*w)^2) over its terms: the size of
+    the rounding errors an fp32 sum of those terms makes. In the inputs' dtype (a scale needs no
+    more), so that it costs one more convolution at the reference's speed."""
+    input_tensor, kernel, _output = data
+    with ExactFp32():
+        return F.conv2d(input_tensor * input_tensor, kernel * kernel, stride=1, padding=0).sqrt_()
+
+
 def flops(size: int, kernelsize: int, channels: int, batch: int) -> int:
     """Multiply-adds of the convolution, two FLOPs each: 2 * B * C_out * C_in * K * K * OH * OW."""
     out = size - kernelsize + 1

@@ -65,6 +65,9 @@ class TaskSpec(BaseModel):
     rtol: float
     atol: float
     ranking_by: Literal["geom", "mean", "last"] = "geom"
+    # Which verdict ranks (harness.checking): `gpumode`, GPU MODE's rule against the reference, or
+    # `accurate`, the exact answer's tolerance or GPU MODE's rule; `--verdict` overrides it.
+    verdict: Literal["gpumode", "accurate"] = "gpumode"
     gpumode_ranking_by: str | None = None
     tests: list[Shape]
     benchmarks: list[Shape]
