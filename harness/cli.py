@@ -302,6 +302,15 @@ def _print_exact(text: str) -> None:
     sys.stdout.flush()
 
 
+VerdictOption = Annotated[
+    Literal["gpumode", "accurate"] | None,
+    typer.Option(
+        "--verdict",
+        help="The verdict that ranks: gpumode (GPU MODE's rule) or accurate (the exact answer); default: the task's.",
+    ),
+]
+
+
 @app.command()
 def tournament(
     task: TaskOption = "conv2d_v2",
@@ -329,6 +338,7 @@ def tournament(
     ray_address: Annotated[
         str | None, typer.Option(help="The Ray cluster to join (default: RAY_ADDRESS or a local one).")
     ] = None,
+    verdict: VerdictOption = None,
     db: DbOption = None,
 ) -> None:
     """Check, time and rank every revision of the task that has no result in this environment yet."""
@@ -373,7 +383,9 @@ def tournament(
         busy = sum(phase.busy for phase in result.phases)
         with store.session() as session:
             try:
-                board = build_leaderboard(session, result.task, result.environment.device_name or result.device)
+                board = build_leaderboard(
+                    session, result.task, result.environment.device_name or result.device, verdict
+                )
             except HarnessError:
                 if not busy:
                     raise
@@ -402,6 +414,7 @@ def leaderboard(
         typer.Option("--format", help="table, json (the contract for tools), markdown or html."),
     ] = "table",
     out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of stdout.")] = None,
+    verdict: VerdictOption = None,
     db: DbOption = None,
 ) -> None:
     """Ranked revisions of a task in one environment; failing revisions below with their reason."""
@@ -410,7 +423,7 @@ def leaderboard(
     from harness.store.session import open_store
 
     with open_store(db).session() as session:
-        board = build_leaderboard(session, task, device)
+        board = build_leaderboard(session, task, device, verdict)
         to_terminal = out is None and console.is_terminal
         text = render_leaderboard(session, board, output_format, color=to_terminal, width=console.width if to_terminal else 200)
     _write_report(text, out)
@@ -440,6 +453,7 @@ def history(
     rank: Annotated[bool, typer.Option("--rank", help="Best first instead of submission order.")] = False,
     task: TaskOption = "conv2d_v2",
     device: Annotated[str | None, typer.Option("--device", help="Device or device name of the results shown.")] = None,
+    verdict: VerdictOption = None,
     db: DbOption = None,
 ) -> None:
     """Every revision as `harness diff` shows it, under a line with its status, score and
@@ -448,7 +462,7 @@ def history(
     from harness.store.session import open_store
 
     with open_store(db).session() as session:
-        text = render_history(build_history(session, task, lineage, rank=rank, device=device))
+        text = render_history(build_history(session, task, lineage, rank=rank, device=device, verdict=verdict))
     _print_exact(text)
 
 

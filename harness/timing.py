@@ -60,6 +60,8 @@ HOST_MARGIN_MS = 1.0
 HOST_MARGIN_FACTOR = 2.0
 HOST_CLOCK_MISMATCH = "host_clock_mismatch"
 BELOW_PHYSICAL_FLOOR = "below_physical_floor"
+# Flags a timing can carry: a flagged timing is never ranked (harness.report.leaderboard).
+TIMING_FLAGS = (TIMING_MISMATCH, HOST_CLOCK_MISMATCH, BELOW_PHYSICAL_FLOOR)
 
 
 @dataclass

@@ -13,9 +13,16 @@ from sqlalchemy.orm import Session
 
 from harness.errors import HarnessError
 from harness.report.diff import render_diff
-from harness.report.leaderboard import LeaderboardEntry, build_leaderboard, format_ms, format_speedup
+from harness.report.leaderboard import (
+    VERDICT_LABELS,
+    LeaderboardEntry,
+    build_leaderboard,
+    format_ms,
+    format_speedup,
+)
 from harness.scoring import SAME
 from harness.store.revisions import get_revision, list_revisions, revision_code
+from harness.verdicts import VerdictName
 
 
 def diff_inputs(session: Session, submission_id: int, against: int | None = None) -> tuple[bytes | None, bytes]:
@@ -38,7 +45,13 @@ class HistoryItem:
 
 
 def build_history(
-    session: Session, task: str, lineage: str | None = None, *, rank: bool = False, device: str | None = None
+    session: Session,
+    task: str,
+    lineage: str | None = None,
+    *,
+    rank: bool = False,
+    device: str | None = None,
+    verdict: VerdictName | None = None,
 ) -> list[HistoryItem]:
     """The task's revisions (of one lineage, if given) with their leaderboard standing in one
     environment (as `build_leaderboard` picks it) and their diffs against their parents.
@@ -46,7 +59,7 @@ def build_history(
     Order: submission order (registration time, then id), or with `rank` the leaderboard's order
     (ranked best first, then the unranked in submission order).
     """
-    board = build_leaderboard(session, task, device)
+    board = build_leaderboard(session, task, device, verdict)
     entries = board.entries
     if lineage is not None:
         known = {entry.lineage for entry in entries}
@@ -61,16 +74,20 @@ def build_history(
 
 
 def history_header(entry: LeaderboardEntry) -> str:
-    """One line: rank, status, score, speedup, comparison with the parent, lineage and author.
+    """One line: rank, status (with the reason when it is not a pass), the verdicts it fails,
+    score, speedup, comparison with the parent, lineage and author.
 
-    `== #2 · pass · 1.234 ms · 1.52x reference · faster than parent 17 · conv2d_x r2 · alice`
+    `== #2 · pass · fails GPU MODE · 1.234 ms · 1.52x reference · faster than parent 17 · conv2d_x r2 · alice`
     """
     parts = [f"#{entry.rank}" if entry.rank is not None else "unranked", entry.status]
+    if entry.status != "pass" and entry.reason:
+        parts[-1] = f"{entry.status}: {entry.reason}"
+    parts += [f"fails {VERDICT_LABELS[name]}" for name, v in entry.verdicts.items() if v.status == "fail"]
     if entry.score_ms is not None:
         parts.append(f"{format_ms(entry.score_ms)} ms")
         if entry.speedup_vs_reference is not None:
             parts.append(f"{format_speedup(entry.speedup_vs_reference)} reference")
-    elif entry.reason:
+    elif entry.reason and entry.status == "pass":
         parts[-1] = f"{entry.status}: {entry.reason}"
     if entry.parent_id is None:
         parts.append("first revision")

@@ -33,14 +33,18 @@ from harness.report.leaderboard import (
     LeaderboardEntry,
     ReportFormat,
     ShapeTiming,
+    board_title,
     format_error_ms,
+    format_figure,
     format_ms,
     format_speedup,
     format_timing,
+    format_verdict,
     leaderboard_renderable,
     lineage_label,
     shape_key,
     shape_label,
+    verdict_notes,
 )
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
@@ -73,6 +77,9 @@ def template_environment() -> jinja2.Environment:
         lineage_cell=lambda entry, board: lineage_label(board, entry),
         diff_line=format_diff_line,
         timings=_timings_by_shape,
+        verdict=format_verdict,
+        figure=format_figure,
+        title=board_title,
     )
     return environment
 
@@ -88,7 +95,7 @@ def _timings_by_shape(entry: LeaderboardEntry, shapes: list[dict[str, Any]]) -> 
 
 def render_markdown(board: Leaderboard) -> str:
     return template_environment().get_template("leaderboard.md.j2").render(
-        board=board, ranked=board.ranked(), unranked=board.unranked(), shapes=board.shapes()
+        board=board, ranked=board.ranked(), unranked=board.unranked(), shapes=board.shapes(), notes=verdict_notes(board)
     )
 
 
@@ -268,5 +275,6 @@ def render_html(session: Session, board: Leaderboard) -> str:
         shapes=board.shapes(),
         chart=build_chart(board),
         unranked_legend=UNRANKED_LEGEND,
+        notes=verdict_notes(board),
         diffs=revision_diffs(session, board),
     )

@@ -6,9 +6,17 @@ What it reads, and why:
   version), by default the environment of the task's most recent completed run. Times from two
   environments are not comparable, so CPU results are never ranked with GPU results.
 - Per revision, its runs in that environment, most trusted mode first (leaderboard, benchmark,
-  test-leaderboard, test). A failed run in any mode is the revision's verdict (a leaderboard
-  recheck that catches a cached output outranks an earlier pass); otherwise the score and
-  per-shape timings come from the most trusted run that was timed.
+  test-leaderboard, test). A failed run in any mode is the revision's status (a leaderboard
+  recheck that catches a cached output outranks an earlier pass).
+- Both verdicts (harness.verdicts) per revision, over every shape of those runs; the ranking
+  verdict (the task's `verdict`, or `--verdict`) must pass for a revision to be ranked. A
+  revision that fails it but passes the other one was timed: it is listed, not ranked, with the
+  failing verdict's reason.
+- One timed mode per board: the most trusted mode that any revision was timed in. Scores, the
+  reference's included, come from runs of that mode only, so a benchmark-mode score is never
+  compared with a leaderboard-mode one; a revision timed only in another mode is not ranked.
+- A flagged timing (harness.timing: the parent's clock disagrees, below the physical floor) is
+  never ranked: the revision is listed as `flagged` with its flags.
 - The reference (the lineage named after the task's `reference_candidate` file, for conv2d_v2
   `conv2d_v2_reference`) is ranked like any revision, marked in the table, markdown and HTML,
   and gives `reference_ms`, the score every speedup is measured against.
@@ -37,12 +45,26 @@ from harness.scoring import compare, rank_by_score, speedup
 from harness.store.models import Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions
 from harness.tasks import load_task
+from harness.timing import TIMING_FLAGS
+from harness.verdicts import VERDICTS, Accuracy, VerdictName
 
 # Most trusted first: timing with secret seeds and every output checked, timing, checks with
 # secret seeds, checks with the public seeds (the modes harness.store.runs lists).
 MODE_PRIORITY = ("leaderboard", "benchmark", "test-leaderboard", "test")
 NOT_RUN = "not_run"
+FLAGGED = "flagged"
 ReportFormat = Literal["table", "json", "markdown", "html"]
+
+
+class VerdictSummary(BaseModel):
+    """One verdict of a revision or a shape: `pass`, `fail`, or `not_checked` (no output was
+    compared: the run failed before, or was recorded before the verdicts existed)."""
+
+    status: Literal["pass", "fail", "not_checked"]
+    reason: str = ""
+
+
+NOT_CHECKED = VerdictSummary(status="not_checked")
 
 
 class ShapeTiming(BaseModel):
@@ -52,6 +74,8 @@ class ShapeTiming(BaseModel):
     mean_ms: float | None
     err_ms: float | None
     runs: int | None
+    verdicts: dict[VerdictName, VerdictSummary] = {}
+    accuracy: Accuracy = Accuracy()
 
 
 class LeaderboardEntry(BaseModel):
@@ -68,13 +92,18 @@ class LeaderboardEntry(BaseModel):
     vs_parent: str | None
     flags: list[str]
     benchmarks: list[ShapeTiming]
+    verdicts: dict[VerdictName, VerdictSummary]
+    accuracy: Accuracy
 
 
 class Leaderboard(BaseModel):
-    """Ranked entries first (rank 1 = lowest score), then the unranked in submission order."""
+    """Ranked entries first (rank 1 = lowest score), then the unranked in submission order.
+    `verdict` is the one that ranks; `mode` the timed mode whose scores are compared."""
 
     task: str
     device: str | None
+    verdict: VerdictName
+    mode: str | None
     reference_ms: float | None
     entries: list[LeaderboardEntry]
 
@@ -131,12 +160,43 @@ def format_speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
+VERDICT_LABELS = {"gpumode": "GPU MODE", "accurate": "accurate"}
+
+
+def format_verdict(verdict: VerdictSummary) -> str:
+    return {"pass": "pass", "fail": "FAIL"}.get(verdict.status, "-")
+
+
+def format_figure(value: float | None) -> str:
+    """An error figure: two significant digits in scientific notation."""
+    return "-" if value is None else f"{value:.1e}"
+
+
+def verdict_notes(board: Leaderboard) -> list[tuple[LeaderboardEntry, str, str]]:
+    """(entry, verdict label, reason) for every ranked entry that fails a verdict other than the
+    ranking one: it ranks, and the reports say in words why the other verdict fails it."""
+    return [
+        (entry, VERDICT_LABELS[name], summary.reason)
+        for entry in board.ranked()
+        for name, summary in entry.verdicts.items()
+        if summary.status == "fail"
+    ]
+
+
+def board_title(board: Leaderboard) -> str:
+    title = f"{board.task} leaderboard on {board.device or 'no device yet'}"
+    title += f" ({board.mode + ' mode, ' if board.mode else ''}ranked by the {board.verdict} verdict)"
+    if board.reference_ms is not None:
+        title += f": reference {format_ms(board.reference_ms)} ms"
+    return title
+
+
 # --- building -------------------------------------------------------------------------------
 
 
 @dataclass
 class _Standing:
-    """A revision's verdict in the chosen environment, with the timed shapes kept for the
+    """A revision's standing in the chosen environment, with the timed shapes kept for the
     significance test against its parent."""
 
     revision: Revision
@@ -145,6 +205,9 @@ class _Standing:
     reason: str
     score_ms: float | None = None
     timed_shapes: list[ShapeResult] = field(default_factory=list)
+    verdicts: dict[VerdictName, VerdictSummary] = field(default_factory=lambda: dict.fromkeys(VERDICTS, NOT_CHECKED))
+    accuracy: Accuracy = field(default_factory=Accuracy)
+    flags: list[str] = field(default_factory=list)
 
 
 def _most_recent(runs: list[Run]) -> Run:
@@ -171,25 +234,82 @@ def _choose_environment(runs: list[Run], task: str, device: str | None) -> Run |
     return _most_recent(matching)
 
 
-def _standing(revision: Revision, runs: list[Run], environment: Run | None) -> _Standing:
+def _timed_mode(runs: list[Run]) -> str | None:
+    """The most trusted mode any of these runs was timed in (None: nothing timed)."""
+    timed = {run.mode for run in runs if run.score_ms is not None}
+    return next((mode for mode in MODE_PRIORITY if mode in timed), None)
+
+
+def shape_verdicts(shape: ShapeResult) -> dict[VerdictName, VerdictSummary]:
+    """A stored shape's verdicts as the reports show them."""
+    verdicts = shape.verdicts
+    if verdicts is None:
+        return dict.fromkeys(VERDICTS, NOT_CHECKED)
+    return {name: VerdictSummary(status=v.status, reason=v.reason) for name in VERDICTS for v in [verdicts.get(name)]}
+
+
+def _revision_verdicts(runs: list[Run]) -> tuple[dict[VerdictName, VerdictSummary], Accuracy]:
+    """Each verdict over every shape of these runs (the first failure, named by its shape and
+    mode, is the reason), and the worst accuracy figures."""
+    summary: dict[VerdictName, VerdictSummary] = dict.fromkeys(VERDICTS, NOT_CHECKED)
+    accuracy = Accuracy()
+    for run in runs:
+        for shape in run.shapes:
+            accuracy = accuracy.worst(shape.accuracy)
+            for name, verdict in shape_verdicts(shape).items():
+                if verdict.status == "not_checked" or summary[name].status == "fail":
+                    continue
+                if verdict.status == "fail":
+                    where = f"{run.mode} {shape.set_name}[{shape.index}] ({shape_label(shape.shape)})"
+                    summary[name] = VerdictSummary(status="fail", reason=f"{where}: {verdict.reason}")
+                else:
+                    summary[name] = verdict
+    return summary, accuracy
+
+
+def _standing(
+    revision: Revision, runs: list[Run], environment: Run | None, verdict: VerdictName, mode: str | None
+) -> _Standing:
     env_key = environment.env_key if environment is not None else ""
     if not runs:
         where = f" on {_device_label(environment)}" if environment is not None else ""
         return _Standing(revision, env_key, NOT_RUN, f"no completed run{where} yet")
     by_priority = sorted(runs, key=lambda run: MODE_PRIORITY.index(run.mode) if run.mode in MODE_PRIORITY else 99)
-    for run in by_priority:
-        if run.status != "pass":
-            return _Standing(revision, env_key, run.status or "unknown", run.reason)
-    for run in by_priority:
-        if run.score_ms is not None:
-            timed = [shape for shape in run.shapes if shape.mean_ms is not None]
-            return _Standing(revision, env_key, "pass", run.reason, run.score_ms, timed)
-    return _Standing(revision, env_key, "pass", by_priority[0].reason or "passed; not timed yet")
+    verdicts, accuracy = _revision_verdicts(by_priority)
+    timed_run = next((run for run in by_priority if run.mode == mode and run.score_ms is not None), None)
+    timed = [shape for shape in timed_run.shapes if shape.mean_ms is not None] if timed_run is not None else []
+    flags = sorted({flag for shape in timed for flag in shape.check.get("timing", {}).get("flags", [])})
+    standing = _Standing(revision, env_key, "pass", "", None, timed, verdicts, accuracy, flags)
+    failed = next((run for run in by_priority if run.status != "pass"), None)
+    if failed is not None:
+        standing.status, standing.reason = failed.status or "unknown", failed.reason
+    elif verdicts[verdict].status == "fail":
+        standing.status, standing.reason = "wrong_answer", f"fails the {verdict} verdict: {verdicts[verdict].reason}"
+    elif timed_run is None:
+        others = sorted({run.mode for run in by_priority if run.score_ms is not None})
+        standing.reason = (
+            f"timed in {' and '.join(others)} mode only; this board compares {mode}-mode times"
+            if others and mode
+            else by_priority[0].reason or "passed; not timed yet"
+        )
+    elif any(flag in TIMING_FLAGS for flag in flags):
+        standing.status = FLAGGED
+        standing.reason = f"timing flagged ({', '.join(flags)}): a flagged timing is never ranked"
+        standing.score_ms = timed_run.score_ms
+    else:
+        standing.score_ms = timed_run.score_ms
+    return standing
 
 
-def build_leaderboard(session: Session, task: str, device: str | None = None) -> Leaderboard:
-    """The leaderboard of `task` in one environment (see the module docstring)."""
+def build_leaderboard(
+    session: Session, task: str, device: str | None = None, verdict: VerdictName | None = None
+) -> Leaderboard:
+    """The leaderboard of `task` in one environment, ranked under `verdict` (default: the task's);
+    see the module docstring."""
     spec = load_task(task)
+    verdict = verdict or spec.verdict
+    if verdict not in VERDICTS:
+        raise HarnessError(f"unknown verdict {verdict!r} (choose from {', '.join(VERDICTS)})")
     revisions = list_revisions(session, task=task)
     if not revisions:
         raise HarnessError(f"no revisions registered for task {task!r} (register some with `harness register`)")
@@ -203,7 +323,11 @@ def build_leaderboard(session: Session, task: str, device: str | None = None) ->
         for run in runs:
             if run.env_key == environment.env_key:
                 runs_by_revision[run.revision_id].append(run)
-    standings = {revision.id: _standing(revision, runs_by_revision[revision.id], environment) for revision in revisions}
+    mode = _timed_mode([run for group in runs_by_revision.values() for run in group])
+    standings = {
+        revision.id: _standing(revision, runs_by_revision[revision.id], environment, verdict, mode)
+        for revision in revisions
+    }
 
     reference_name = reference_lineage_name(task)
     reference_scores = [
@@ -213,13 +337,20 @@ def build_leaderboard(session: Session, task: str, device: str | None = None) ->
     ]
     reference_ms = reference_scores[-1] if reference_scores else None  # its latest timed revision
 
-    scored = sorted((s for s in standings.values() if s.score_ms is not None), key=lambda s: s.revision.id)
-    ranked = rank_by_score(scored)
+    rankable = sorted((s for s in standings.values() if s.status == "pass" and s.score_ms is not None), key=lambda s: s.revision.id)
+    ranked = rank_by_score(rankable)
+    ranked_ids = {s.revision.id for _rank, s in ranked}
     entries = [_entry(s, rank, reference_ms, standings, spec.ranking_by) for rank, s in ranked]
-    entries += [_entry(s, None, reference_ms, standings, spec.ranking_by) for s in standings.values() if s.score_ms is None]
+    entries += [
+        _entry(s, None, reference_ms, standings, spec.ranking_by)
+        for s in standings.values()
+        if s.revision.id not in ranked_ids
+    ]
     return Leaderboard(
         task=task,
         device=_device_label(environment) if environment is not None else None,
+        verdict=verdict,
+        mode=mode,
         reference_ms=reference_ms,
         entries=entries,
     )
@@ -249,12 +380,20 @@ def _entry(
         score_ms=standing.score_ms,
         speedup_vs_reference=speedup_vs_reference,
         vs_parent=_compare_with_parent(standing, parent, ranking_by),
-        flags=[str(flag) for flag in revision.flags]
-        + sorted({flag for shape in standing.timed_shapes for flag in shape.check.get("timing", {}).get("flags", [])}),
+        flags=[str(flag) for flag in revision.flags] + standing.flags,
         benchmarks=[
-            ShapeTiming(shape=shape.shape, mean_ms=shape.mean_ms, err_ms=shape.err_ms, runs=shape.runs)
+            ShapeTiming(
+                shape=shape.shape,
+                mean_ms=shape.mean_ms,
+                err_ms=shape.err_ms,
+                runs=shape.runs,
+                verdicts=shape_verdicts(shape),
+                accuracy=shape.accuracy,
+            )
             for shape in standing.timed_shapes
         ],
+        verdicts=standing.verdicts,
+        accuracy=standing.accuracy,
     )
 
 
@@ -280,11 +419,10 @@ VS_PARENT_STYLES = {"faster": "green", "slower": "red"}
 
 
 def leaderboard_renderable(board: Leaderboard) -> Group:
-    """The terminal view: the ranked table, then the unranked revisions with status and reason.
+    """The terminal view: the ranked table with both verdicts and the accuracy figures, why a
+    ranked revision fails the other verdict, then the unranked revisions with status and reason.
     Text from the store goes in as `Text`, so that brackets in a reason are not read as markup."""
-    title = f"{board.task} leaderboard on {board.device or 'no device yet'}"
-    if board.reference_ms is not None:
-        title += f": reference {format_ms(board.reference_ms)} ms"
+    title = board_title(board)
     shapes = board.shapes()
     ranked = Table(title=Text(title), title_justify="left")
     for header in ("rank", "submission", "lineage", "author", "score ms"):
@@ -293,6 +431,10 @@ def leaderboard_renderable(board: Leaderboard) -> Group:
         ranked.add_column("\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed"), justify="right")
     ranked.add_column("speedup", justify="right")
     ranked.add_column("vs parent")
+    for name in VERDICTS:
+        ranked.add_column(VERDICT_LABELS[name])
+    ranked.add_column("rel L2", justify="right")
+    ranked.add_column("max err\n/ scale", justify="right")
     ranked.add_column("flags")
     for entry in board.ranked():
         timings = {shape_key(timing.shape): timing for timing in entry.benchmarks}
@@ -305,13 +447,18 @@ def leaderboard_renderable(board: Leaderboard) -> Group:
             *[format_timing(timings.get(shape_key(shape))) for shape in shapes],
             format_speedup(entry.speedup_vs_reference),
             Text(entry.vs_parent or "-", style=VS_PARENT_STYLES.get(entry.vs_parent or "", "")),
+            *[_verdict_text(entry.verdicts[name]) for name in VERDICTS],
+            format_figure(entry.accuracy.rel_l2),
+            format_figure(entry.accuracy.max_err_over_scale),
             Text(", ".join(entry.flags)),
             style="cyan" if entry.lineage == board.reference_lineage() else None,
         )
     parts: list[Table | Text] = [ranked] if board.ranked() else [Text(f"{title}\nno revision has a score here yet")]
+    for entry, label, reason in verdict_notes(board):
+        parts.append(Text(f"submission {entry.submission_id} ({lineage_label(board, entry)}) fails {label}: {reason}"))
     if board.unranked():
         unranked = Table(title="not ranked", title_justify="left")
-        for header in ("submission", "lineage", "author", "status", "reason"):
+        for header in ("submission", "lineage", "author", "status", *[VERDICT_LABELS[n] for n in VERDICTS], "reason"):
             unranked.add_column(header, justify="right" if header == "submission" else "left")
         for entry in board.unranked():
             unranked.add_row(
@@ -319,10 +466,15 @@ def leaderboard_renderable(board: Leaderboard) -> Group:
                 Text(lineage_label(board, entry)),
                 Text(entry.author),
                 Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
+                *[_verdict_text(entry.verdicts[name]) for name in VERDICTS],
                 Text(entry.reason),
             )
         parts.append(unranked)
     return Group(*parts)
+
+
+def _verdict_text(verdict: VerdictSummary) -> Text:
+    return Text(format_verdict(verdict), style="bold red" if verdict.status == "fail" else "")
 
 
 def lineage_label(board: Leaderboard, entry: LeaderboardEntry) -> str:
