@@ -199,14 +199,18 @@ def test_json_is_exactly_the_contract(store_url: str, board: Leaderboard):
     result = _cli(store_url, "leaderboard", "--format", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"task", "device", "reference_ms", "entries"}
+    assert set(data) == {"task", "device", "verdict", "mode", "reference_ms", "entries"}
+    assert data["verdict"] == "accurate" and data["mode"] == "benchmark"
     for entry in data["entries"]:
         assert set(entry) == {
             "rank", "submission_id", "lineage", "revision", "parent_id", "author", "status", "reason",
-            "score_ms", "speedup_vs_reference", "vs_parent", "flags", "benchmarks",
+            "score_ms", "speedup_vs_reference", "vs_parent", "flags", "benchmarks", "verdicts", "accuracy",
         }
+        assert set(entry["verdicts"]) == {"gpumode", "accurate"}
+        assert all(set(v) == {"status", "reason"} for v in entry["verdicts"].values())
+        assert set(entry["accuracy"]) == {"rel_l2", "max_err_over_scale"}
         for timing in entry["benchmarks"]:
-            assert set(timing) == {"shape", "mean_ms", "err_ms", "runs"}
+            assert set(timing) == {"shape", "mean_ms", "err_ms", "runs", "verdicts", "accuracy"}
         assert (entry["rank"] is None) == (entry["status"] != "pass" or entry["score_ms"] is None)
     assert data == board.model_dump(mode="json")
 
@@ -216,10 +220,11 @@ def test_table_marks_the_reference_and_shows_failures_with_reasons(store_url: st
     assert result.returncode == 0, result.stderr
     text = result.stdout.decode()
     assert "conv2d_v2 leaderboard on NVIDIA H200" in text
-    assert "conv2d_v2_reference r1 (reference)" in text
+    assert "conv2d_v2_reference r1" in text and "(reference)" in text
     assert "conv2d_a100_ultra r2" in text and "faster" in text and "same within noise" in text
     ranked_part, unranked_part = text.split("not ranked")
     rows = [[cell.strip() for cell in line.split("│")[1:3]] for line in ranked_part.splitlines() if line.startswith("│")]
+    rows = [row for row in rows if row != ["", ""]]  # a cell wrapped onto a second line
     assert rows == [["1", "512024"], ["2", "1"], ["3", "99237"], ["3", str(EXTRA_ID)], ["5", "2"]]
     assert "timeout" in unranked_part and "shape 3: the call ran past 120 s" in unranked_part
     assert "[first at (0, 1, 2, 3)]" in unranked_part  # brackets are text, not rich markup
@@ -236,7 +241,7 @@ def test_markdown_has_the_ranked_table_and_the_unranked(board: Leaderboard, stor
     assert rows[0].startswith("| Rank | Submission | Lineage | Author | Score (ms) | S1 (ms) | S2 (ms) |")
     assert rows[1].startswith("| 1 | 512024 | conv2d_parallel_oh r2 |")
     assert rows[2].startswith("| 2 | 1 | conv2d_v2_reference r1 (reference) |")
-    assert "| 99238 | conv2d_parallel_oh r1 | gpumode-leaderboard | timeout | shape 3: the call ran past 120 s |" in text
+    assert "| 99238 | conv2d_parallel_oh r1 | gpumode-leaderboard | timeout | - | - | shape 3: the call ran past 120 s |" in text
     assert "- S1: size=1024 kernelsize=3 channels=16 batch=2" in text
 
 

@@ -285,6 +285,7 @@ def _standing(
         standing.status, standing.reason = failed.status or "unknown", failed.reason
     elif verdicts[verdict].status == "fail":
         standing.status, standing.reason = "wrong_answer", f"fails the {verdict} verdict: {verdicts[verdict].reason}"
+        standing.score_ms = timed_run.score_ms if timed_run is not None else None  # timed: it passes the other
     elif timed_run is None:
         others = sorted({run.mode for run in by_priority if run.score_ms is not None})
         standing.reason = (
@@ -431,10 +432,8 @@ def leaderboard_renderable(board: Leaderboard) -> Group:
         ranked.add_column("\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed"), justify="right")
     ranked.add_column("speedup", justify="right")
     ranked.add_column("vs parent")
-    for name in VERDICTS:
-        ranked.add_column(VERDICT_LABELS[name])
-    ranked.add_column("rel L2", justify="right")
-    ranked.add_column("max err\n/ scale", justify="right")
+    ranked.add_column("GPU MODE/\naccurate")
+    ranked.add_column("rel L2/\nerr÷scale", justify="right")
     ranked.add_column("flags")
     for entry in board.ranked():
         timings = {shape_key(timing.shape): timing for timing in entry.benchmarks}
@@ -447,9 +446,8 @@ def leaderboard_renderable(board: Leaderboard) -> Group:
             *[format_timing(timings.get(shape_key(shape))) for shape in shapes],
             format_speedup(entry.speedup_vs_reference),
             Text(entry.vs_parent or "-", style=VS_PARENT_STYLES.get(entry.vs_parent or "", "")),
-            *[_verdict_text(entry.verdicts[name]) for name in VERDICTS],
-            format_figure(entry.accuracy.rel_l2),
-            format_figure(entry.accuracy.max_err_over_scale),
+            _verdicts_text(entry.verdicts),
+            f"{format_figure(entry.accuracy.rel_l2)}/{format_figure(entry.accuracy.max_err_over_scale)}",
             Text(", ".join(entry.flags)),
             style="cyan" if entry.lineage == board.reference_lineage() else None,
         )
@@ -458,7 +456,7 @@ def leaderboard_renderable(board: Leaderboard) -> Group:
         parts.append(Text(f"submission {entry.submission_id} ({lineage_label(board, entry)}) fails {label}: {reason}"))
     if board.unranked():
         unranked = Table(title="not ranked", title_justify="left")
-        for header in ("submission", "lineage", "author", "status", *[VERDICT_LABELS[n] for n in VERDICTS], "reason"):
+        for header in ("submission", "lineage", "author", "status", "GPU MODE/\naccurate", "reason"):
             unranked.add_column(header, justify="right" if header == "submission" else "left")
         for entry in board.unranked():
             unranked.add_row(
@@ -466,15 +464,21 @@ def leaderboard_renderable(board: Leaderboard) -> Group:
                 Text(lineage_label(board, entry)),
                 Text(entry.author),
                 Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
-                *[_verdict_text(entry.verdicts[name]) for name in VERDICTS],
+                _verdicts_text(entry.verdicts),
                 Text(entry.reason),
             )
         parts.append(unranked)
     return Group(*parts)
 
 
-def _verdict_text(verdict: VerdictSummary) -> Text:
-    return Text(format_verdict(verdict), style="bold red" if verdict.status == "fail" else "")
+def _verdicts_text(verdicts: dict[VerdictName, VerdictSummary]) -> Text:
+    """`pass/FAIL`: GPU MODE's verdict, then the accurate one; a failing one in red."""
+    text = Text()
+    for position, name in enumerate(VERDICTS):
+        verdict = verdicts[name]
+        text.append("/" if position else "")
+        text.append(format_verdict(verdict), style="bold red" if verdict.status == "fail" else "")
+    return text
 
 
 def lineage_label(board: Leaderboard, entry: LeaderboardEntry) -> str:
