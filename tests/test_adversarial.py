@@ -32,7 +32,7 @@ REFERENCE = Path(__file__).resolve().parent.parent / "candidates" / "conv2d_v2_r
 FULL_ISOLATION = detect_isolation().full
 QUICK = {"call_timeout_s": 60.0, "import_timeout_s": 60.0}
 RULE = StoppingRule(min_runs=3, max_runs=5, budget_s=0.5)
-TINY_PEAK = '{"cpu": 1e-9}'  # TFLOP/s: a thousand FLOPs a second, which any real call beats
+TINY_PEAK = '{"cpu": 1e-9}'  # GB/s: one byte a second, which any real call beats
 
 # file -> (status, text the reason must contain)
 UNTIMED = {
@@ -70,7 +70,7 @@ def timed() -> dict[str, Evaluation]:
     """The timer cheat, an exit in the timing phase and the honest reference, timed with a CPU peak
     rate that every real call violates."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HARNESS_PEAK_TFLOPS", TINY_PEAK)
+        patch.setenv("HARNESS_PEAK_BANDWIDTH_GBS", TINY_PEAK)
         return _evaluate(["patches_timers.py", "exits_during_timing.py", REFERENCE.name], timed=True)
 
 
@@ -165,7 +165,7 @@ def test_an_honest_candidate_is_not_flagged_by_the_parents_clock(timed):
 def test_a_time_below_the_physical_floor_is_flagged_and_kept_for_reports(timed):
     shape = timed["conv2d_v2_reference.py"].shapes[0]
     assert shape.check["timing"]["flags"] == [BELOW_PHYSICAL_FLOOR]
-    assert 0 < shape.min_ms < 1500, "smoke[0] is 1568 FLOPs: 1.568 s at the tiny peak"
+    assert 0 < shape.min_ms < 576_000, "smoke[0] reads 576 bytes of inputs: 576 s at the tiny peak"
 
 
 def test_an_exit_in_the_timing_phase_is_a_crash_named_by_its_phase(timed):
@@ -201,7 +201,7 @@ def test_the_parent_side_timing_checks_on_numbers():
     from harness.timing import host_clock_disagrees, physical_floor_ms
 
     assert load_reference(TASK).flops(size=8, kernelsize=2, channels=2, batch=1) == 2 * 2 * 2 * 4 * 7 * 7
-    assert physical_floor_ms(67e12, 67.0) == pytest.approx(1e3), "a second of work at peak"
+    assert physical_floor_ms(4_800_000_000_000, 4800.0) == pytest.approx(1e3), "a second of reading at peak"
     assert not host_clock_disagrees([0.05, 0.06], [0.4, 9.0]), "one slow interval is load, not a lie"
     assert host_clock_disagrees([0.001, 0.001], [20.3, 20.5])
     assert not host_clock_disagrees([], [20.0])

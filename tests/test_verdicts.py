@@ -176,3 +176,24 @@ def test_the_verdict_option_is_on_the_commands_and_an_unknown_one_is_refused(run
     result = run_cli("leaderboard", "--verdict", "gpumode", "--format", "json")
     assert result.returncode == 0, result.stderr
     assert '"verdict": "gpumode"' in result.stdout
+
+
+def test_the_prompts_say_which_verdict_ranks_and_show_the_parents_verdicts(store_url):
+    from harness.evolve.prompts import prompt_context, render_step_prompt
+    from harness.store.revisions import get_revision
+
+    store = open_store(store_url)
+    with store.session() as session:
+        board = build_leaderboard(session, "conv2d_v2")
+        exact = get_revision(session, _ids(board)["exact"])
+        context = prompt_context(session, exact)
+        improve = render_step_prompt("improve", context)
+        system = render_step_prompt("system", context)
+        bf16 = get_revision(session, _ids(board)["bf16"])
+        fix = render_step_prompt("fix", prompt_context(session, bf16))
+    store.close()
+    assert "That verdict (`accurate`) ranks" in system and "exact answer" in system
+    assert "- accurate (ranks): pass" in improve
+    assert "- GPU MODE: fail: benchmark smoke[0]" in improve and "exact answer fails too" in improve
+    assert "Error against the exact answer: relative L2" in improve
+    assert "- accurate (ranks): fail" in fix and "- GPU MODE: fail" in fix

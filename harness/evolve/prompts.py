@@ -8,14 +8,17 @@ names the variable and the template line, never an empty string in a prompt.
 
 The context every template gets (built by `prompt_context`):
 - `task`: name, description, dtype, rtol, atol, entry_point, ranking_by, score_rule (it in
-  words), benchmarks and tests
+  words), verdict (the one that ranks: `gpumode` or `accurate`), verdict_rule (it in words),
+  benchmarks and tests
   (shape labels such as `size=128 kernelsize=8 channels=64 batch=4`);
 - `parent`: id, lineage, number, author, message, filename, entry_point, flags, code (the exact
   text), fence (a backtick fence longer than any run of backticks in the code);
 - `evaluation`: the parent's standing on the leaderboard of one environment: device, status
   (`pass`, a failure status, or `not_run`), reason, score_ms, reference_ms, speedup, vs_parent,
-  shapes (label, mean_ms, err_ms, reference_ms, speedup per benchmark shape) and failures
-  (label, summary per shape that failed its check);
+  shapes (label, mean_ms, err_ms, reference_ms, speedup per benchmark shape), failures
+  (label, summary per shape that failed its check), verdicts (for `gpumode` and `accurate`:
+  label, status `pass`/`fail`/`not_checked`, reason, ranks: whether it is the ranking one) and
+  accuracy (rel_l2, max_err_over_scale);
 - `leaderboard`: the top ranked entries (rank, submission_id, lineage, revision, author,
   score_ms, speedup).
 Filters: `ms` and `speedup` format numbers as the reports do.
@@ -34,6 +37,7 @@ from sqlalchemy.orm import Session
 from harness.config import PROMPTS_DIR
 from harness.errors import HarnessError
 from harness.report.leaderboard import (
+    VERDICT_LABELS,
     Leaderboard,
     LeaderboardEntry,
     build_leaderboard,
@@ -50,6 +54,14 @@ from harness.tasks import load_task
 TEMPLATE_SUFFIX = ".j2"
 LEADERBOARD_SIZE = 5
 MAX_FAILURES_SHOWN = 5
+VERDICT_RULES = {  # harness.verdicts, in words
+    "gpumode": "GPU MODE's rule: every output element within atol + rtol * |reference| of the fp32 reference",
+    "accurate": (
+        "accuracy: every output element within atol + rtol * |exact| of the exact answer (float64 from the "
+        "same inputs) or within GPU MODE's tolerance of the fp32 reference; reduced precision (TF32, bf16, "
+        "fp16) fails it, and you need not reproduce the reference's summation order"
+    ),
+}
 SCORE_RULES = {  # harness.scoring's `ranking_by` choices, in words
     "geom": "the geometric mean over the benchmark shapes of the per-shape mean times",
     "mean": "the arithmetic mean over the benchmark shapes of the per-shape mean times",
@@ -152,6 +164,8 @@ def prompt_context(
             "entry_point": task.entry_point,
             "ranking_by": task.ranking_by,
             "score_rule": SCORE_RULES[task.ranking_by],
+            "verdict": board.verdict if board else task.verdict,
+            "verdict_rule": VERDICT_RULES[board.verdict if board else task.verdict],
             "benchmarks": [shape.label() for shape in task.benchmarks],
             "tests": [shape.label() for shape in task.tests],
         },
@@ -218,6 +232,8 @@ def _evaluation(
         "vs_parent": None,
         "shapes": [],
         "failures": [],
+        "verdicts": [],
+        "accuracy": {"rel_l2": None, "max_err_over_scale": None},
     }
     entry = next((e for e in board.entries if e.submission_id == revision.id), None) if board else None
     if board is None or entry is None:
@@ -244,6 +260,11 @@ def _evaluation(
             for timing in entry.benchmarks
         ],
         failures=_failures(session, revision) if entry.status not in ("pass", "not_run") else [],
+        verdicts=[
+            {"label": VERDICT_LABELS[name], "status": v.status, "reason": v.reason, "ranks": name == board.verdict}
+            for name, v in entry.verdicts.items()
+        ],
+        accuracy=entry.accuracy.model_dump(),
     )
     return evaluation
 
