@@ -221,8 +221,11 @@ def test_a_timer_cheat_benched_into_the_store_shows_its_flag_on_the_leaderboard(
         )
         assert HOST_CLOCK_MISMATCH in benched[0].flags
         with store.session() as session:
-            entry = next(e for e in build_leaderboard(session, "conv2d_v2", "cpu").entries)
-            assert entry.submission_id == revision_id and HOST_CLOCK_MISMATCH in entry.flags
+            board = build_leaderboard(session, "conv2d_v2", "cpu")
+            entry = next(e for e in board.entries if e.submission_id == revision_id)
+            assert HOST_CLOCK_MISMATCH in entry.flags
+            assert entry.rank is None and entry.status == "flagged", "a flagged timing is never ranked"
+            assert "a flagged timing is never ranked" in entry.reason and entry.score_ms is not None
     finally:
         store.close()
 

@@ -197,3 +197,23 @@ def test_the_prompts_say_which_verdict_ranks_and_show_the_parents_verdicts(store
     assert "- GPU MODE: fail: benchmark smoke[0]" in improve and "exact answer fails too" in improve
     assert "Error against the exact answer: relative L2" in improve
     assert "- accurate (ranks): fail" in fix and "- GPU MODE: fail" in fix
+
+
+def test_a_board_never_compares_scores_of_different_modes(tmp_path, evaluations):
+    """The reference timed in benchmark mode, a candidate in leaderboard mode: the board ranks the
+    leaderboard-mode score alone, and no speedup mixes the two modes."""
+    store = open_store(f"sqlite:///{tmp_path / 'modes.sqlite'}")
+    with store.session() as session:
+        ids = {}
+        for name, mode in (("conv2d_v2_reference.py", "benchmark"), ("exact.py", "leaderboard")):
+            code, evaluation = evaluations[name]
+            ids[name] = register_revision(session, code, name, task="conv2d_v2").revision.id
+            run = claim_run(session, ids[name], "conv2d_v2", mode, CPU, worker="w", ttl_s=60)
+            assert record_run(session, run.id, "w", evaluation, score_ms=evaluation.score_ms) is not None
+        board = build_leaderboard(session, "conv2d_v2")
+    store.close()
+    assert board.mode == "leaderboard" and board.reference_ms is None
+    assert [entry.submission_id for entry in board.ranked()] == [ids["exact.py"]]
+    reference = next(entry for entry in board.entries if entry.submission_id == ids["conv2d_v2_reference.py"])
+    assert reference.rank is None and "timed in benchmark mode only" in reference.reason
+    assert all(entry.speedup_vs_reference is None for entry in board.entries)
