@@ -30,7 +30,7 @@ FULL_ISOLATION = detect_isolation().full
 # file -> (status, text the reason must contain, limits)
 QUICK = {"call_timeout_s": 60.0, "import_timeout_s": 60.0}
 EXPECTED = {
-    "wrong_answer.py": ("wrong_answer", "elements mismatch", QUICK),
+    "wrong_answer.py": ("wrong_answer", "GPU MODE check: fails", QUICK),
     "nan_output.py": ("wrong_answer", "NaN/Inf", QUICK),
     "partial_write.py": ("wrong_answer", "NaN/Inf (unwritten elements stay NaN)", QUICK),
     "modifies_inputs.py": ("wrong_answer", "input 'kernel' was modified", QUICK),
@@ -41,7 +41,7 @@ EXPECTED = {
     "segfaults.py": ("crashed", "killed by SIGSEGV during call on smoke[0]", QUICK),
     "exits_midway.py": ("crashed", "exited with code 0 during call on smoke[0]", QUICK),
     "os_exit.py": ("crashed", "exited with code 3 during call on smoke[0]", QUICK),
-    "prints_protocol.py": ("wrong_answer", "elements mismatch", QUICK),
+    "prints_protocol.py": ("wrong_answer", "GPU MODE check: fails", QUICK),
     "forges_on_pipe.py": ("crashed", "protocol violation during call on smoke[0]", QUICK),
     "syntax_error.py": ("compile_error", "SyntaxError", QUICK),
     "no_entry_point.py": ("compile_error", "defines no function custom_kernel or kernel_function", QUICK),

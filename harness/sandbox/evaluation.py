@@ -170,7 +170,7 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     except (ValueError, OSError) as exc:
         return "wrong_answer", f"output could not be read back: {exc}", details, None
     check = checking.compare_output(received, case, rtol=task.rtol, atol=task.atol)
-    details.update(check.model_dump(exclude={"verdicts", "accuracy", "passed"}))
+    details.update(check.model_dump(exclude={"verdicts", "accuracy"}))
     inputs_problem = checking.inputs_problem(task, case, reply)
     if inputs_problem is not None:
         reason = inputs_problem if not check.reason else f"{inputs_problem}; {check.reason}"
