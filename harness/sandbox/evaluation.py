@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import random
 import secrets
 import threading
 from collections.abc import Callable
@@ -172,6 +173,15 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     return ("pass", "", details) if check.passed else ("wrong_answer", check.reason, details)
 
 
+def checked_configs(count: int, cap: int, seed: int) -> list[int]:
+    """The autotune config indices to check on a shape: all of them up to `cap`; above it config 0
+    (the one timing uses) and `cap - 1` others drawn with the shape's seed (so the same shape and
+    seed always check the same configs, and different shapes check different ones)."""
+    if count <= cap:
+        return list(range(count))
+    return [0, *sorted(random.Random(seed).sample(range(1, count), max(cap - 1, 0)))]
+
+
 def _check_shape(
     child: ChildProcess,
     task: TaskSpec,
@@ -183,14 +193,20 @@ def _check_shape(
     force_configs: bool,
     forget_tuning: bool = False,
 ) -> int:
-    """Run and judge one shape (with `force_configs`, once per autotune config); fills
-    `outcome` and returns the config count, which grows if a call created new autotuners."""
+    """Run and judge one shape (with `force_configs`, once per autotune config, or on a sample of
+    them above limits.max_checked_autotune_configs: `checked_configs`); fills `outcome` and
+    returns the config count, which grows if a call created new autotuners."""
     case = checking.reference_case(task, reference, shape, seed, child.device)
     where = f"{outcome.set_name}[{outcome.index}]"
+    cap = child.limits.max_checked_autotune_configs
     configs: list[dict] = []
     first_failure = None
-    index = 0
     while True:
+        done = {c["index"] or 0 for c in configs}
+        wanted = [i for i in checked_configs(max(config_count, 1), cap, seed) if i not in done]
+        if not wanted:
+            break
+        index = wanted[0]
         forced = index if config_count else None
         phase = f"call on {where}" + (f" with autotune config {forced}" if forced is not None else "")
         reply = child.check(
@@ -207,8 +223,7 @@ def _check_shape(
         if status != "pass" and first_failure is None:
             prefix = f"autotune config {forced} ({label}): " if forced is not None else ""
             first_failure = (status, prefix + reason, details)
-        index += 1
-        if status not in ("pass", "wrong_answer") or index >= max(config_count, 1):
+        if status not in ("pass", "wrong_answer"):
             break
     status, reason, details = first_failure or ("pass", "", configs[-1]["details"])
     outcome.status, outcome.reason = status, reason
@@ -225,6 +240,12 @@ def _check_shape(
             }
             for c in configs
         ]
+    if config_count > cap:
+        outcome.check["configs_sampled"] = (
+            f"checked autotune configs {', '.join(str(c['index']) for c in configs)} of {config_count}: "
+            f"config 0 and a sample drawn with the shape's seed (max_checked_autotune_configs={cap}); "
+            "the rest were not run"
+        )
     return config_count
 
 
@@ -306,6 +327,7 @@ class Evaluator:
         self.forget_tuning = self.adopted
         if self.adopted:
             kept.log.clear()  # this evaluation's log starts here
+            kept.spent_s = 0.0  # and its deadline
             self.child = kept
         elif self.spawned_early:
             self.child = early
@@ -459,6 +481,9 @@ class Evaluator:
             shape_label = " ".join(f"{k}={v}" for k, v in failed.shape.items() if k != "seed")
             evaluation.status = failed.status
             evaluation.reason = f"{failed.set_name}[{failed.index}] ({shape_label}): {failed.reason}"
+        trimmed = self.child.trim_caches()
+        if trimmed is not None and evaluation.status not in ("timeout", "crashed"):
+            evaluation.status, evaluation.reason = "crashed", trimmed
         means = [s.mean_ms for s in evaluation.shapes]
         if self.timed and evaluation.status == "pass" and all(m is not None for m in means):
             evaluation.score_ms = scoring.score(means, self.task.ranking_by)
