@@ -4,9 +4,9 @@ RLIMIT_NPROC does not bind root, RLIMIT_AS cannot be set under CUDA (a CUDA proc
 terabytes of address space), and files written into the directories the child shares with the
 parent outlive it; so the parent counts, in a thread of its own, every `POLL_INTERVAL_S`:
 
-- the child's processes: its first process, every descendant (in a pid namespace an orphan is
-  reparented to the namespace's init, a descendant) and every process of its session (an orphan
-  outside a pid namespace, unless it also left the session with setsid);
+- the child's processes: its first process and every descendant (in a pid namespace an orphan
+  is reparented to the namespace's init, a descendant); without a pid namespace also every
+  process of its session (an orphan there, unless it also left the session with setsid);
 - their memory: the sum of each one's resident anonymous and shared memory (`RssAnon` and
   `RssShmem` of /proc/PID/status, readable whatever the process does; pages shared after a fork
   count in each process);
@@ -36,32 +36,42 @@ def _format_bytes(count: int) -> str:
     return f"{count / MIB:.0f} MiB"
 
 
-def child_processes(root_pid: int) -> list[int]:
-    """`root_pid`, its descendants and the other processes of its session (see the module)."""
-    parents: dict[int, int] = {}
-    session: list[int] = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pid = int(entry.name)
-        parents[pid] = int(fields[1])
-        if int(fields[3]) == root_pid:
-            session.append(pid)
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
-    found = {root_pid} if root_pid in parents else set()
-    pending = [*found, *session]
+def child_processes(root_pid: int, *, whole_session: bool) -> list[int]:
+    """`root_pid` and its descendants, read from /proc/PID/task/TID/children (a few files, not a
+    scan of /proc: in a pid namespace every orphan is reparented to the namespace's init, a
+    descendant); with `whole_session` also every process of its session, which takes a scan of
+    /proc (outside a pid namespace an orphan is reparented out of the tree)."""
+    pending = [root_pid, *(_session_members(root_pid) if whole_session else [])]
+    found: set[int] = set()
     while pending:
         pid = pending.pop()
+        if pid in found:
+            continue
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
         found.add(pid)
-        pending += [child for child in children.get(pid, ()) if child not in found]
+        for thread in threads:
+            try:
+                with open(f"/proc/{pid}/task/{thread}/children", "rb") as children:
+                    pending += [int(child) for child in children.read().split()]
+            except (OSError, ValueError):
+                continue
     return sorted(found)
+
+
+def _session_members(session_id: int) -> list[int]:
+    members = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    if int(stat.read().rsplit(b")", 1)[1].split()[3]) == session_id:
+                        members.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return members
 
 
 def resident_bytes(pids: Iterable[int]) -> int:
@@ -120,11 +130,13 @@ class ResourceWatch:
         self,
         root_pid: int,
         *,
+        whole_session: bool,
         max_processes: int,
         memory_bytes: int,
         directories: list[WatchedDirectories],
     ) -> None:
         self.root_pid = root_pid
+        self.whole_session = whole_session
         self.max_processes = max_processes
         self.memory_bytes = memory_bytes
         self.directories = directories
@@ -142,7 +154,7 @@ class ResourceWatch:
 
     def check(self) -> tuple[str | None, list[int]]:
         """(what is over its limit or None, the child's processes)."""
-        pids = child_processes(self.root_pid)
+        pids = child_processes(self.root_pid, whole_session=self.whole_session)
         if len(pids) > self.max_processes:
             return f"{len(pids)} processes, over the limit of {self.max_processes} (max_processes)", pids
         memory = resident_bytes(pids)

@@ -657,6 +657,7 @@ class ChildProcess:
         self.log_thread.start()
         self.watch = ResourceWatch(
             self.proc.pid,
+            whole_session=not self.level.full,
             max_processes=self.limits.max_processes,
             memory_bytes=self.limits.memory_bytes,
             directories=[
