@@ -10,11 +10,12 @@ check a candidate on a shape set. How it defends itself (docs/runner.md has the 
   the code's sha256 (a re-evaluation, `--force` included, compiles nothing twice);
 - where `unshare` works, new user, network, pid and mount namespaces (detected once, falling back
   silently; the result records what was used); resource limits (file size, core dumps, CPU time,
-  process count) set between fork and exec;
+  process count, address space on the CPU) set between fork and exec, and the parent's watch of
+  the child's processes, memory and directories (harness.sandbox.resources);
 - messages over two private pipes with a per-run token, never over stdout; the candidate's output
   goes to a pipe whose last 64 KiB are kept;
-- a deadline for the import/compile phase and one per call; on expiry the whole process group
-  is killed with SIGKILL.
+- a deadline for the import/compile phase, one per call and one for the whole evaluation; on
+  expiry the whole process group is killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -104,9 +105,8 @@ class SandboxLimits(BaseModel):
     file_size_bytes: int = 8 * 1024**3
     # RLIMIT_AS per process on the CPU; all processes' resident memory, watched by the parent
     memory_bytes: int = 16 * 1024**3
-    # the child's processes, watched by the parent (also RLIMIT_NPROC above the user's current
-    # count, which does not bind root)
-    max_processes: int = 256
+    extra_processes: int = 1024  # RLIMIT_NPROC above the user's current count (not for root)
+    max_processes: int = 256  # the child's processes (not threads), watched by the parent
     # each private tmpfs (the working directory, the hidden /tmp and /dev/shm); the working and
     # exchange directories on the host, watched by the parent
     disk_bytes: int = 1024**3
@@ -521,7 +521,7 @@ def _resource_limits(limits: SandboxLimits, device: str):
                         tasks += len(os.listdir(f"/proc/{entry.name}/task"))
                 except OSError:
                     continue
-        nproc = tasks + limits.max_processes
+        nproc = tasks + limits.extra_processes
 
     def apply() -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
