@@ -43,6 +43,7 @@ CASES = {
     "memory in children": ("holds_memory_in_children.py", {}),
     "processes": ("forks_processes.py", {}),
     "cache": ("fills_cache.py", {}),
+    "exchange directory": ("fills_exchange_dir.py", {}),
 }
 if FULL_ISOLATION:  # without a mount namespace /dev/shm is the host's: the test would fill it
     CASES["disk"] = ("fills_disk.py", {})
@@ -156,3 +157,10 @@ def test_dev_shm_and_the_working_directory_are_sized(results):
     )
     assert found, evaluation.reason
     assert all(int(written) <= 64 for written in found.groups())
+
+
+def test_the_directories_shared_with_the_parent_are_watched(results):
+    evaluation, _ = results["exchange directory"]
+    assert evaluation.status == "crashed", evaluation.reason
+    assert "killed by the parent during call on smoke[0]" in evaluation.reason
+    assert "in the working directories, over the limit of 64 MiB (disk_bytes)" in evaluation.reason
