@@ -85,7 +85,7 @@ def test_nothing_of_a_candidate_is_left_behind(results, case):
     child = evaluator.child
     assert child.proc is not None and child.proc.poll() is not None
     assert not child.workdir.exists() and not child.io_dir.exists()
-    assert child.watch is not None and not child.watch._thread.is_alive()
+    assert child.watch is not None and not child.watch.running
 
 
 def test_autotune_configs_above_the_cap_are_sampled_with_config_0(results):

@@ -6,7 +6,8 @@ namespaces). In order, before any of the candidate's code runs:
 1. marks its pipes close-on-exec, so that no program the candidate starts inherits them;
 2. reads `Hello` (the per-run token and the plan) from the request pipe;
 3. isolation (`IsolationPlan`): hides the store and the shared temporary directories under
-   empty tmpfs mounts, remounts every other file system read-only except its own directories,
+   empty tmpfs mounts, moves its working directory into a tmpfs of its own (each of a fixed
+   size), remounts every other file system read-only except its own directories,
    forks so that a small init stays pid 1 of the pid namespace (it reports the worker's exit on
    the status pipe; when it exits, the kernel kills whatever the candidate left behind), and
    enters a nested user and mount namespace so that the candidate cannot undo the mounts;
@@ -29,6 +30,7 @@ import os
 import sys
 import traceback
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from time import perf_counter
 from types import ModuleType
@@ -133,7 +135,7 @@ def _directory_contents(path: Path) -> dict[str, bytes | None]:
 
 
 def isolate_filesystem(
-    hidden: list[str], writable: list[str], private: list[str] = (), tmpfs_bytes: int = 256 * 1024**2
+    hidden: list[str], writable: list[str], private: Sequence[str] = (), tmpfs_bytes: int = 256 * 1024**2
 ) -> IsolationReport:
     """In a private mount namespace: hide `hidden` under empty private tmpfs mounts, keep each
     `writable` directory writable (re-bound into a hiding tmpfs where it lies under one), move each

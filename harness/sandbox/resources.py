@@ -147,6 +147,10 @@ class ResourceWatch:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         self._stopped.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
