@@ -6,6 +6,7 @@ limit promises (docs/threat-model.md), with no process or file of theirs left be
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.sandbox.evaluation import Evaluation, Evaluator, checked_configs, evaluate_interleaved
-from harness.sandbox.supervisor import SandboxLimits, detect_isolation
+from harness.sandbox.supervisor import ChildProcess, SandboxLimits, detect_isolation
 from harness.tasks import load_task
 
 TASK = load_task("conv2d_v2")
@@ -164,3 +165,23 @@ def test_the_directories_shared_with_the_parent_are_watched(results):
     assert evaluation.status == "crashed", evaluation.reason
     assert "killed by the parent during call on smoke[0]" in evaluation.reason
     assert "in the working directories, over the limit of 64 MiB (disk_bytes)" in evaluation.reason
+
+
+def test_per_code_caches_over_the_limit_when_a_child_is_closed_are_removed(tmp_path, monkeypatch):
+    """What a run left between the watch's last look and its end (here written before a child
+    that never started) is measured when the child is closed, and removed."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    code = b"# caches left over the limit\n"
+    limits = SandboxLimits.from_settings(**SMALL)
+    sha256 = hashlib.sha256(code).hexdigest()
+    child = ChildProcess(code, TASK, device="cpu", limits=limits, code_sha256=sha256)
+    (child.triton_cache / "left.bin").write_bytes(b"\x01" * 17 * MIB)
+    child.close()
+    assert not any(cache.exists() for cache in child.caches)
+    assert child.caches_trimmed == (
+        "left more than 16 MiB in its per-code caches, over the limit (code_cache_bytes): the caches were removed"
+    )
+    within = ChildProcess(code, TASK, device="cpu", limits=limits, code_sha256=sha256)
+    (within.triton_cache / "kept.bin").write_bytes(b"\x01" * MIB)
+    within.close()
+    assert within.caches_trimmed is None and (within.triton_cache / "kept.bin").exists()
