@@ -28,6 +28,20 @@ class Settings(BaseSettings):
     # devices, so a short budget keeps a CPU tournament to minutes.
     cpu_shape_budget_s: float = 1.0
     max_file_bytes: int = 1_000_000
+    # One evaluation's deadline: the parent's time waiting on its child (spawn to ready, then each
+    # request to its reply, summed), so that a long list of calls cannot run for days.
+    evaluation_timeout_s: float = 1200.0
+    # On the CPU each autotune config is checked: at most this many per shape (config 0, which
+    # timing uses, and a sample of the rest chosen by the shape's seed).
+    max_checked_autotune_configs: int = 16
+    # Resources of a sandboxed child (docs/threat-model.md says what happens when one is hit):
+    # memory (address space per process on the CPU; resident memory of all its processes),
+    # processes, bytes in each writable place (private tmpfs, working and exchange directories),
+    # and bytes its code may leave in the per-code caches.
+    memory_bytes: int = 16 * 1024**3
+    max_processes: int = 256
+    disk_bytes: int = 1024**3
+    code_cache_bytes: int = 1024**3
     # timing: the peak memory bandwidth (GB/s) of each device, by a case-insensitive part of its
     # name ("cpu" on the CPU); a call faster than reading its inputs once at that rate is flagged
     # `below_physical_floor` (harness.timing). Unknown devices get the default, set high so that

@@ -6,7 +6,8 @@ namespaces). In order, before any of the candidate's code runs:
 1. marks its pipes close-on-exec, so that no program the candidate starts inherits them;
 2. reads `Hello` (the per-run token and the plan) from the request pipe;
 3. isolation (`IsolationPlan`): hides the store and the shared temporary directories under
-   empty tmpfs mounts, remounts every other file system read-only except its own directories,
+   empty tmpfs mounts, moves its working directory into a tmpfs of its own (each of a fixed
+   size), remounts every other file system read-only except its own directories,
    forks so that a small init stays pid 1 of the pid namespace (it reports the worker's exit on
    the status pipe; when it exits, the kernel kills whatever the candidate left behind), and
    enters a nested user and mount namespace so that the candidate cannot undo the mounts;
@@ -29,6 +30,7 @@ import os
 import sys
 import traceback
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from time import perf_counter
 from types import ModuleType
@@ -80,7 +82,7 @@ MOUNT_OPTION_FLAGS = {
     "relatime": MS_RELATIME,
     "strictatime": MS_STRICTATIME,
 }
-PRIVATE_TMPFS_OPTIONS = b"size=256m,mode=0755"
+PRIVATE_TMPFS_MODE = "0755"
 
 # Exception texts that mean "this machine has no CUDA", not "the candidate is wrong".
 NO_CUDA_MESSAGES = (
@@ -125,11 +127,24 @@ def _under(path: Path, roots: list[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
 
-def isolate_filesystem(hidden: list[str], writable: list[str]) -> IsolationReport:
+def _directory_contents(path: Path) -> dict[str, bytes | None]:
+    """The files (name -> bytes) and subdirectories (name -> None) directly in `path`."""
+    return {
+        entry.name: None if entry.is_dir() else Path(entry.path).read_bytes() for entry in os.scandir(path)
+    }
+
+
+def isolate_filesystem(
+    hidden: list[str], writable: list[str], private: Sequence[str] = (), tmpfs_bytes: int = 256 * 1024**2
+) -> IsolationReport:
     """In a private mount namespace: hide `hidden` under empty private tmpfs mounts, keep each
-    `writable` directory writable (re-bound into a hiding tmpfs where it lies under one), and
-    remount every other mount read-only, keeping its nosuid/nodev/noexec/atime flags."""
+    `writable` directory writable (re-bound into a hiding tmpfs where it lies under one), move each
+    `private` directory's files (not its subdirectories' files) into a fresh tmpfs at its place,
+    and remount every other mount read-only, keeping its nosuid/nodev/noexec/atime flags. Each
+    tmpfs holds at most `tmpfs_bytes`: writing more fails with ENOSPC."""
     report = IsolationReport()
+    tmpfs_options = f"size={tmpfs_bytes},mode={PRIVATE_TMPFS_MODE}".encode()
+    contents = {Path(path): _directory_contents(Path(path)) for path in private}
     existing = [Path(path) for path in hidden if Path(path).is_dir()]
     hidden_roots = [
         root for root in existing if not _under(root, [other for other in existing if other != root])
@@ -138,7 +153,7 @@ def isolate_filesystem(hidden: list[str], writable: list[str]) -> IsolationRepor
     handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
     for root in hidden_roots:
         try:
-            _mount(b"tmpfs", str(root), b"tmpfs", MS_NOSUID | MS_NODEV, PRIVATE_TMPFS_OPTIONS)
+            _mount(b"tmpfs", str(root), b"tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
             report.hidden.append(str(root))
         except OSError as exc:
             report.problems.append(f"could not hide {root}: {exc.strerror}")
@@ -151,9 +166,21 @@ def isolate_filesystem(hidden: list[str], writable: list[str]) -> IsolationRepor
             report.problems.append(f"could not keep {path} writable: {exc.strerror}")
         finally:
             os.close(handle)
+    for path, files in contents.items():
+        try:
+            if _under(path, hidden_roots):
+                path.mkdir(parents=True, exist_ok=True)
+            _mount(b"tmpfs", str(path), b"tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
+            for name, data in files.items():
+                if data is None:
+                    (path / name).mkdir()
+                else:
+                    (path / name).write_bytes(data)
+        except OSError as exc:
+            report.problems.append(f"could not make {path} private: {exc.strerror}")
     if report.problems:
         return report
-    skip = {str(path) for path in keep + hidden_roots}
+    skip = {str(path) for path in keep + hidden_roots + list(contents)}
     for point, options in _mount_points():
         if point in skip or _under(Path(point), [Path("/proc"), *hidden_roots]):
             continue  # ours, /proc (the pid namespace's own), or out of sight under a hiding mount
@@ -212,7 +239,7 @@ def become_init(status_fd: int, worker_fds: list[int]) -> None:
 def apply_isolation(plan: IsolationPlan, status_fd: int | None, worker_fds: list[int]) -> IsolationReport:
     report = IsolationReport()
     if plan.mount:
-        report = isolate_filesystem(plan.hidden, plan.writable)
+        report = isolate_filesystem(plan.hidden, plan.writable, plan.private, plan.tmpfs_bytes)
         report.namespaces.append("mount")
     if plan.pid_init and status_fd is not None:
         become_init(status_fd, worker_fds)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import random
 import secrets
 import threading
 from collections.abc import Callable
@@ -195,6 +196,15 @@ def _record_comparison(outcome: ShapeOutcome, status: str, reason: str, check: c
         outcome.accuracy = outcome.accuracy.worst(check.accuracy)
 
 
+def checked_configs(count: int, cap: int, seed: int) -> list[int]:
+    """The autotune config indices to check on a shape: all of them up to `cap`; above it config 0
+    (the one timing uses) and `cap - 1` others drawn with the shape's seed (so the same shape and
+    seed always check the same configs, and different shapes check different ones)."""
+    if count <= cap:
+        return list(range(count))
+    return [0, *sorted(random.Random(seed).sample(range(1, count), max(cap - 1, 0)))]
+
+
 def _check_shape(
     child: ChildProcess,
     task: TaskSpec,
@@ -206,15 +216,21 @@ def _check_shape(
     force_configs: bool,
     forget_tuning: bool = False,
 ) -> int:
-    """Run and judge one shape (with `force_configs`, once per autotune config); fills
-    `outcome` and returns the config count, which grows if a call created new autotuners."""
+    """Run and judge one shape (with `force_configs`, once per autotune config, or on a sample of
+    them above limits.max_checked_autotune_configs: `checked_configs`); fills `outcome` and
+    returns the config count, which grows if a call created new autotuners."""
     case = checking.reference_case(task, reference, shape, seed, child.device)
     where = f"{outcome.set_name}[{outcome.index}]"
+    cap = child.limits.max_checked_autotune_configs
     configs: list[dict] = []
     first_failure = None
     first_reason = ""  # a verdict that fails on an output that passes the other one
-    index = 0
     while True:
+        done = {c["index"] or 0 for c in configs}
+        wanted = [i for i in checked_configs(max(config_count, 1), cap, seed) if i not in done]
+        if not wanted:
+            break
+        index = wanted[0]
         forced = index if config_count else None
         phase = f"call on {where}" + (f" with autotune config {forced}" if forced is not None else "")
         reply = child.check(
@@ -235,8 +251,7 @@ def _check_shape(
         if status != "pass" and first_failure is None:
             prefix = f"autotune config {forced} ({label}): " if forced is not None else ""
             first_failure = (status, prefix + reason, details)
-        index += 1
-        if status not in ("pass", "wrong_answer") or index >= max(config_count, 1):
+        if status not in ("pass", "wrong_answer"):
             break
     status, reason, details = first_failure or ("pass", first_reason, configs[-1]["details"])
     verdicts = outcome.verdicts
@@ -257,6 +272,12 @@ def _check_shape(
             }
             for c in configs
         ]
+    if config_count > cap:
+        outcome.check["configs_sampled"] = (
+            f"checked autotune configs {', '.join(str(c['index']) for c in configs)} of {config_count}: "
+            f"config 0 and a sample drawn with the shape's seed (max_checked_autotune_configs={cap}); "
+            "the rest were not run"
+        )
     return config_count
 
 
@@ -338,6 +359,7 @@ class Evaluator:
         self.forget_tuning = self.adopted
         if self.adopted:
             kept.log.clear()  # this evaluation's log starts here
+            kept.spent_s = 0.0  # and its deadline
             self.child = kept
         elif self.spawned_early:
             self.child = early
@@ -491,6 +513,9 @@ class Evaluator:
             shape_label = " ".join(f"{k}={v}" for k, v in failed.shape.items() if k != "seed")
             evaluation.status = failed.status
             evaluation.reason = f"{failed.set_name}[{failed.index}] ({shape_label}): {failed.reason}"
+        trimmed = self.child.trim_caches()
+        if trimmed is not None and evaluation.status not in ("timeout", "crashed"):
+            evaluation.status, evaluation.reason = "crashed", trimmed
         means = [s.mean_ms for s in evaluation.shapes]
         if self.timed and evaluation.status == "pass" and all(m is not None for m in means):
             evaluation.score_ms = scoring.score(means, self.task.ranking_by)

@@ -35,13 +35,17 @@ class IsolationPlan(Message):
     keeps `writable` writable and remounts everything else read-only. `pid_init`: the child is
     pid 1 of its own pid namespace: it forks, stays behind as init (reaping, reporting the
     worker's exit on the status pipe) and the worker serves. `lock`: the worker enters a nested
-    user and mount namespace so that the candidate cannot undo the mounts."""
+    user and mount namespace so that the candidate cannot undo the mounts. Each hiding mount, and
+    each `private` directory (its files copied into a fresh tmpfs: the working directory), is a
+    tmpfs of `tmpfs_bytes`."""
 
     mount: bool = False
     pid_init: bool = False
     lock: bool = False
     hidden: list[str] = []
     writable: list[str] = []
+    private: list[str] = []
+    tmpfs_bytes: int = 256 * 1024**2
 
 
 class Hello(Message):

@@ -10,11 +10,12 @@ check a candidate on a shape set. How it defends itself (docs/runner.md has the 
   the code's sha256 (a re-evaluation, `--force` included, compiles nothing twice);
 - where `unshare` works, new user, network, pid and mount namespaces (detected once, falling back
   silently; the result records what was used); resource limits (file size, core dumps, CPU time,
-  process count) set between fork and exec;
+  process count, address space on the CPU) set between fork and exec, and the parent's watch of
+  the child's processes, memory and directories (harness.sandbox.resources);
 - messages over two private pipes with a per-run token, never over stdout; the candidate's output
   goes to a pipe whose last 64 KiB are kept;
-- a deadline for the import/compile phase and one per call; on expiry the whole process group
-  is killed with SIGKILL.
+- a deadline for the import/compile phase, one per call and one for the whole evaluation; on
+  expiry the whole process group is killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from harness.sandbox.protocol import (
     TimeRequest,
     encode,
 )
+from harness.sandbox.resources import ResourceWatch, WatchedDirectories, tree_bytes
 from harness.tasks import TaskSpec
 from harness.timing import StoppingRule
 
@@ -97,12 +99,22 @@ class SandboxLimits(BaseModel):
     startup_timeout_s: float = 120.0  # spawn until torch is imported in the child
     import_timeout_s: float = 300.0
     call_timeout_s: float = 120.0
+    # the parent's time waiting on the child, summed over the evaluation (ChildProcess.spent_s)
+    evaluation_timeout_s: float = 1200.0
     cpu_time_s: int = 4 * 3600
     file_size_bytes: int = 8 * 1024**3
+    # RLIMIT_AS per process on the CPU; all processes' resident memory, watched by the parent
+    memory_bytes: int = 16 * 1024**3
     extra_processes: int = 1024  # RLIMIT_NPROC above the user's current count (not for root)
+    max_processes: int = 256  # the child's processes (not threads), watched by the parent
+    # each private tmpfs (the working directory, the hidden /tmp and /dev/shm); the working and
+    # exchange directories on the host, watched by the parent
+    disk_bytes: int = 1024**3
+    code_cache_bytes: int = 1024**3  # the per-code caches after the run (`ChildProcess.trim_caches`)
     isolation: Literal["auto", "none"] = "auto"
     hidden_paths: list[str] = []  # more directories to hide (a store's directory)
     check_all_autotune_configs: bool | None = None  # None: on the CPU only
+    max_checked_autotune_configs: int = 16  # per shape: config 0 and a sample of the rest
     # Keep Triton's autotuning results with the compiled kernels (per code sha256), so that a
     # re-evaluation (the leaderboard phase after the benchmark phase, --force) times the config
     # chosen the first time instead of benchmarking every config again. Off by default: each
@@ -111,11 +123,21 @@ class SandboxLimits(BaseModel):
 
     @classmethod
     def from_settings(cls, **overrides: object) -> SandboxLimits:
-        """Time limits from the settings; HARNESS_SANDBOX_ISOLATION=none turns the namespaces off
+        """Time and resource limits from the settings; HARNESS_SANDBOX_ISOLATION=none turns the namespaces off
         (an escape hatch for a machine where they break the GPU); HARNESS_CACHE_AUTOTUNING=1 keeps
         Triton's autotuning results (`cache_autotuning`)."""
         settings = get_settings()
-        values = {"import_timeout_s": settings.import_timeout_s, "call_timeout_s": settings.call_timeout_s}
+        names = (
+            "import_timeout_s",
+            "call_timeout_s",
+            "evaluation_timeout_s",
+            "max_checked_autotune_configs",
+            "memory_bytes",
+            "max_processes",
+            "disk_bytes",
+            "code_cache_bytes",
+        )
+        values = {name: getattr(settings, name) for name in names}
         isolation = os.environ.get("HARNESS_SANDBOX_ISOLATION")
         if isolation:
             if isolation not in ("auto", "none"):
@@ -485,8 +507,10 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _resource_limits(limits: SandboxLimits):
-    """The preexec_fn: resource limits for the child, set between fork and exec."""
+def _resource_limits(limits: SandboxLimits, device: str):
+    """The preexec_fn: resource limits for the child, set between fork and exec. The address
+    space is limited on the CPU only: CUDA reserves terabytes of it (the parent's
+    `ResourceWatch` bounds resident memory on every device)."""
     nproc = None
     if os.getuid() != 0:
         tasks = 0
@@ -503,6 +527,8 @@ def _resource_limits(limits: SandboxLimits):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 5))
+        if device == "cpu":
+            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         if nproc is not None:
             _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
             if hard == resource.RLIM_INFINITY or nproc < hard:
@@ -537,11 +563,17 @@ class ChildProcess:
         self.shutdown_requested = False
         self.startup_s: float | None = None
         self.ready: Ready | ImportFailed | None = None
+        # The parent's time waiting on this child in the current evaluation (`_receive`), against
+        # limits.evaluation_timeout_s; an evaluation that adopts a kept child sets it to 0.
+        self.spent_s = 0.0
+        self.watch: ResourceWatch | None = None
+        self.caches_trimmed: str | None = None  # why `trim_caches` removed the per-code caches
         settings = get_settings()
         self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
         self.inductor_cache = Path(settings.cache_dir, "inductor", code_sha256)
-        for cache_dir in (self.triton_cache, self.extensions_cache, self.inductor_cache):
+        self.caches = (self.triton_cache, self.extensions_cache, self.inductor_cache)
+        for cache_dir in self.caches:
             cache_dir.mkdir(parents=True, exist_ok=True)
         self.workdir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root()))
         (self.workdir / "tmp").mkdir()
@@ -623,6 +655,21 @@ class ChildProcess:
                 os.close(fd)
         self.log_thread = threading.Thread(target=self._drain_log, daemon=True)
         self.log_thread.start()
+        self.watch = ResourceWatch(
+            self.proc.pid,
+            whole_session=not self.level.full,
+            max_processes=self.limits.max_processes,
+            memory_bytes=self.limits.memory_bytes,
+            directories=[
+                WatchedDirectories(
+                    (self.workdir, self.io_dir), self.limits.disk_bytes, "disk_bytes", "the working directories"
+                ),
+                WatchedDirectories(
+                    self.caches, self.limits.code_cache_bytes, "code_cache_bytes", "the per-code caches"
+                ),
+            ],
+        )
+        self.watch.start()
         plan = IsolationPlan()
         if self.level.full:
             plan = IsolationPlan(
@@ -630,8 +677,9 @@ class ChildProcess:
                 pid_init=True,
                 lock=True,
                 hidden=_hidden_directories(self.limits),
+                private=[str(self.workdir)],
+                tmpfs_bytes=self.limits.disk_bytes,
                 writable=[
-                    str(self.workdir),
                     str(self.io_dir),
                     str(self.triton_cache),
                     str(self.extensions_cache),
@@ -662,7 +710,7 @@ class ChildProcess:
             pass_fds=child_fds,
             start_new_session=True,
             # Only setrlimit calls run between fork and exec (no locks, no allocation to speak of).
-            preexec_fn=_resource_limits(self.limits),  # noqa: PLW1509
+            preexec_fn=_resource_limits(self.limits, self.device),  # noqa: PLW1509
         )
 
     def _blame_kept_isolation(self, reason: str) -> None:
@@ -848,6 +896,21 @@ class ChildProcess:
         self.request_fd = self.reply_fd = self.status_fd = None
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(self.io_dir, ignore_errors=True)
+        self.trim_caches()
+
+    def trim_caches(self) -> str | None:
+        """Remove this code's per-code caches when they hold more than limits.code_cache_bytes
+        (what an earlier run or this one left, between the watch's looks or after it); returns
+        (and keeps in `caches_trimmed`) why, or None."""
+        limit = self.limits.code_cache_bytes
+        if self.caches_trimmed is None and tree_bytes(self.caches, stop_above=limit) > limit:
+            for cache_dir in self.caches:
+                shutil.rmtree(cache_dir, ignore_errors=True)
+            self.caches_trimmed = (
+                f"left more than {limit / 1024**2:.0f} MiB in its per-code caches, over the limit "
+                "(code_cache_bytes): the caches were removed"
+            )
+        return self.caches_trimmed
 
     def log_tail(self, chars: int = LOG_TAIL_BYTES) -> str:
         text = bytes(self.log).decode("utf-8", errors="replace")
@@ -874,6 +937,8 @@ class ChildProcess:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        if self.watch is not None:
+            self.watch.stop()
         self.log_thread.join(timeout=5)
 
     def _fail(self, status: Literal["timeout", "crashed"], reason: str) -> ChildFailure:
@@ -898,6 +963,8 @@ class ChildProcess:
             self.proc.wait(timeout=SHUTDOWN_GRACE_S)
         except subprocess.TimeoutExpired:
             self._kill()
+        if self.watch is not None and self.watch.problem is not None:
+            return f"killed by the parent during {phase}: {self.watch.problem}"
         status = self._init_status()
         if status is not None and status.signal is not None:
             return f"killed by {_signal_name(status.signal)} during {phase}"
@@ -930,10 +997,31 @@ class ChildProcess:
         request_id: int | None = None,
     ):
         """The next reply, due `limit_s` after `since`: one of `expected`, with the run's token,
-        answering `request_id`."""
-        deadline = since + limit_s
+        answering `request_id`. The wait from `since` counts against the evaluation's deadline
+        (`spent_s`), which may end it first."""
+        try:
+            return self._receive_within(since, limit_s, phase, expected, request_id)
+        finally:
+            self.spent_s += monotonic() - since
+
+    def _receive_within(
+        self,
+        since: float,
+        limit_s: float,
+        phase: str,
+        expected: tuple[type, ...],
+        request_id: int | None,
+    ):
+        evaluation_left_s = self.limits.evaluation_timeout_s - self.spent_s
+        deadline = since + min(limit_s, evaluation_left_s)
         while b"\n" not in self.buffer:
             remaining = deadline - monotonic()
+            if remaining <= 0 and evaluation_left_s < limit_s:
+                raise self._fail(
+                    "timeout",
+                    f"{phase} ran past the evaluation's deadline: {self.limits.evaluation_timeout_s:g} s "
+                    "of waiting on the child in all (evaluation_timeout_s)",
+                )
             if remaining <= 0:
                 raise self._fail("timeout", f"{phase} exceeded {limit_s:g} s")
             readable, _, _ = select.select([self.reply_fd], [], [], min(remaining, 0.5))

@@ -1,0 +1,189 @@
+"""The parent's watch over a sandboxed child's resources: processes, memory, bytes on disk.
+
+RLIMIT_NPROC does not bind root, RLIMIT_AS cannot be set under CUDA (a CUDA process reserves
+terabytes of address space), and files written into the directories the child shares with the
+parent outlive it; so the parent counts, in a thread of its own, every `POLL_INTERVAL_S`:
+
+- the child's processes: its first process and every descendant (in a pid namespace an orphan
+  is reparented to the namespace's init, a descendant); without a pid namespace also every
+  process of its session (an orphan there, unless it also left the session with setsid);
+- their memory: the sum of each one's resident anonymous and shared memory (`RssAnon` and
+  `RssShmem` of /proc/PID/status, readable whatever the process does; pages shared after a fork
+  count in each process);
+- bytes in the watched directories (allocated blocks, and at least one block per entry, so that
+  a flood of empty files counts too), per group of directories.
+
+Above a limit it kills the child's process group and each process it found (SIGKILL) and keeps
+the reason, which the supervisor reports as `crashed`. Between two looks a process can do a lot:
+what the limits bound is what it keeps, not what it does within a fifth of a second.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+POLL_INTERVAL_S = 0.2
+BLOCK_BYTES = 4096
+MIB = 1024**2
+
+
+def _format_bytes(count: int) -> str:
+    return f"{count / MIB:.0f} MiB"
+
+
+def child_processes(root_pid: int, *, whole_session: bool) -> list[int]:
+    """`root_pid` and its descendants, read from /proc/PID/task/TID/children (a few files, not a
+    scan of /proc: in a pid namespace every orphan is reparented to the namespace's init, a
+    descendant); with `whole_session` also every process of its session, which takes a scan of
+    /proc (outside a pid namespace an orphan is reparented out of the tree)."""
+    pending = [root_pid, *(_session_members(root_pid) if whole_session else [])]
+    found: set[int] = set()
+    while pending:
+        pid = pending.pop()
+        if pid in found:
+            continue
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        found.add(pid)
+        for thread in threads:
+            try:
+                with open(f"/proc/{pid}/task/{thread}/children", "rb") as children:
+                    pending += [int(child) for child in children.read().split()]
+            except (OSError, ValueError):
+                continue
+    return sorted(found)
+
+
+def _session_members(session_id: int) -> list[int]:
+    members = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    if int(stat.read().rsplit(b")", 1)[1].split()[3]) == session_id:
+                        members.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return members
+
+
+def resident_bytes(pids: Iterable[int]) -> int:
+    """The sum of the processes' RssAnon and RssShmem."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+                for line in status:
+                    if line.startswith(("RssAnon:", "RssShmem:")):
+                        total += int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def tree_bytes(roots: Iterable[Path], stop_above: int | None = None) -> int:
+    """Bytes allocated under the directories (symbolic links not followed; each entry at least
+    one block); stops counting once above `stop_above`."""
+    total = 0
+    pending = [str(root) for root in roots]
+    while pending:
+        try:
+            entries = os.scandir(pending.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                except OSError:
+                    continue
+                total += max(info.st_blocks * 512, BLOCK_BYTES)
+                if stop_above is not None and total > stop_above:
+                    return total
+    return total
+
+
+@dataclass(frozen=True)
+class WatchedDirectories:
+    """Directories whose bytes together may not pass `limit`; `setting` names the limit."""
+
+    paths: tuple[Path, ...]
+    limit: int
+    setting: str
+    what: str
+
+
+class ResourceWatch:
+    """A thread that watches one child (see the module) until `stop`; `problem` says why it
+    killed the child, or is None."""
+
+    def __init__(
+        self,
+        root_pid: int,
+        *,
+        whole_session: bool,
+        max_processes: int,
+        memory_bytes: int,
+        directories: list[WatchedDirectories],
+    ) -> None:
+        self.root_pid = root_pid
+        self.whole_session = whole_session
+        self.max_processes = max_processes
+        self.memory_bytes = memory_bytes
+        self.directories = directories
+        self.problem: str | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"watch-{root_pid}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def check(self) -> tuple[str | None, list[int]]:
+        """(what is over its limit or None, the child's processes)."""
+        pids = child_processes(self.root_pid, whole_session=self.whole_session)
+        if len(pids) > self.max_processes:
+            return f"{len(pids)} processes, over the limit of {self.max_processes} (max_processes)", pids
+        memory = resident_bytes(pids)
+        if memory > self.memory_bytes:
+            held = _format_bytes(memory)
+            return (
+                f"{held} of memory held, over the limit of {_format_bytes(self.memory_bytes)} (memory_bytes)",
+                pids,
+            )
+        for group in self.directories:
+            used = tree_bytes(group.paths, stop_above=group.limit)
+            if used > group.limit:
+                over = f"over the limit of {_format_bytes(group.limit)} ({group.setting})"
+                return f"more than {_format_bytes(group.limit)} in {group.what}, {over}", pids
+        return None, pids
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(POLL_INTERVAL_S):
+            problem, pids = self.check()
+            if problem is None:
+                continue
+            self.problem = problem
+            for kill, target in [(os.killpg, self.root_pid), *((os.kill, pid) for pid in pids)]:
+                try:
+                    kill(target, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            return

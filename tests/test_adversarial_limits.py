@@ -1,0 +1,187 @@
+"""Issue 15, items 6 and 7, on the CPU: candidates in tests/adversarial/ that run long or take
+resources (autotune configs without end, memory, processes, disk, the per-code cache), each
+evaluated in the real sandbox under small limits, each ending with the status and reason the
+limit promises (docs/threat-model.md), with no process or file of theirs left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from harness.sandbox.evaluation import Evaluation, Evaluator, checked_configs, evaluate_interleaved
+from harness.sandbox.supervisor import ChildProcess, SandboxLimits, detect_isolation
+from harness.tasks import load_task
+
+TASK = load_task("conv2d_v2")
+ADVERSARIAL = Path(__file__).parent / "adversarial"
+FULL_ISOLATION = detect_isolation().full
+MIB = 1024**2
+SMALL = {
+    "call_timeout_s": 60.0,
+    "import_timeout_s": 60.0,
+    "memory_bytes": 1536 * MIB,
+    "max_processes": 16,
+    "disk_bytes": 64 * MIB,
+    "code_cache_bytes": 16 * MIB,
+    "max_checked_autotune_configs": 4,
+}
+DEADLINE_S = 15.0
+
+# case -> (candidate file, limits over SMALL)
+CASES = {
+    "sampled configs": ("many_autotune_configs.py", {}),
+    "deadline": (
+        "many_autotune_configs.py",
+        {"evaluation_timeout_s": DEADLINE_S, "max_checked_autotune_configs": 1000},
+    ),
+    "memory": ("holds_memory.py", {}),
+    "memory in children": ("holds_memory_in_children.py", {}),
+    "processes": ("forks_processes.py", {}),
+    "cache": ("fills_cache.py", {}),
+    "exchange directory": ("fills_exchange_dir.py", {}),
+}
+if FULL_ISOLATION:  # without a mount namespace /dev/shm is the host's: the test would fill it
+    CASES["disk"] = ("fills_disk.py", {})
+
+
+def _left_processes(comm: str) -> list[int]:
+    """Processes on this machine named `comm` (the candidates name every process they make)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if Path(entry.path, "comm").read_text().strip() == comm:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, tuple[Evaluation, Evaluator]]:
+    def one(case: str) -> tuple[str, tuple[Evaluation, Evaluator]]:
+        name, limits = CASES[case]
+        evaluator = Evaluator(
+            (ADVERSARIAL / name).read_bytes(),
+            name,
+            TASK,
+            device="cpu",
+            limits=SandboxLimits.from_settings(**{**SMALL, **limits}),
+        )
+        return case, (evaluate_interleaved([evaluator])[0], evaluator)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(one, list(CASES)))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_nothing_of_a_candidate_is_left_behind(results, case):
+    _evaluation, evaluator = results[case]
+    child = evaluator.child
+    assert child.proc is not None and child.proc.poll() is not None
+    assert not child.workdir.exists() and not child.io_dir.exists()
+    assert child.watch is not None and not child.watch.running
+
+
+def test_autotune_configs_above_the_cap_are_sampled_with_config_0(results):
+    evaluation, _ = results["sampled configs"]
+    assert evaluation.status == "pass", evaluation.reason
+    samples = []
+    for shape, public in zip(evaluation.shapes, TASK.smoke):
+        indices = [config["index"] for config in shape.check["configs"]]
+        assert indices == checked_configs(400, 4, public.seed) and indices[0] == 0
+        assert all(config["status"] == "pass" for config in shape.check["configs"])
+        sampled = shape.check["configs_sampled"]
+        assert f"checked autotune configs {', '.join(map(str, indices))} of 400" in sampled
+        assert "max_checked_autotune_configs=4" in sampled and "the rest were not run" in sampled
+        samples.append(tuple(indices))
+    assert len(set(samples)) > 1  # each shape's seed draws its own sample
+    assert evaluation.wall_s < 60
+
+
+def test_the_evaluation_deadline_ends_a_long_run_of_calls(results):
+    evaluation, _ = results["deadline"]
+    assert evaluation.status == "timeout", evaluation.reason
+    assert f"ran past the evaluation's deadline: {DEADLINE_S:g} s" in evaluation.reason
+    assert "(evaluation_timeout_s)" in evaluation.reason
+    assert DEADLINE_S <= evaluation.wall_s < DEADLINE_S + 15
+    assert [shape.status for shape in evaluation.shapes[1:]] == ["not_run"] * (len(TASK.smoke) - 1)
+
+
+def test_memory_above_the_limit_fails_the_allocation_on_the_cpu(results):
+    evaluation, _ = results["memory"]
+    assert evaluation.status == "runtime_error", evaluation.reason
+    assert "can't allocate memory" in evaluation.reason
+
+
+def test_memory_held_by_several_processes_is_killed_by_the_parent(results):
+    evaluation, _ = results["memory in children"]
+    assert evaluation.status == "crashed", evaluation.reason
+    assert "killed by the parent during call on smoke[0]" in evaluation.reason
+    assert re.search(
+        r"\d+ MiB of memory held, over the limit of 1536 MiB \(memory_bytes\)", evaluation.reason
+    )
+    assert _left_processes("limits-memory") == []
+
+
+def test_a_fork_bomb_as_root_is_killed_by_the_parent(results):
+    evaluation, _ = results["processes"]
+    assert evaluation.status == "crashed", evaluation.reason
+    assert re.search(
+        r"killed by the parent during call on smoke\[0\]: \d+ processes, over the limit of 16",
+        evaluation.reason,
+    )
+    assert "(max_processes)" in evaluation.reason
+    assert _left_processes("limits-forker") == []
+
+
+def test_the_per_code_cache_is_capped_and_removed(results):
+    evaluation, evaluator = results["cache"]
+    assert evaluation.status == "crashed", evaluation.reason
+    assert "killed by the parent during call on smoke[0]" in evaluation.reason
+    assert "the per-code caches, over the limit of 16 MiB (code_cache_bytes)" in evaluation.reason
+    assert not any(cache.exists() for cache in evaluator.child.caches)
+
+
+@pytest.mark.skipif(not FULL_ISOLATION, reason="needs a mount namespace")
+def test_dev_shm_and_the_working_directory_are_sized(results):
+    evaluation, _ = results["disk"]
+    assert evaluation.status == "runtime_error", evaluation.reason
+    found = re.search(
+        r"filled /dev/shm: (\d+) MiB then ENOSPC; working directory: (\d+) MiB then ENOSPC", evaluation.reason
+    )
+    assert found, evaluation.reason
+    assert all(int(written) <= 64 for written in found.groups())
+
+
+def test_the_directories_shared_with_the_parent_are_watched(results):
+    evaluation, _ = results["exchange directory"]
+    assert evaluation.status == "crashed", evaluation.reason
+    assert "killed by the parent during call on smoke[0]" in evaluation.reason
+    assert "in the working directories, over the limit of 64 MiB (disk_bytes)" in evaluation.reason
+
+
+def test_per_code_caches_over_the_limit_when_a_child_is_closed_are_removed(tmp_path, monkeypatch):
+    """What a run left between the watch's last look and its end (here written before a child
+    that never started) is measured when the child is closed, and removed."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    code = b"# caches left over the limit\n"
+    limits = SandboxLimits.from_settings(**SMALL)
+    sha256 = hashlib.sha256(code).hexdigest()
+    child = ChildProcess(code, TASK, device="cpu", limits=limits, code_sha256=sha256)
+    (child.triton_cache / "left.bin").write_bytes(b"\x01" * 17 * MIB)
+    child.close()
+    assert not any(cache.exists() for cache in child.caches)
+    assert child.caches_trimmed == (
+        "left more than 16 MiB in its per-code caches, over the limit (code_cache_bytes): the caches were removed"
+    )
+    within = ChildProcess(code, TASK, device="cpu", limits=limits, code_sha256=sha256)
+    (within.triton_cache / "kept.bin").write_bytes(b"\x01" * MIB)
+    within.close()
+    assert within.caches_trimmed is None and (within.triton_cache / "kept.bin").exists()
