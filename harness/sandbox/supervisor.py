@@ -33,7 +33,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -143,6 +144,12 @@ kept_children: dict[tuple[str, str, str, str], ChildProcess] = {}
 early_children: dict[tuple[str, str, str, str], ChildProcess] = {}
 
 
+# Every child spawned and not yet closed, so that a timing phase can stop all the others
+# (`others_stopped`); the lock lets one timing phase run at a time in this process.
+live_children: set[ChildProcess] = set()
+_timing_lock = threading.Lock()
+
+
 def start_children_early(wanted: list[tuple[bytes, TaskSpec, str, SandboxLimits]]) -> None:
     """Spawn a child for each (code, task, device, limits) that has no kept or early child yet,
     without waiting: they import torch and their candidates while the caller imports torch
@@ -173,6 +180,21 @@ def close_waiting_children() -> None:
 
 
 atexit.register(close_waiting_children)
+
+
+@contextmanager
+def others_stopped(child: ChildProcess) -> Iterator[None]:
+    """Stop every other live child (`ChildProcess.stop`) for the duration, then resume them: no
+    other candidate (kept, spawned early, waiting for its turn in a group) runs while `child` is
+    timed."""
+    others = [other for other in list(live_children) if other is not child]
+    try:
+        for other in others:
+            other.stop()
+        yield
+    finally:
+        for other in others:
+            other.resume()
 
 
 class ChildFailure(Exception):
@@ -537,6 +559,9 @@ class ChildProcess:
         self.shutdown_requested = False
         self.startup_s: float | None = None
         self.ready: Ready | ImportFailed | None = None
+        self.stopped_pids: list[int] = []  # stopped by another child's timing phase (`stop`)
+        self.pauses: list[tuple[float, float]] = []  # (from, to) on the parent's clock, ended pauses
+        self.paused_at: float | None = None
         settings = get_settings()
         self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
@@ -621,6 +646,7 @@ class ChildProcess:
         finally:
             for fd in child_fds:
                 os.close(fd)
+        live_children.add(self)
         self.log_thread = threading.Thread(target=self._drain_log, daemon=True)
         self.log_thread.start()
         plan = IsolationPlan()
@@ -722,6 +748,67 @@ class ChildProcess:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def processes(self) -> list[int]:
+        """The child and every process descended from it (in a pid namespace, every process of
+        the sandbox: orphans are reparented to its init; a new session or process group does not
+        leave the tree), from the parent pids in /proc."""
+        if self.proc is None:
+            return []
+        children: dict[int, list[int]] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+        tree, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo += children.get(pid, [])
+        return tree
+
+    def stop(self) -> None:
+        """SIGSTOP every process of the child (its threads with it), again until no new one
+        appears: while another child is timed, this one runs nothing on the CPU and launches
+        nothing on the GPU. Its deadlines stand still meanwhile (`_paused_s`)."""
+        if self.proc is None or self.proc.poll() is not None or self.paused_at is not None:
+            return
+        self.paused_at = monotonic()
+        stopped: set[int] = set()
+        for _ in range(20):
+            new = [pid for pid in self.processes() if pid not in stopped]
+            if not new:
+                break
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                stopped.add(pid)
+        self.stopped_pids = sorted(stopped)
+
+    def resume(self) -> None:
+        """SIGCONT what `stop` stopped."""
+        if self.paused_at is None:
+            return
+        for pid in self.stopped_pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.pauses.append((self.paused_at, monotonic()))
+        self.paused_at, self.stopped_pids = None, []
+
+    def _paused_s(self, since: float) -> float:
+        """Seconds this child was stopped since `since` (a deadline from then moves by as much)."""
+        now = monotonic()
+        spans = [*self.pauses, *([(self.paused_at, now)] if self.paused_at is not None else [])]
+        return sum(max(0.0, end - max(start, since)) for start, end in spans)
+
     def new_request_id(self) -> int:
         self.next_id += 1
         return self.next_id
@@ -756,23 +843,28 @@ class ChildProcess:
         warmup_calls: int,
         warmup_s: float,
         autotune_config: int | None,
-        on_output: Callable[[CallDone], None] | None,
+        on_output: Callable[[CallDone], None],
         phase: str,
     ) -> TimeReply:
-        """Warm up and time the entry point on one shape (harness.timing in the child).
+        """Warm up and time the entry point on one shape (harness.timing in the child), while every
+        other child of this process is stopped (`others_stopped`).
 
         The child asks for each call's seed in turn (calls 0, 1, 2 ..., warm-up included) and
-        gets `seed_for(k)`. With `on_output` (leaderboard mode) every timed call's output is
-        exported to `timed_output_path(id, k)` and handed to `on_output` as soon as the call is
-        over, before the next call's seed is sent. Every message is due within call_timeout_s of
-        the one before it, so a hanging call is killed like one in `check`. `call_wall_ms` maps
-        each timed call to the parent's own time from sending its seed to hearing it is over."""
+        gets `seed_for(k)`. Every timed call's output is exported to `timed_output_path(id, k)`
+        and handed to `on_output` as soon as the call is over, before the next call's seed is
+        sent. Every message is due within call_timeout_s of the one before it, so a hanging call
+        is killed like one in `check`. `call_wall_ms` maps each timed call to the parent's own
+        time from sending its seed to hearing that its output is in its file: the call, and
+        everything the child did for it (inputs, NaN fill, flush, export), lies in between."""
+        with _timing_lock, others_stopped(self):
+            return self._time(shape, seed_for, rule, warmup_calls, warmup_s, autotune_config, on_output, phase)
+
+    def _time(self, shape, seed_for, rule, warmup_calls, warmup_s, autotune_config, on_output, phase) -> TimeReply:
         self.call_wall_ms: dict[int, float] = {}
         seed_sent_at: dict[int, float] = {}
         request = TimeRequest(
             id=self.new_request_id(),
             shape=shape,
-            export_outputs=on_output is not None,
             warmup_calls=warmup_calls,
             warmup_s=warmup_s,
             min_runs=rule.min_runs,
@@ -811,13 +903,14 @@ class ChildProcess:
                 if message.index != next_index:
                     raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
                 next_index += 1
+                seed = seed_for(message.index)
                 seed_sent_at[message.index] = monotonic()
-                self._send(CallSeed(id=request.id, index=message.index, seed=seed_for(message.index)), phase)
+                self._send(CallSeed(id=request.id, index=message.index, seed=seed), phase)
             else:
-                if message.index in seed_sent_at:
-                    self.call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
-                if on_output is not None:
-                    on_output(message)
+                if message.index not in seed_sent_at or message.index in self.call_wall_ms:
+                    raise self._fail("crashed", f"protocol violation during {phase}: an output for no call")
+                self.call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
+                on_output(message)
 
     def output_path(self, request_id: int) -> Path:
         return self.io_dir / f"output-{request_id}.bin"
@@ -831,7 +924,7 @@ class ChildProcess:
 
     def close(self) -> None:
         """Ask the child to stop, then kill whatever is left of its process group; remove its files."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None and self.paused_at is None:
             try:
                 if not self.shutdown_requested:
                     self._send(Shutdown(), "shutdown")
@@ -867,6 +960,7 @@ class ChildProcess:
                 del self.log[: len(self.log) - LOG_TAIL_BYTES]
 
     def _kill(self) -> None:
+        live_children.discard(self)
         if self.proc is None:
             return
         try:
@@ -933,7 +1027,7 @@ class ChildProcess:
         answering `request_id`."""
         deadline = since + limit_s
         while b"\n" not in self.buffer:
-            remaining = deadline - monotonic()
+            remaining = deadline + self._paused_s(since) - monotonic()
             if remaining <= 0:
                 raise self._fail("timeout", f"{phase} exceeded {limit_s:g} s")
             readable, _, _ = select.select([self.reply_fd], [], [], min(remaining, 0.5))
