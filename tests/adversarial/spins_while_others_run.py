@@ -1,0 +1,48 @@
+"""Correct, but leaves CPU spinners running (a thread in its own process and a process in a new
+session) that work while the other revisions are timed and pause during its own calls. Each
+spinner beats every millisecond and prints every pause it did not choose (a gap between two
+beats over 20 ms, on the monotonic clock) as `spinner <kind> gap <from> <to>`."""
+import ctypes
+import mmap
+import os
+import threading
+import time
+
+import torch.nn.functional as F
+from task import input_t, output_t
+
+GAP_S = 0.02
+_own_call = mmap.mmap(-1, 1)  # shared with the forked spinner: 1 while a call of ours runs
+
+
+def _spin(kind: str) -> None:
+    last = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now - last > GAP_S:
+            print(f"spinner {kind} gap {last:.4f} {now:.4f}", flush=True)
+        last = now
+        if _own_call[0]:
+            time.sleep(0.001)  # quiet while our own calls are timed
+            continue
+        while time.monotonic() - now < 0.001:
+            pass  # a real spinner would burn every core; this one burns about a fifth of one
+        time.sleep(0.004)
+
+
+if os.fork() == 0:
+    os.setsid()
+    ctypes.CDLL(None).prctl(15, b"hx-spinner", 0, 0, 0)  # PR_SET_NAME, for the test to find it
+    _spin("process")
+    os._exit(0)
+threading.Thread(target=_spin, args=("thread",), daemon=True).start()
+
+
+def custom_kernel(data: input_t) -> output_t:
+    _own_call[0] = 1
+    try:
+        input_tensor, kernel, output = data
+        output.copy_(F.conv2d(input_tensor, kernel))
+        return output
+    finally:
+        _own_call[0] = 0
