@@ -963,10 +963,14 @@ class ChildProcess:
         live_children.discard(self)
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # Its whole process tree while it runs (its pid is still its own then): a process the
+        # candidate moved to a new session has left the group, not the tree.
+        pids = self.processes() if self.proc.poll() is None else []
+        for pid in [*pids, -self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.proc.wait()
         self.log_thread.join(timeout=5)
 
