@@ -207,6 +207,9 @@ def test_the_parent_side_timing_checks_on_numbers():
     assert not host_clock_disagrees([0.05, 0.06], [0.4, 9.0]), "one slow interval is load, not a lie"
     assert host_clock_disagrees([0.001, 0.001], [20.3, 20.5])
     assert not host_clock_disagrees([], [20.0])
+    assert not host_clock_disagrees([0.1, 0.1], [20.3, 20.5], harness_ms=20.0), "the harness's own cost"
+    assert host_clock_disagrees([0.1, 0.1], [22.3, 22.5], harness_ms=20.0), "2.2 ms of work left unreported"
+    assert host_clock_disagrees([5.0, 1.0], [4.0, 20.0]), "a call reported longer than its whole bracket"
 
 
 def test_a_timer_cheat_benched_into_the_store_shows_its_flag_on_the_leaderboard(tmp_path):
