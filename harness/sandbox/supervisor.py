@@ -857,60 +857,57 @@ class ChildProcess:
         time from sending its seed to hearing that its output is in its file: the call, and
         everything the child did for it (inputs, NaN fill, flush, export), lies in between."""
         with _timing_lock, others_stopped(self):
-            return self._time(shape, seed_for, rule, warmup_calls, warmup_s, autotune_config, on_output, phase)
-
-    def _time(self, shape, seed_for, rule, warmup_calls, warmup_s, autotune_config, on_output, phase) -> TimeReply:
-        self.call_wall_ms: dict[int, float] = {}
-        seed_sent_at: dict[int, float] = {}
-        request = TimeRequest(
-            id=self.new_request_id(),
-            shape=shape,
-            warmup_calls=warmup_calls,
-            warmup_s=warmup_s,
-            min_runs=rule.min_runs,
-            max_runs=rule.max_runs,
-            max_rel_err=rule.max_rel_err,
-            budget_s=rule.budget_s,
-            autotune_config=autotune_config,
-        )
-        self._send(request, phase)
-        # The child decides when warm-up and timing end by its own clock, which the candidate can
-        # replace: the whole phase also has a deadline on the parent's clock, generous enough for
-        # any honest run (warm-up and budget, four times over, and two whole calls).
-        phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
-        phase_deadline = monotonic() + phase_limit_s
-        next_index = 0
-        phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
-        while True:
-            now = monotonic()
-            if now >= phase_deadline:
-                raise self._fail("timeout", phase_timeout)
-            try:
-                message = self._receive(
-                    now,
-                    min(self.limits.call_timeout_s, phase_deadline - now),
-                    phase,
-                    (SeedWanted, CallDone, TimeReply),
-                    request.id,
-                )
-            except ChildFailure as failure:
-                if failure.status == "timeout" and monotonic() >= phase_deadline:
-                    raise ChildFailure("timeout", phase_timeout) from None
-                raise
-            if isinstance(message, TimeReply):
-                return message
-            if isinstance(message, SeedWanted):
-                if message.index != next_index:
-                    raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
-                next_index += 1
-                seed = seed_for(message.index)
-                seed_sent_at[message.index] = monotonic()
-                self._send(CallSeed(id=request.id, index=message.index, seed=seed), phase)
-            else:
-                if message.index not in seed_sent_at or message.index in self.call_wall_ms:
-                    raise self._fail("crashed", f"protocol violation during {phase}: an output for no call")
-                self.call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
-                on_output(message)
+            self.call_wall_ms: dict[int, float] = {}
+            seed_sent_at: dict[int, float] = {}
+            request = TimeRequest(
+                id=self.new_request_id(),
+                shape=shape,
+                warmup_calls=warmup_calls,
+                warmup_s=warmup_s,
+                min_runs=rule.min_runs,
+                max_runs=rule.max_runs,
+                max_rel_err=rule.max_rel_err,
+                budget_s=rule.budget_s,
+                autotune_config=autotune_config,
+            )
+            self._send(request, phase)
+            # The child decides when warm-up and timing end by its own clock, which the candidate can
+            # replace: the whole phase also has a deadline on the parent's clock, generous enough for
+            # any honest run (warm-up and budget, four times over, and two whole calls).
+            phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
+            phase_deadline = monotonic() + phase_limit_s
+            next_index = 0
+            phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
+            while True:
+                now = monotonic()
+                if now >= phase_deadline:
+                    raise self._fail("timeout", phase_timeout)
+                try:
+                    message = self._receive(
+                        now,
+                        min(self.limits.call_timeout_s, phase_deadline - now),
+                        phase,
+                        (SeedWanted, CallDone, TimeReply),
+                        request.id,
+                    )
+                except ChildFailure as failure:
+                    if failure.status == "timeout" and monotonic() >= phase_deadline:
+                        raise ChildFailure("timeout", phase_timeout) from None
+                    raise
+                if isinstance(message, TimeReply):
+                    return message
+                if isinstance(message, SeedWanted):
+                    if message.index != next_index:
+                        raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
+                    next_index += 1
+                    seed = seed_for(message.index)
+                    seed_sent_at[message.index] = monotonic()
+                    self._send(CallSeed(id=request.id, index=message.index, seed=seed), phase)
+                else:
+                    if message.index not in seed_sent_at or message.index in self.call_wall_ms:
+                        raise self._fail("crashed", f"protocol violation during {phase}: an output for no call")
+                    self.call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
+                    on_output(message)
 
     def output_path(self, request_id: int) -> Path:
         return self.io_dir / f"output-{request_id}.bin"
