@@ -413,9 +413,10 @@ def _spinner_left() -> list[str]:
 
 def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> None:
     """A correct candidate leaves a spinner thread and a spinner process (in a new session)
-    running, quiet during its own calls. While the other revision (an honest 20 ms kernel) is
-    timed, both spinners are stopped: each of them shows a gap in its beats over every timing
-    phase of the other revision (the last shape's gap may not be printed before the shutdown)."""
+    running, and on a GPU a thread that launches matrix products, quiet during its own calls.
+    While the other revision (an honest 20 ms kernel) is timed, every spinner is stopped: each
+    shows a gap in its beats over every timing phase of the other revision (the last shape's gap
+    may not be printed before the shutdown)."""
     evaluators = _timing_cheat_evaluators(device, [("spins_while_others_run.py", "test"), ("slow_honest.py", "test")],
                                           **options)
     honest = evaluators[1]
@@ -437,7 +438,7 @@ def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> N
     gaps = _spinner_gaps(spinning.log_tail)
     assert len(phases) == len(honest.shapes)
     for start, end in phases[:-1]:
-        for kind in ("thread", "process"):
+        for kind in ("thread", "process", *(["gpu"] if device == "cuda" else [])):
             assert any(k == kind and g0 <= start + 0.1 and g1 >= end - 0.05 for k, g0, g1 in gaps), (
                 kind, (start, end), gaps)
     deadline = time.monotonic() + 5
