@@ -3,15 +3,17 @@ tests/adversarial/, each evaluated in the real sandbox, each ending failed or fl
 that names the cheat. Cheats that tests/bad_candidates/ already covers are tested in
 test_sandbox.py; docs/threat-model.md lists both.
 
-Three groups, each evaluated in one go two children at a time: untimed checks, timed
-evaluations (with a tiny CPU peak rate, so that every honest time is below the physical floor),
-and the secret hunt against a real store.
+Four groups, each evaluated in one go: untimed checks, timed evaluations (with a tiny CPU peak
+rate, so that every honest time is below the physical floor), the timing cheats of issue 15
+(interleaved, in benchmark and leaderboard mode) and the secret hunt against a real store.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,8 +21,8 @@ import pytest
 import torch
 
 from harness.sandbox.checks import store_limits
-from harness.sandbox.evaluation import Evaluation, evaluate
-from harness.sandbox.supervisor import SandboxLimits, detect_isolation
+from harness.sandbox.evaluation import Evaluation, Evaluator, evaluate, evaluate_interleaved
+from harness.sandbox.supervisor import SandboxLimits, detect_isolation, live_children
 from harness.store.revisions import get_or_create_secret, register_revision
 from harness.store.session import open_store
 from harness.tasks import load_task
@@ -205,6 +207,9 @@ def test_the_parent_side_timing_checks_on_numbers():
     assert not host_clock_disagrees([0.05, 0.06], [0.4, 9.0]), "one slow interval is load, not a lie"
     assert host_clock_disagrees([0.001, 0.001], [20.3, 20.5])
     assert not host_clock_disagrees([], [20.0])
+    assert not host_clock_disagrees([0.1, 0.1], [20.3, 20.5], harness_ms=20.0), "the harness's own cost"
+    assert host_clock_disagrees([0.1, 0.1], [22.3, 22.5], harness_ms=20.0), "2.2 ms of work left unreported"
+    assert host_clock_disagrees([5.0, 1.0], [4.0, 20.0]), "a call reported longer than its whole bracket"
 
 
 def test_a_timer_cheat_benched_into_the_store_shows_its_flag_on_the_leaderboard(tmp_path):
@@ -282,3 +287,204 @@ def test_a_fake_clock_cannot_stretch_the_warm_up_past_the_parents_deadline(monke
     result = evaluate(code, "patches_timers.py", TASK, device="cpu", timed=True, limits=limits, rule=RULE)
     assert result.status == "timeout", result.reason
     assert "ran past the phase's limit of 8.4 s on the parent's clock" in result.reason
+
+
+# --- issue 15: timing cheats -----------------------------------------------------------------
+
+SECRET = 987654321
+# (file, mode) -> what becomes of it: a status and a text its reason contains, or "flagged"
+TIMING_CHEATS = {
+    ("computes_when_checked.py", "test"): ("wrong_answer", "timed output check: call "),
+    ("replaces_timing_loop.py", "test"): ("wrong_answer", "3 timed calls, but 0 outputs handed over for checking"),
+    ("replaces_timing_loop_with_calls.py", "test"): "flagged",
+    ("replaces_timing_loop_with_calls.py", "leaderboard"): "flagged",
+    ("fills_with_the_answer.py", "test"): "flagged",
+    ("fills_with_the_answer.py", "leaderboard"): "flagged",
+}
+
+
+def _timing_cheat_evaluators(device: str, cheats, **options) -> list[Evaluator]:
+    evaluators = []
+    for name, mode in cheats:
+        path = REFERENCE if name == REFERENCE.name else ADVERSARIAL / name
+        secret = SECRET if mode == "leaderboard" else None
+        evaluators.append(
+            Evaluator(path.read_bytes(), name, TASK, device=device, mode=mode, timed=True, secret_seed=secret, **options)
+        )
+    return evaluators
+
+
+def _assert_nothing_left(evaluators: list[Evaluator]) -> None:
+    """Every child (the calibration child too) is gone, with its working and exchange directories."""
+    children = [evaluator.child for evaluator in evaluators]
+    children += {id(e.calibrator): e.calibrator.child for e in evaluators if e.calibrator is not None}.values()
+    for child in children:
+        assert child.proc is None or child.proc.poll() is not None
+        assert not child.workdir.exists() and not child.io_dir.exists()
+        assert child not in live_children
+
+
+@pytest.fixture(scope="module")
+def timing_cheats() -> dict[tuple[str, str], Evaluation]:
+    """The timing cheats, the honest reference in both modes and the precomputer, interleaved
+    in groups of four (one calibration child for all)."""
+    cheats = [*TIMING_CHEATS, (REFERENCE.name, "test"), (REFERENCE.name, "leaderboard"),
+              ("precomputes_public_seeds.py", "test")]
+    evaluators = _timing_cheat_evaluators("cpu", cheats, limits=SandboxLimits.from_settings(**QUICK), rule=RULE)
+    evaluations = evaluate_interleaved(evaluators, group_size=4)
+    _assert_nothing_left(evaluators)
+    return dict(zip(cheats, evaluations))
+
+
+def _assert_timing_cheat_outcome(expected, evaluation: Evaluation, where) -> None:
+    if expected == "flagged":
+        assert evaluation.status == "pass", (where, evaluation.reason)
+        for shape in evaluation.shapes:
+            assert HOST_CLOCK_MISMATCH in shape.timing_flags, (where, shape.index, shape.times_ms, shape.check)
+    else:
+        status, reason = expected
+        assert (evaluation.status, where) == (status, where), evaluation.reason
+        assert reason in evaluation.reason, (where, evaluation.reason)
+        assert evaluation.score_ms is None and all(shape.mean_ms is None for shape in evaluation.shapes)
+
+
+@pytest.mark.parametrize(("name", "mode"), list(TIMING_CHEATS))
+def test_a_timing_cheat_fails_or_is_flagged(timing_cheats, name, mode):
+    _assert_timing_cheat_outcome(TIMING_CHEATS[name, mode], timing_cheats[name, mode], (name, mode))
+
+
+def test_a_candidate_that_computes_only_for_the_check_fails_on_its_first_timed_output(timing_cheats):
+    """It finds the child's checking call on its call stack and computes only there: its check
+    passes, and the NaN of its first timed call's buffer is checked like any output."""
+    evaluation = timing_cheats["computes_when_checked.py", "test"]
+    first = evaluation.shapes[0]
+    assert first.check["passed"] is True
+    assert "NaN/Inf (unwritten elements stay NaN)" in first.reason
+
+
+def test_a_replaced_timing_loop_is_caught_by_the_parents_clock(timing_cheats):
+    """The loop that plays the protocol reports 0.0005 ms a call; the parent's brackets, less the
+    harness's own cost, hold its 10 ms kernel."""
+    for mode in ("test", "leaderboard"):
+        for shape in timing_cheats["replaces_timing_loop_with_calls.py", mode].shapes:
+            timing = shape.check["timing"]
+            assert shape.times_ms == [0.0005] * 3
+            assert min(timing["parent_ms"]) - timing["harness_ms"] > 10.0, (mode, timing)
+
+
+def test_work_in_the_nan_fill_counts_against_the_candidate(timing_cheats):
+    """The fill runs before the timer in the child, but inside the parent's bracket."""
+    for mode in ("test", "leaderboard"):
+        for shape in timing_cheats["fills_with_the_answer.py", mode].shapes:
+            assert shape.max_ms < 1.0 and min(shape.check["timing"]["parent_ms"]) > 10.0, (mode, shape.check)
+
+
+def test_precomputed_public_outputs_gain_nothing(timing_cheats):
+    """Its checks (public seeds) get the kept outputs, but benchmark mode times a seed drawn for
+    the timing: every timed call takes its slow path, and nothing is flagged."""
+    evaluation = timing_cheats["precomputes_public_seeds.py", "test"]
+    assert evaluation.status == "pass", evaluation.reason
+    for shape in evaluation.shapes:
+        assert shape.check["passed"] is True and shape.min_ms > 10.0, (shape.index, shape.times_ms)
+        assert shape.timing_flags == []
+
+
+@pytest.mark.parametrize("mode", ["test", "leaderboard"])
+def test_the_honest_reference_is_not_flagged_beside_the_cheats(timing_cheats, mode):
+    evaluation = timing_cheats[REFERENCE.name, mode]
+    assert evaluation.status == "pass", evaluation.reason
+    assert [shape.timing_flags for shape in evaluation.shapes] == [[]] * len(TASK.smoke), [
+        shape.check["timing"] for shape in evaluation.shapes]
+
+
+def _spinner_gaps(log: str) -> list[tuple[str, float, float]]:
+    return [(kind, float(start), float(end))
+            for kind, start, end in re.findall(r"spinner (\w+) gap ([\d.]+) ([\d.]+)", log)]
+
+
+def _spinner_left() -> list[str]:
+    left = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if Path(entry.path, "comm").read_text().strip() == "hx-spinner":
+                    left.append(entry.name)
+            except OSError:
+                continue
+    return left
+
+
+def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> None:
+    """A correct candidate leaves a spinner thread and a spinner process (in a new session)
+    running, and on a GPU a thread that launches matrix products, quiet during its own calls.
+    While the other revision (an honest 20 ms kernel) is timed, every spinner is stopped: each
+    shows a gap in its beats over every timing phase of the other revision (the last shape's gap
+    may not be printed before the shutdown)."""
+    evaluators = _timing_cheat_evaluators(device, [("spins_while_others_run.py", "test"), ("slow_honest.py", "test")],
+                                          **options)
+    honest = evaluators[1]
+    phases: list[tuple[float, float]] = []
+    real_time = honest.child.time
+
+    def recorded_time(*args, **kwargs):
+        started = time.monotonic()
+        try:
+            return real_time(*args, **kwargs)
+        finally:
+            phases.append((started, time.monotonic()))
+
+    honest.child.time = recorded_time
+    spinning, honest_result = evaluate_interleaved(evaluators)
+    _assert_nothing_left(evaluators)
+    assert spinning.status == "pass" and honest_result.status == "pass", (spinning.reason, honest_result.reason)
+    assert honest_result.shapes[0].timing_flags == [], honest_result.shapes[0].check["timing"]
+    gaps = _spinner_gaps(spinning.log_tail)
+    assert len(phases) == len(honest.shapes)
+    for start, end in phases[:-1]:
+        for kind in ("thread", "process", *(["gpu"] if device == "cuda" else [])):
+            assert any(k == kind and g0 <= start + 0.1 and g1 >= end - 0.05 for k, g0, g1 in gaps), (
+                kind, (start, end), gaps)
+    deadline = time.monotonic() + 5
+    while _spinner_left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _spinner_left() == [], "the spinner process outlived its sandbox"
+
+
+@pytest.mark.skipif(not FULL_ISOLATION, reason="without a pid namespace a process in a new session escapes")
+def test_spinners_left_running_are_stopped_while_another_revision_is_timed():
+    _assert_spinners_stopped_while_others_are_timed(
+        "cpu", limits=SandboxLimits.from_settings(**QUICK), rule=RULE
+    )
+
+
+CUDA_RULE = StoppingRule(min_runs=3, max_runs=10, budget_s=1.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA timing cheats need a CUDA GPU")
+def test_timing_cheats_fail_or_are_flagged_on_cuda():
+    """The same cheats on the GPU's benchmark shapes, beside the honest reference (which must not
+    be flagged host_clock_mismatch) and the precomputer (which gains nothing)."""
+    cheats = [*TIMING_CHEATS, (REFERENCE.name, "test"), (REFERENCE.name, "leaderboard"),
+              ("precomputes_public_seeds.py", "test")]
+    limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=120.0)
+    evaluators = _timing_cheat_evaluators("cuda", cheats, limits=limits, rule=CUDA_RULE)
+    evaluations = dict(zip(cheats, evaluate_interleaved(evaluators)))
+    _assert_nothing_left(evaluators)
+    for key, evaluation in evaluations.items():
+        print("timing cheat on cuda:", key, evaluation.status, evaluation.reason,
+              [(s.mean_ms, s.timing_flags, s.check.get("timing", {}).get("harness_ms"),
+                min(s.check.get("timing", {}).get("parent_ms", [0]))) for s in evaluation.shapes])
+    for key, expected in TIMING_CHEATS.items():
+        _assert_timing_cheat_outcome(expected, evaluations[key], key)
+    for mode in ("test", "leaderboard"):
+        honest = evaluations[REFERENCE.name, mode]
+        assert honest.status == "pass", honest.reason
+        assert not any(HOST_CLOCK_MISMATCH in shape.timing_flags for shape in honest.shapes), mode
+    precomputed = evaluations["precomputes_public_seeds.py", "test"]
+    assert precomputed.status == "pass" and all(shape.min_ms > 10.0 for shape in precomputed.shapes)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA spinner case needs a CUDA GPU")
+def test_spinners_left_running_are_stopped_while_another_revision_is_timed_on_cuda():
+    limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=120.0)
+    _assert_spinners_stopped_while_others_are_timed("cuda", limits=limits, rule=CUDA_RULE)

@@ -186,9 +186,10 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
-def test_leaderboard_mode_fails_a_candidate_that_replays_its_first_output(device):
-    """The same candidate, interleaved: in benchmark mode every call has the check's inputs, so
-    replaying is not detectable there; leaderboard mode's fresh secret inputs catch it. With the
+def test_both_modes_fail_a_candidate_that_replays_its_first_output(device):
+    """The same candidate, interleaved: in benchmark mode the timed calls share one seed drawn
+    for the timing, not the check's, and every timed output is checked, so the output replayed
+    from the check fails; leaderboard mode's fresh secret inputs catch it too. With the
     reference as a third evaluator and groups of two, the order is A0 B0 A1 B1 ... then C0 C1 ..."""
     task = load_task("conv2d_v2")
     reference = (CANDIDATES_DIR / "conv2d_v2_reference.py").read_bytes()
@@ -212,7 +213,9 @@ def test_leaderboard_mode_fails_a_candidate_that_replays_its_first_output(device
         lambda evaluator, outcome: order.append((evaluators.index(evaluator), outcome.index)),
         group_size=2,
     )
-    assert benchmark.shapes[0].status == "pass" and benchmark.shapes[0].runs >= 3
+    assert benchmark.status == "wrong_answer" and benchmark.shapes[0].check["passed"] is True
+    assert benchmark.shapes[0].reason.startswith("timed output check: call "), benchmark.shapes[0].reason
+    assert benchmark.score_ms is None and benchmark.shapes[0].mean_ms is None
     assert leaderboard.status == "wrong_answer"
     assert leaderboard.shapes[0].status == "wrong_answer"
     assert "leaderboard recheck" in leaderboard.shapes[0].reason

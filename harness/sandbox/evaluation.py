@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import random
 import secrets
@@ -35,6 +36,7 @@ from harness import checking, scoring
 from harness.config import get_settings
 from harness.environment import confirm_device_name
 from harness.errors import HarnessError
+from harness.sandbox.calibration import Calibrator
 from harness.sandbox.devices import INTERLEAVE_GROUP, MODES, default_shape_set, resolve_device
 from harness.sandbox.protocol import AutotunerInfo, CallDone, CheckReply, ImportFailed, IsolationReport, Ready
 from harness.sandbox.supervisor import (
@@ -314,6 +316,7 @@ class Evaluator:
         limits: SandboxLimits | None = None,
         rule: StoppingRule | None = None,
         keep_child: bool = False,
+        calibrator: Calibrator | None = None,
     ) -> None:
         device = resolve_device(device)
         if mode not in MODES:
@@ -326,6 +329,9 @@ class Evaluator:
         self.timed, self.secret_seed = timed, secret_seed
         self.limits = limits or SandboxLimits.from_settings()
         self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
+        # the harness's own cost of a timed call per shape (evaluate_interleaved shares one)
+        self.calibrator, self.own_calibrator = calibrator, None
+        self._timed_case: tuple[tuple[str, int], checking.ReferenceCase] | None = None
         code_sha256 = hashlib.sha256(code).hexdigest()
         self.reference = load_reference(task)
         self.started = perf_counter()
@@ -380,6 +386,8 @@ class Evaluator:
         for the next evaluation; idempotent."""
         if not self.kept:
             self.child.close()
+        if self.own_calibrator is not None:
+            self.own_calibrator.close()
 
     def release_child(self) -> None:
         """At the end of the evaluation: keep the child for the next evaluation of this candidate
@@ -493,7 +501,7 @@ class Evaluator:
                 forget,
             )
             if self.timed and outcome.status == "pass" and all_passed_before:
-                self._time_shape(outcome, shape, seed)
+                self._time_shape(outcome, shape)
         except ChildFailure as failure:
             outcome.status, outcome.reason, outcome.passed = failure.status, failure.reason, False
         if outcome.status not in ("pass", "wrong_answer"):
@@ -522,16 +530,21 @@ class Evaluator:
         evaluation.wall_s = perf_counter() - self.started
         return evaluation
 
-    def _time_shape(self, outcome: ShapeOutcome, shape: Shape, check_seed: int) -> None:
+    def _time_shape(self, outcome: ShapeOutcome, shape: Shape) -> None:
         """Warm up and time one shape that passed its check; fill the outcome's timing fields, or
-        fail it (an exception, implausible times, a timed output that is wrong)."""
+        fail it (an exception, implausible times, a timed output that is wrong or missing).
+
+        Every timed output is checked against the reference of its seed, in every mode. Benchmark
+        mode times every call on one seed drawn now (so that nothing the candidate computed at
+        import or in its check helps); leaderboard mode draws a fresh seed per call."""
         leaderboard = self.mode == "leaderboard"
+        run_seed = secrets.randbits(63)
         seeds: dict[int, int] = {}
         problems: list[str] = []
         checked = 0
 
         def seed_for(index: int) -> int:
-            return seeds.setdefault(index, secrets.randbits(63)) if leaderboard else check_seed
+            return seeds.setdefault(index, secrets.randbits(63) if leaderboard else run_seed)
 
         def on_output(done: CallDone) -> None:
             nonlocal checked
@@ -545,6 +558,7 @@ class Evaluator:
             finally:
                 path.unlink(missing_ok=True)
 
+        harness_ms = self._calibrator().harness_ms(shape, leaderboard)
         warmup_calls, warmup_s = WARMUP[self.device]
         reply = self.child.time(
             shape.parameters,
@@ -553,7 +567,7 @@ class Evaluator:
             warmup_calls=warmup_calls,
             warmup_s=warmup_s,
             autotune_config=0 if self.config_count else None,
-            on_output=on_output if leaderboard else None,
+            on_output=on_output,
             phase=f"timing on {outcome.set_name}[{outcome.index}]",
         )
         times = reply.times_ms
@@ -561,33 +575,48 @@ class Evaluator:
             outcome.status, outcome.reason = reply.error.kind, f"during timing: {reply.error.error}"
         elif not 1 <= len(times) <= self.rule.max_runs or not all(0 < t < math.inf for t in times):
             outcome.status, outcome.reason = "crashed", "protocol violation during timing: implausible times"
-        elif leaderboard and checked != len(times):
+        elif checked != len(times):
             outcome.status = "wrong_answer"
             outcome.reason = f"{len(times)} timed calls, but {checked} outputs handed over for checking"
         elif problems:
-            outcome.status, outcome.reason = "wrong_answer", f"leaderboard recheck: {problems[0]}"
+            check = "leaderboard recheck" if leaderboard else "timed output check"
+            outcome.status, outcome.reason = "wrong_answer", f"{check}: {problems[0]}"
         elif outcome.verdicts is not None and not (outcome.verdicts.gpumode.passed or outcome.verdicts.accurate.passed):
+            # each timed output passed one verdict, but not every one the same
             verdicts = outcome.verdicts
+            check = "leaderboard recheck" if leaderboard else "timed output check"
             outcome.status = "wrong_answer"
-            outcome.reason = f"leaderboard recheck: {verdicts.gpumode.reason}; {verdicts.accurate.reason}"
+            outcome.reason = f"{check}: {verdicts.gpumode.reason}; {verdicts.accurate.reason}"
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
-            flags += self._parent_timing_flags(shape, times, leaderboard)
+            flags += self._parent_timing_flags(shape, times, harness_ms)
             stats = BenchmarkStats.from_times(times, device=self.device, compile_s=reply.compile_s, flags=flags)
             for name in ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms", "times_ms"):
                 setattr(outcome, name, getattr(stats, name))
             outcome.compile_s, outcome.timing_flags = stats.compile_s, stats.flags
-            outcome.check["timing"] = {"device": self.device, "compile_s": stats.compile_s, "flags": stats.flags}
+            outcome.check["timing"] = {
+                "device": self.device,
+                "compile_s": stats.compile_s,
+                "flags": stats.flags,
+                "parent_ms": [round(ms, 4) for ms in self.child.call_wall_ms.values()],
+                "harness_ms": round(harness_ms, 4),
+            }
             return
         outcome.passed = False
 
-    def _parent_timing_flags(self, shape: Shape, times: list[float], leaderboard: bool) -> list[str]:
+    def _calibrator(self) -> Calibrator:
+        """The shared calibrator, or one of this evaluator's own (closed with it)."""
+        if self.calibrator is None:
+            self.calibrator = self.own_calibrator = Calibrator(self.task, device=self.device, limits=self.limits)
+        return self.calibrator
+
+    def _parent_timing_flags(self, shape: Shape, times: list[float], harness_ms: float) -> list[str]:
         """Flags from the parent's own clock and the shape's physical floor (harness.timing)."""
         flags = []
-        if not leaderboard and host_clock_disagrees(times, list(self.child.call_wall_ms.values())):
+        if host_clock_disagrees(times, list(self.child.call_wall_ms.values()), harness_ms):
             flags.append(HOST_CLOCK_MISMATCH)
-        case = checking.reference_case(self.task, self.reference, shape, self._check_seed(shape), self.device)
-        input_bytes = sum(getattr(case.data[index], "nbytes", 0) for index in self.task.input_indices)
+        data = self._timed_case[1].data if self._timed_case is not None else ()  # the timed calls' inputs
+        input_bytes = sum(getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data))
         if min(times) < physical_floor_ms(input_bytes, self.peak_bandwidth_gbs):
             flags.append(BELOW_PHYSICAL_FLOOR)
         return flags
@@ -596,12 +625,20 @@ class Evaluator:
         self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone, path: Path
     ) -> str | None:
         """Why a timed call's output is not the answer for its seed, or None; its verdicts are
-        folded into the shape's. Only the fp32 reference is computed, and the exact answer only
-        where GPU MODE's check fails (no accuracy figures), to keep the recheck cheap."""
+        folded into the shape's. The fp32 reference is computed once per seed (benchmark mode's
+        calls share one), and the exact answer only where GPU MODE's check fails (no accuracy
+        figures), to keep the check cheap."""
         if seed is None:
             return "an output for a call whose seed was never sent"
-        data = self.reference.generate_input(**shape.parameters, seed=seed, device=self.device)
-        case = checking.ReferenceCase(data=data, expected=self.reference.ref_kernel(data), reference=self.reference)
+        key = (json.dumps(shape.parameters, sort_keys=True), seed)
+        if self._timed_case is None or self._timed_case[0] != key:
+            self._timed_case = None  # free the previous case's memory before making the next
+            data = self.reference.generate_input(**shape.parameters, seed=seed, device=self.device)
+            expected = self.reference.ref_kernel(data)
+            flops = self.reference.flops(**shape.parameters) if hasattr(self.reference, "flops") else None
+            case = checking.ReferenceCase(data=data, expected=expected, reference=self.reference, flops=flops)
+            self._timed_case = (key, case)
+        case = self._timed_case[1]
         problem = checking.output_problem(done.output, case.expected, done.output_aliases_input)
         if problem is not None:
             return problem
@@ -660,12 +697,23 @@ def evaluate_interleaved(
     flush buffer): longer lists run in groups of that size, one after another. A group's
     children start together (`start_evaluators`: their imports overlap; no shape runs before
     every child of the group is ready, so no timing shares the machine with an import) and are
-    asked to stop together. `on_shape` hears of every shape that ran (for progress). Every
-    child is stopped on the way out, also when this raises."""
+    asked to stop together. Timed evaluators of one task and device share one `Calibrator`
+    (the harness's own cost of a timed call per shape). `on_shape` hears of every shape that ran
+    (for progress). Every child is stopped on the way out, also when this raises."""
     evaluations: list[Evaluation] = []
     with ExitStack() as stack:
         for evaluator in evaluators:
             stack.enter_context(evaluator)
+        calibrators: dict[tuple[str, str], Calibrator] = {}
+        for evaluator in evaluators:
+            if evaluator.timed and evaluator.calibrator is None:
+                key = (evaluator.task.name, evaluator.device)
+                if key not in calibrators:
+                    calibrators[key] = stack.enter_context(
+                        Calibrator(evaluator.task, device=evaluator.device, limits=evaluator.limits)
+                    )
+                    calibrators[key].spawn()  # starts beside the first group's children
+                evaluator.calibrator = calibrators[key]
         for first in range(0, len(evaluators), group_size):
             group = evaluators[first : first + group_size]
             start_evaluators(group)

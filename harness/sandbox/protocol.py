@@ -82,13 +82,11 @@ class TimeRequest(Message):
     """Warm up and time the entry point on one shape (harness.timing.time_calls with this rule).
     Before every call the child asks for that call's seed (`SeedWanted`, answered by `CallSeed`),
     so that no call's inputs are known before it is made; after every timed call it sends
-    `CallDone`, with `export_outputs` once the output is in a file for the parent to check; it
-    ends with `TimeReply`."""
+    `CallDone` once the output is in a file for the parent to check; it ends with `TimeReply`."""
 
     type: Literal["time"] = "time"
     id: int
     shape: dict[str, int | float | str | bool]
-    export_outputs: bool
     warmup_calls: int = 1
     warmup_s: float = 0.0
     min_runs: int = 3
@@ -193,7 +191,7 @@ class SeedWanted(Message):
 
 
 class CallDone(Message):
-    """Call `index` was timed; with `export_outputs` its output is in the file the parent named."""
+    """Call `index` was timed and its output is in the file the parent named."""
 
     type: Literal["call_done"] = "call_done"
     token: str

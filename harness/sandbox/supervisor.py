@@ -34,7 +34,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -165,6 +166,12 @@ kept_children: dict[tuple[str, str, str, str], ChildProcess] = {}
 early_children: dict[tuple[str, str, str, str], ChildProcess] = {}
 
 
+# Every child spawned and not yet closed, so that a timing phase can stop all the others
+# (`others_stopped`); the lock lets one timing phase run at a time in this process.
+live_children: set[ChildProcess] = set()
+_timing_lock = threading.Lock()
+
+
 def start_children_early(wanted: list[tuple[bytes, TaskSpec, str, SandboxLimits]]) -> None:
     """Spawn a child for each (code, task, device, limits) that has no kept or early child yet,
     without waiting: they import torch and their candidates while the caller imports torch
@@ -195,6 +202,21 @@ def close_waiting_children() -> None:
 
 
 atexit.register(close_waiting_children)
+
+
+@contextmanager
+def others_stopped(child: ChildProcess) -> Iterator[None]:
+    """Stop every other live child (`ChildProcess.stop`) for the duration, then resume them: no
+    other candidate (kept, spawned early, waiting for its turn in a group) runs while `child` is
+    timed."""
+    others = [other for other in list(live_children) if other is not child]
+    try:
+        for other in others:
+            other.stop()
+        yield
+    finally:
+        for other in others:
+            other.resume()
 
 
 class ChildFailure(Exception):
@@ -568,6 +590,9 @@ class ChildProcess:
         self.spent_s = 0.0
         self.watch: ResourceWatch | None = None
         self.caches_trimmed: str | None = None  # why `trim_caches` removed the per-code caches
+        self.stopped_pids: list[int] = []  # stopped by another child's timing phase (`stop`)
+        self.pauses: list[tuple[float, float]] = []  # (from, to) on the parent's clock, ended pauses
+        self.paused_at: float | None = None
         settings = get_settings()
         self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
@@ -653,6 +678,7 @@ class ChildProcess:
         finally:
             for fd in child_fds:
                 os.close(fd)
+        live_children.add(self)
         self.log_thread = threading.Thread(target=self._drain_log, daemon=True)
         self.log_thread.start()
         self.watch = ResourceWatch(
@@ -770,6 +796,67 @@ class ChildProcess:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def processes(self) -> list[int]:
+        """The child and every process descended from it (in a pid namespace, every process of
+        the sandbox: orphans are reparented to its init; a new session or process group does not
+        leave the tree), from the parent pids in /proc."""
+        if self.proc is None:
+            return []
+        children: dict[int, list[int]] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+        tree, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo += children.get(pid, [])
+        return tree
+
+    def stop(self) -> None:
+        """SIGSTOP every process of the child (its threads with it), again until no new one
+        appears: while another child is timed, this one runs nothing on the CPU and launches
+        nothing on the GPU. Its deadlines stand still meanwhile (`_paused_s`)."""
+        if self.proc is None or self.proc.poll() is not None or self.paused_at is not None:
+            return
+        self.paused_at = monotonic()
+        stopped: set[int] = set()
+        for _ in range(20):
+            new = [pid for pid in self.processes() if pid not in stopped]
+            if not new:
+                break
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                stopped.add(pid)
+        self.stopped_pids = sorted(stopped)
+
+    def resume(self) -> None:
+        """SIGCONT what `stop` stopped."""
+        if self.paused_at is None:
+            return
+        for pid in self.stopped_pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.pauses.append((self.paused_at, monotonic()))
+        self.paused_at, self.stopped_pids = None, []
+
+    def _paused_s(self, since: float) -> float:
+        """Seconds this child was stopped since `since` (a deadline from then moves by as much)."""
+        now = monotonic()
+        spans = [*self.pauses, *([(self.paused_at, now)] if self.paused_at is not None else [])]
+        return sum(max(0.0, end - max(start, since)) for start, end in spans)
+
     def new_request_id(self) -> int:
         self.next_id += 1
         return self.next_id
@@ -804,67 +891,70 @@ class ChildProcess:
         warmup_calls: int,
         warmup_s: float,
         autotune_config: int | None,
-        on_output: Callable[[CallDone], None] | None,
+        on_output: Callable[[CallDone], None],
         phase: str,
     ) -> TimeReply:
-        """Warm up and time the entry point on one shape (harness.timing in the child).
+        """Warm up and time the entry point on one shape (harness.timing in the child), while every
+        other child of this process is stopped (`others_stopped`).
 
         The child asks for each call's seed in turn (calls 0, 1, 2 ..., warm-up included) and
-        gets `seed_for(k)`. With `on_output` (leaderboard mode) every timed call's output is
-        exported to `timed_output_path(id, k)` and handed to `on_output` as soon as the call is
-        over, before the next call's seed is sent. Every message is due within call_timeout_s of
-        the one before it, so a hanging call is killed like one in `check`. `call_wall_ms` maps
-        each timed call to the parent's own time from sending its seed to hearing it is over."""
-        self.call_wall_ms: dict[int, float] = {}
-        seed_sent_at: dict[int, float] = {}
-        request = TimeRequest(
-            id=self.new_request_id(),
-            shape=shape,
-            export_outputs=on_output is not None,
-            warmup_calls=warmup_calls,
-            warmup_s=warmup_s,
-            min_runs=rule.min_runs,
-            max_runs=rule.max_runs,
-            max_rel_err=rule.max_rel_err,
-            budget_s=rule.budget_s,
-            autotune_config=autotune_config,
-        )
-        self._send(request, phase)
-        # The child decides when warm-up and timing end by its own clock, which the candidate can
-        # replace: the whole phase also has a deadline on the parent's clock, generous enough for
-        # any honest run (warm-up and budget, four times over, and two whole calls).
-        phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
-        phase_deadline = monotonic() + phase_limit_s
-        next_index = 0
-        phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
-        while True:
-            now = monotonic()
-            if now >= phase_deadline:
-                raise self._fail("timeout", phase_timeout)
-            try:
-                message = self._receive(
-                    now,
-                    min(self.limits.call_timeout_s, phase_deadline - now),
-                    phase,
-                    (SeedWanted, CallDone, TimeReply),
-                    request.id,
-                )
-            except ChildFailure as failure:
-                if failure.status == "timeout" and monotonic() >= phase_deadline:
-                    raise ChildFailure("timeout", phase_timeout) from None
-                raise
-            if isinstance(message, TimeReply):
-                return message
-            if isinstance(message, SeedWanted):
-                if message.index != next_index:
-                    raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
-                next_index += 1
-                seed_sent_at[message.index] = monotonic()
-                self._send(CallSeed(id=request.id, index=message.index, seed=seed_for(message.index)), phase)
-            else:
-                if message.index in seed_sent_at:
+        gets `seed_for(k)`. Every timed call's output is exported to `timed_output_path(id, k)`
+        and handed to `on_output` as soon as the call is over, before the next call's seed is
+        sent. Every message is due within call_timeout_s of the one before it, so a hanging call
+        is killed like one in `check`. `call_wall_ms` maps each timed call to the parent's own
+        time from sending its seed to hearing that its output is in its file: the call, and
+        everything the child did for it (inputs, NaN fill, flush, export), lies in between."""
+        with _timing_lock, others_stopped(self):
+            self.call_wall_ms: dict[int, float] = {}
+            seed_sent_at: dict[int, float] = {}
+            request = TimeRequest(
+                id=self.new_request_id(),
+                shape=shape,
+                warmup_calls=warmup_calls,
+                warmup_s=warmup_s,
+                min_runs=rule.min_runs,
+                max_runs=rule.max_runs,
+                max_rel_err=rule.max_rel_err,
+                budget_s=rule.budget_s,
+                autotune_config=autotune_config,
+            )
+            self._send(request, phase)
+            # The child decides when warm-up and timing end by its own clock, which the candidate can
+            # replace: the whole phase also has a deadline on the parent's clock, generous enough for
+            # any honest run (warm-up and budget, four times over, and two whole calls).
+            phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
+            phase_deadline = monotonic() + phase_limit_s
+            next_index = 0
+            phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
+            while True:
+                now = monotonic()
+                if now >= phase_deadline:
+                    raise self._fail("timeout", phase_timeout)
+                try:
+                    message = self._receive(
+                        now,
+                        min(self.limits.call_timeout_s, phase_deadline - now),
+                        phase,
+                        (SeedWanted, CallDone, TimeReply),
+                        request.id,
+                    )
+                except ChildFailure as failure:
+                    if failure.status == "timeout" and monotonic() >= phase_deadline:
+                        raise ChildFailure("timeout", phase_timeout) from None
+                    raise
+                if isinstance(message, TimeReply):
+                    return message
+                if isinstance(message, SeedWanted):
+                    if message.index != next_index:
+                        raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
+                    next_index += 1
+                    seed = seed_for(message.index)
+                    seed_sent_at[message.index] = monotonic()
+                    self._send(CallSeed(id=request.id, index=message.index, seed=seed), phase)
+                else:
+                    if message.index not in seed_sent_at or message.index in self.call_wall_ms:
+                        raise self._fail("crashed", f"protocol violation during {phase}: an output for no call")
                     self.call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
-                if on_output is not None:
                     on_output(message)
 
     def output_path(self, request_id: int) -> Path:
@@ -879,7 +969,7 @@ class ChildProcess:
 
     def close(self) -> None:
         """Ask the child to stop, then kill whatever is left of its process group; remove its files."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None and self.paused_at is None:
             try:
                 if not self.shutdown_requested:
                     self._send(Shutdown(), "shutdown")
@@ -930,12 +1020,17 @@ class ChildProcess:
                 del self.log[: len(self.log) - LOG_TAIL_BYTES]
 
     def _kill(self) -> None:
+        live_children.discard(self)
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # Its whole process tree while it runs (its pid is still its own then): a process the
+        # candidate moved to a new session has left the group, not the tree.
+        pids = self.processes() if self.proc.poll() is None else []
+        for pid in [*pids, -self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         self.proc.wait()
         if self.watch is not None:
             self.watch.stop()
@@ -1002,7 +1097,7 @@ class ChildProcess:
         try:
             return self._receive_within(since, limit_s, phase, expected, request_id)
         finally:
-            self.spent_s += monotonic() - since
+            self.spent_s += monotonic() - since - self._paused_s(since)  # stopped time is not its own
 
     def _receive_within(
         self,
@@ -1015,7 +1110,7 @@ class ChildProcess:
         evaluation_left_s = self.limits.evaluation_timeout_s - self.spent_s
         deadline = since + min(limit_s, evaluation_left_s)
         while b"\n" not in self.buffer:
-            remaining = deadline - monotonic()
+            remaining = deadline + self._paused_s(since) - monotonic()
             if remaining <= 0 and evaluation_left_s < limit_s:
                 raise self._fail(
                     "timeout",

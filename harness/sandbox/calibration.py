@@ -1,0 +1,100 @@
+"""The harness's own cost of a timed call, per shape, measured where no candidate can touch it.
+
+The parent brackets every timed call on its own clock (harness.timing, step 5): from sending the
+call's seed to hearing that its output is in its file. Part of that bracket is the harness's own
+work in the child (making the inputs, the NaN fill, the L2 flush, the export, the messages). A
+`Calibrator` measures that part per shape and mode in a sandboxed child of its own whose
+candidate is the harness's: a no-op that returns its output buffer untouched. It runs only
+harness code, so a candidate cannot make it slower to hide work in the difference; it is timed
+like any candidate (every other child stopped), and the shortest bracket of its timed calls is
+the shape's harness cost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+
+from typing_extensions import Self
+
+from harness.errors import HarnessError
+from harness.sandbox.protocol import CallDone, Ready
+from harness.sandbox.supervisor import ChildFailure, ChildProcess, SandboxLimits
+from harness.tasks import Shape, TaskSpec
+from harness.timing import StoppingRule
+
+CALIBRATION_RULE = StoppingRule(min_runs=5, max_runs=5)
+CALIBRATION_WARMUP_CALLS = 2  # the first export allocates its pinned buffer
+
+
+def noop_candidate(task: TaskSpec) -> bytes:
+    """The harness's no-op candidate for `task`: it returns the output buffer (or, for a task
+    without one, its first input) as it finds it."""
+    index = task.output_index if task.output_index is not None else task.input_indices[0]
+    return f"def {task.entry_point}(data):\n    return data[{index}]\n".encode()
+
+
+class Calibrator:
+    """One child running `noop_candidate`, started on first use (or with `spawn`, so that it
+    starts beside the candidates' children); `harness_ms` is kept per shape and mode."""
+
+    def __init__(self, task: TaskSpec, *, device: str, limits: SandboxLimits) -> None:
+        code = noop_candidate(task)
+        self.task, self.device = task, device
+        self.child = ChildProcess(code, task, device=device, limits=limits, code_sha256=hashlib.sha256(code).hexdigest())
+        self.spawned = False
+        self.ready: Ready | None = None
+        self.harness_ms_by_shape: dict[tuple[str, bool], float] = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def spawn(self) -> None:
+        if not self.spawned:
+            self.spawned = True
+            self.child.spawn()
+
+    def harness_ms(self, shape: Shape, leaderboard: bool) -> float:
+        """The shortest parent's bracket of a no-op timed call of `shape`, with a fresh seed per
+        call (`leaderboard`) or one seed for the shape, as the candidate's calls will have."""
+        key = (json.dumps(shape.parameters, sort_keys=True), leaderboard)
+        if key not in self.harness_ms_by_shape:
+            self.harness_ms_by_shape[key] = self._measure(shape, leaderboard)
+        return self.harness_ms_by_shape[key]
+
+    def _measure(self, shape: Shape, leaderboard: bool) -> float:
+        run_seed = secrets.randbits(63)
+        child = self.child
+
+        def discard(done: CallDone) -> None:
+            child.timed_output_path(done.id, done.index).unlink(missing_ok=True)
+
+        try:
+            if self.ready is None:
+                self.spawn()
+                ready = child.wait_ready()
+                if not isinstance(ready, Ready):
+                    raise HarnessError(f"the harness's calibration child did not import: {ready.error}")
+                self.ready = ready
+            reply = child.time(
+                shape.parameters,
+                seed_for=lambda index: secrets.randbits(63) if leaderboard else run_seed,
+                rule=CALIBRATION_RULE,
+                warmup_calls=CALIBRATION_WARMUP_CALLS,
+                warmup_s=0.0,
+                autotune_config=None,
+                on_output=discard,
+                phase=f"calibration of {shape.parameters}",
+            )
+        except ChildFailure as failure:
+            raise HarnessError(f"the harness's calibration child failed: {failure.reason}") from None
+        if reply.error is not None or not child.call_wall_ms:
+            raise HarnessError(f"the harness's calibration child failed: {reply.error}")
+        return min(child.call_wall_ms.values())
+
+    def close(self) -> None:
+        self.child.close()
