@@ -22,7 +22,6 @@ import secrets
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
-from pathlib import Path
 from time import perf_counter
 from typing import Literal
 
@@ -160,7 +159,7 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     if problem is not None:
         return "wrong_answer", problem, details
     try:
-        received = read_tensor(child.output_path(reply.id), reply.output, case.expected.device.type)
+        received = read_tensor(child.io_fd, child.output_name(reply.id), reply.output, case.expected.device.type)
     except (ValueError, OSError) as exc:
         return "wrong_answer", f"output could not be read back: {exc}", details
     check = checking.compare_output(received, case, rtol=task.rtol, atol=task.atol)
@@ -479,14 +478,13 @@ class Evaluator:
         def on_output(done: CallDone) -> None:
             nonlocal checked
             checked += 1
-            path = self.child.timed_output_path(done.id, done.index)
             try:
                 if not problems:
-                    problem = self._timed_output_problem(shape, seeds.get(done.index), done, path)
+                    problem = self._timed_output_problem(shape, seeds.get(done.index), done)
                     if problem is not None:
                         problems.append(f"call {done.index} (seed {seeds.get(done.index)}): {problem}")
             finally:
-                path.unlink(missing_ok=True)
+                self.child.discard_files()
 
         warmup_calls, warmup_s = WARMUP[self.device]
         reply = self.child.time(
@@ -530,7 +528,7 @@ class Evaluator:
             flags.append(BELOW_PHYSICAL_FLOOR)
         return flags
 
-    def _timed_output_problem(self, shape: Shape, seed: int | None, done: CallDone, path: Path) -> str | None:
+    def _timed_output_problem(self, shape: Shape, seed: int | None, done: CallDone) -> str | None:
         """Why a timed call's output is not the reference's for its seed, or None. Only the fp32
         reference is computed (no float64 error measures) to keep the recheck cheap."""
         if seed is None:
@@ -541,7 +539,8 @@ class Evaluator:
         if problem is not None:
             return problem
         try:
-            received = read_tensor(path, done.output, case.expected.device.type)
+            name = self.child.timed_output_name(done.id, done.index)
+            received = read_tensor(self.child.io_fd, name, done.output, case.expected.device.type)
         except (ValueError, OSError) as exc:
             return f"output could not be read back: {exc}"
         check = checking.compare_output(received, case, rtol=self.task.rtol, atol=self.task.atol)

@@ -549,6 +549,9 @@ class ChildProcess:
         (self.workdir / "task.py").write_bytes(task.shim_file.read_bytes())
         (self.workdir / "reference.py").write_bytes(task.reference_file.read_bytes())
         self.io_dir = make_io_dir()
+        # Files the child wrote are opened by name in this descriptor's directory (see
+        # transfer.open_exported): never through a path the child could have replaced.
+        self.io_fd: int | None = os.open(self.io_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
     # lifecycle
 
@@ -763,7 +766,7 @@ class ChildProcess:
 
         The child asks for each call's seed in turn (calls 0, 1, 2 ..., warm-up included) and
         gets `seed_for(k)`. With `on_output` (leaderboard mode) every timed call's output is
-        exported to `timed_output_path(id, k)` and handed to `on_output` as soon as the call is
+        exported to `timed_output_name(id, k)` and handed to `on_output` as soon as the call is
         over, before the next call's seed is sent. Every message is due within call_timeout_s of
         the one before it, so a hanging call is killed like one in `check`. `call_wall_ms` maps
         each timed call to the parent's own time from sending its seed to hearing it is over."""
@@ -819,15 +822,23 @@ class ChildProcess:
                 if on_output is not None:
                     on_output(message)
 
-    def output_path(self, request_id: int) -> Path:
-        return self.io_dir / f"output-{request_id}.bin"
+    def output_name(self, request_id: int) -> str:
+        """The name (in `io_fd`'s directory) of the file the child exports a checked call's output to."""
+        return f"output-{request_id}.bin"
 
-    def timed_output_path(self, request_id: int, index: int) -> Path:
-        return self.io_dir / f"timed-{request_id}-{index}.bin"
+    def timed_output_name(self, request_id: int, index: int) -> str:
+        return f"timed-{request_id}-{index}.bin"
 
     def discard_files(self) -> None:
-        for path in self.io_dir.iterdir():
-            path.unlink(missing_ok=True)
+        """Remove whatever the child left in its io directory (a directory it made included),
+        through `io_fd`: nothing outside it, whatever the child replaced."""
+        for name in os.listdir(self.io_fd):
+            try:
+                os.unlink(name, dir_fd=self.io_fd)
+            except IsADirectoryError:
+                shutil.rmtree(name, dir_fd=self.io_fd, ignore_errors=True)
+            except FileNotFoundError:
+                pass
 
     def close(self) -> None:
         """Ask the child to stop, then kill whatever is left of its process group; remove its files."""
@@ -839,13 +850,13 @@ class ChildProcess:
             except (ChildFailure, subprocess.TimeoutExpired):
                 pass
         self._kill()
-        for fd in (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd):
+        for fd in (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd, self.io_fd):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.request_fd = self.reply_fd = self.status_fd = None
+        self.request_fd = self.reply_fd = self.status_fd = self.io_fd = None
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(self.io_dir, ignore_errors=True)
 
