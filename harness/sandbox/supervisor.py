@@ -381,7 +381,34 @@ def make_io_dir() -> Path:
         stats = os.statvfs(shm)
         if stats.f_bavail * stats.f_frsize >= MIN_SHM_FREE_BYTES:
             root = shm
-    return Path(tempfile.mkdtemp(prefix="harness-io-", dir=root))
+    return Path(tempfile.mkdtemp(prefix=f"{IO_DIR_PREFIX}{os.getpid()}-", dir=root))
+
+
+IO_DIR_PREFIX = "harness-io-"  # then the parent's pid: harness-io-<pid>-<random>
+WORKDIR_PREFIX = "run-"  # in work_root(), the same way
+
+
+@cache
+def remove_files_of_dead_parents() -> None:
+    """Once per process: remove the io and work directories (`make_io_dir`, `ChildProcess.workdir`)
+    of harness processes that were killed before they could (SIGKILL, a lost node): those, of
+    this user, named after a pid that no longer runs on this host."""
+    from harness.environment import process_is_gone
+
+    roots = [("/dev/shm", IO_DIR_PREFIX), (tempfile.gettempdir(), IO_DIR_PREFIX), (work_root(), WORKDIR_PREFIX)]
+    for root, prefix in roots:
+        try:
+            entries = [entry for entry in os.scandir(root) if entry.name.startswith(prefix)]
+        except OSError:
+            continue
+        for entry in entries:
+            pid = entry.name.removeprefix(prefix).split("-", 1)[0]
+            try:
+                mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
+            except OSError:
+                continue
+            if mine and pid.isdigit() and process_is_gone(int(pid)):
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 # What a child imports besides the candidate (see `warm_bytecode`).
@@ -543,7 +570,8 @@ class ChildProcess:
         self.inductor_cache = Path(settings.cache_dir, "inductor", code_sha256)
         for cache_dir in (self.triton_cache, self.extensions_cache, self.inductor_cache):
             cache_dir.mkdir(parents=True, exist_ok=True)
-        self.workdir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root()))
+        remove_files_of_dead_parents()
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", dir=work_root()))
         (self.workdir / "tmp").mkdir()
         (self.workdir / "submission.py").write_bytes(code)
         (self.workdir / "task.py").write_bytes(task.shim_file.read_bytes())
