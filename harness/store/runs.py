@@ -241,6 +241,9 @@ def record_run(
     )
     if run is None or run.claimed_by != worker or run.claim_expires_at is None:
         return None
+    if run.shapes:  # a forced run's old result, gone only now, in the same transaction as the new one
+        run.shapes.clear()
+        session.flush()
     run.status = evaluation.status
     run.reason = evaluation.reason
     run.compile_s = evaluation.compile_s
