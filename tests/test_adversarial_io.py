@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import HARNESS_SCRIPT
 
-from harness.sandbox.supervisor import IO_DIR_PREFIX, WORKDIR_PREFIX, work_root
+from harness.sandbox.supervisor import IO_DIR_PREFIX, PROBE_DIR_PREFIX, WORKDIR_PREFIX, work_root
 from harness.store.revisions import register_revision
 from harness.store.session import open_store
 
@@ -47,8 +47,14 @@ def _harness(url: str, *args: str) -> subprocess.Popen[str]:
 
 
 def _left_behind(pid: int) -> list[Path]:
-    """The io and work directories of the harness process `pid` that still exist."""
-    roots = [(Path("/dev/shm"), IO_DIR_PREFIX), (Path(tempfile.gettempdir()), IO_DIR_PREFIX), (work_root(), WORKDIR_PREFIX)]
+    """The io, work and probe directories of the harness process `pid` that still exist."""
+    temporary = Path(tempfile.gettempdir())
+    roots = [
+        (Path("/dev/shm"), IO_DIR_PREFIX),
+        (temporary, IO_DIR_PREFIX),
+        (temporary, PROBE_DIR_PREFIX),
+        (work_root(), WORKDIR_PREFIX),
+    ]
     return [path for root, prefix in roots if root.is_dir() for path in root.glob(f"{prefix}{pid}-*")]
 
 

@@ -306,7 +306,7 @@ def _probe_isolation(device: str) -> IsolationLevel:
         return NO_ISOLATION
     use_cuda = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize()"
     for level in ISOLATION_LEVELS:
-        with tempfile.TemporaryDirectory(prefix="harness-probe-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=f"{PROBE_DIR_PREFIX}{os.getpid()}-") as scratch:
             if level.full:
                 for name in ("hidden", "writable"):
                     Path(scratch, name).mkdir()
@@ -386,16 +386,24 @@ def make_io_dir() -> Path:
 
 IO_DIR_PREFIX = "harness-io-"  # then the parent's pid: harness-io-<pid>-<random>
 WORKDIR_PREFIX = "run-"  # in work_root(), the same way
+PROBE_DIR_PREFIX = "harness-probe-"  # the isolation probe's scratch directory, the same way
 
 
 @cache
 def remove_files_of_dead_parents() -> None:
-    """Once per process: remove the io and work directories (`make_io_dir`, `ChildProcess.workdir`)
-    of harness processes that were killed before they could (SIGKILL, a lost node): those, of
-    this user, named after a pid that no longer runs on this host."""
+    """Once per process: remove the io, work and probe directories (`make_io_dir`,
+    `ChildProcess.workdir`, `_probe_isolation`) of harness processes that were killed before they
+    could (SIGKILL, a lost node): those, of this user, named after a pid that no longer runs on
+    this host."""
     from harness.environment import process_is_gone
 
-    roots = [("/dev/shm", IO_DIR_PREFIX), (tempfile.gettempdir(), IO_DIR_PREFIX), (work_root(), WORKDIR_PREFIX)]
+    temporary = tempfile.gettempdir()
+    roots = [
+        ("/dev/shm", IO_DIR_PREFIX),
+        (temporary, IO_DIR_PREFIX),
+        (temporary, PROBE_DIR_PREFIX),
+        (work_root(), WORKDIR_PREFIX),
+    ]
     for root, prefix in roots:
         try:
             entries = [entry for entry in os.scandir(root) if entry.name.startswith(prefix)]
