@@ -64,8 +64,8 @@ class DiffLine:
     """One line of a rendered diff.
 
     `text` is the file line without its prefix (empty for `skipped`; for `note`, what the diff
-    could not do); `skipped` counts the
-    unchanged lines a `skipped` line stands for. `old_number` / `new_number` are the 1-based
+    could not do); `skipped` counts the unchanged lines a `skipped` line stands for.
+    `old_number` / `new_number` are the 1-based
     line numbers in the old and new file (None where the line is not in that file; for a
     `skipped` line, the numbers of its first hidden line).
     """

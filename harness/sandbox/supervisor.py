@@ -369,6 +369,9 @@ def _stop_probes() -> None:
 
 
 MIN_SHM_FREE_BYTES = 2 * 1024**3
+IO_DIR_PREFIX = "harness-io-"  # then the parent's pid: harness-io-<pid>-<random>
+WORKDIR_PREFIX = "run-"  # in work_root(), the same way
+PROBE_DIR_PREFIX = "harness-probe-"  # the isolation probe's scratch directory, the same way
 
 
 def make_io_dir() -> Path:
@@ -382,11 +385,6 @@ def make_io_dir() -> Path:
         if stats.f_bavail * stats.f_frsize >= MIN_SHM_FREE_BYTES:
             root = shm
     return Path(tempfile.mkdtemp(prefix=f"{IO_DIR_PREFIX}{os.getpid()}-", dir=root))
-
-
-IO_DIR_PREFIX = "harness-io-"  # then the parent's pid: harness-io-<pid>-<random>
-WORKDIR_PREFIX = "run-"  # in work_root(), the same way
-PROBE_DIR_PREFIX = "harness-probe-"  # the isolation probe's scratch directory, the same way
 
 
 @cache
@@ -410,12 +408,12 @@ def remove_files_of_dead_parents() -> None:
         except OSError:
             continue
         for entry in entries:
-            pid = entry.name.removeprefix(prefix).split("-", 1)[0]
+            pid, dash, _ = entry.name.removeprefix(prefix).partition("-")  # mkdtemp's own names have no dash
             try:
                 mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
             except OSError:
                 continue
-            if mine and pid.isdigit() and process_is_gone(int(pid)):
+            if mine and dash and pid.isdigit() and process_is_gone(int(pid)):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
