@@ -10,7 +10,7 @@ tests/adversarial/: what the parent reads back from a child and prints.
   void at once (its process is gone), and the next run removes the directories it left.
 
 Each command's processes and directories are gone after it (or after the next run, for a killed
-one).
+one); a child spinning in a call ends when its parent is killed.
 """
 
 from __future__ import annotations
@@ -26,7 +26,13 @@ from pathlib import Path
 import pytest
 from conftest import HARNESS_SCRIPT
 
-from harness.sandbox.supervisor import IO_DIR_PREFIX, PROBE_DIR_PREFIX, WORKDIR_PREFIX, work_root
+from harness.sandbox.supervisor import (
+    IO_DIR_PREFIX,
+    PROBE_DIR_PREFIX,
+    WORKDIR_PREFIX,
+    detect_isolation,
+    work_root,
+)
 from harness.store.revisions import register_revision
 from harness.store.session import open_store
 
@@ -208,3 +214,26 @@ def test_a_forced_run_stopped_or_killed_keeps_the_stored_result_and_its_claim_is
     runs, shapes = _result(url, reference)
     assert runs[0][1:3] == ("done", "pass") and len(shapes) == len(before[1])
     assert [_left_behind(pid) for pid in [*stopped, final.pid]] == [[], [], []]
+
+
+@pytest.mark.skipif(not detect_isolation().full, reason="needs the pid namespace's init")
+def test_a_child_busy_in_a_call_ends_when_its_parent_is_killed(tmp_path):
+    """The init of the child's pid namespace sees the parent's end of its status pipe close and
+    exits, which ends the namespace: a call that never returns does not outlive a killed run."""
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    store = open_store(url)
+    try:
+        with store.session() as session:
+            code = (Path(__file__).parent / "bad_candidates" / "infinite_loop.py").read_bytes()
+            revision_id = register_revision(session, code, "infinite_loop.py").revision.id
+    finally:
+        store.close()
+    process = _harness(url, "test", str(revision_id), "--device", "cpu")
+    deadline = time.monotonic() + 120
+    while not (children := _children(process.pid)):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    time.sleep(3)  # into the call (torch imported, the candidate spinning)
+    process.kill()
+    process.communicate(timeout=60)
+    assert _gone(children, seconds=20)
