@@ -104,6 +104,17 @@ def nvidia_driver_version() -> str:
     return ""
 
 
+def process_is_gone(pid: int) -> bool:
+    """Whether no process with this pid runs on this host (a pid reused since counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def likely_device() -> str:
     """cuda when the NVIDIA driver lists a GPU that CUDA_VISIBLE_DEVICES does not hide, else cpu:
     read from /proc without torch, a guess for starting slow probes early (torch decides the

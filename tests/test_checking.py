@@ -4,6 +4,7 @@ and the raw-bytes transfer from the child."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -161,25 +162,57 @@ def test_the_float64_reference_is_skipped_and_said_so_when_the_shape_is_too_big_
     assert "no exact answer (exact answer skipped" in check.verdicts.accurate.reason
 
 
+def _read(directory: Path, name: str, info) -> torch.Tensor:
+    directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return read_tensor(directory_fd, name, info)
+    finally:
+        os.close(directory_fd)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
 def test_tensors_travel_as_raw_bytes_and_come_back_equal(tmp_path: Path, dtype):
     value = (torch.arange(24).reshape(2, 3, 4) % 3).to(dtype)
     transposed = value.transpose(0, 2)  # not contiguous: exported in C order
     info = export_tensor(transposed, tmp_path / "t.bin")
     assert info.written and info.contiguous is False and info.shape == [4, 3, 2]
-    assert torch.equal(read_tensor(tmp_path / "t.bin", info), transposed)
+    assert torch.equal(_read(tmp_path, "t.bin", info), transposed)
     empty = export_tensor(torch.empty(0, 3, dtype=dtype), tmp_path / "e.bin")
-    assert read_tensor(tmp_path / "e.bin", empty).shape == (0, 3)
+    assert _read(tmp_path, "e.bin", empty).shape == (0, 3)
 
 
 def test_a_file_that_does_not_match_its_description_is_refused(tmp_path: Path):
     info = export_tensor(torch.ones(4, 4), tmp_path / "t.bin")
     (tmp_path / "t.bin").write_bytes(b"\0" * 60)
     with pytest.raises(ValueError, match="holds 60 bytes"):
-        read_tensor(tmp_path / "t.bin", info)
+        _read(tmp_path, "t.bin", info)
     lying = info.model_copy(update={"dtype": "torch.complex64"})
     with pytest.raises(ValueError, match="no tensor"):
-        read_tensor(tmp_path / "t.bin", lying)
+        _read(tmp_path, "t.bin", lying)
+
+
+def test_a_file_replaced_by_a_link_fifo_or_directory_is_refused_without_a_look_at_its_target(tmp_path: Path):
+    """The parent never follows a link the child made, never waits on a FIFO, never reads another
+    file (issue 15): the reason says only what the child did."""
+    hidden = tmp_path / "hidden.bin"
+    info = export_tensor(torch.ones(4, 4), hidden)  # the right size: following the link would read it
+    io_dir = tmp_path / "io"
+    io_dir.mkdir()
+    (io_dir / "link.bin").symlink_to(hidden)
+    os.mkfifo(io_dir / "fifo.bin")
+    (io_dir / "dir.bin").mkdir()
+    os.link(hidden, io_dir / "hard.bin")
+    refusals = {
+        "link.bin": "replaced by a symbolic link",
+        "fifo.bin": "replaced by a FIFO",
+        "dir.bin": "replaced by a directory",
+        "hard.bin": "replaced by a hard link",
+        "absent.bin": "is missing",
+    }
+    for name, reason in refusals.items():
+        with pytest.raises(ValueError, match=reason) as refused:
+            _read(io_dir, name, info)
+        assert str(tmp_path) not in str(refused.value) and "64" not in str(refused.value)
 
 
 def test_objects_other_than_exact_tensors_are_described_not_exported(tmp_path: Path):
@@ -294,4 +327,4 @@ def test_a_large_tensor_travels_in_slices_and_comes_back_equal(tmp_path: Path):
     assert value.numel() * 4 > transfer.PARALLEL_IO_BYTES
     info = export_tensor(value, tmp_path / "big.bin")
     assert (tmp_path / "big.bin").stat().st_size == value.numel() * 4
-    assert torch.equal(read_tensor(tmp_path / "big.bin", info), value)
+    assert torch.equal(_read(tmp_path, "big.bin", info), value)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import random
+import resource
+import subprocess
+import time
 from pathlib import Path
 
 import myers
 import pytest
 import yaml
+from conftest import HARNESS_SCRIPT
 
 from harness.errors import HarnessError
-from harness.report.diff import DiffLine, diff_lines, myers_edit_script, render_diff
+from harness.report.diff import MAX_SEARCH_STEPS, DiffLine, diff_lines, myers_edit_script, render_diff
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS_DIR = Path(__file__).resolve().parent / "data" / "seeds"
@@ -163,3 +169,68 @@ def test_diff_lines_skipped_marker_counts_and_starts_at_the_first_hidden_line():
 def test_bytes_that_are_not_utf8_are_rejected():
     with pytest.raises(HarnessError, match="not UTF-8"):
         render_diff(b"ok\n", b"\xff\xfe broken", 1)
+
+
+def _rewritten(lines: int, seed: int) -> bytes:
+    """A file of `lines` assignments of random values: two of them differ on every line."""
+    rng = random.Random(seed)
+    return "".join(f"value_{i} = {rng.random():.12f}\n" for i in range(lines)).encode()
+
+
+def test_every_lineage_diff_stays_far_below_the_search_bound():
+    manifest = yaml.safe_load((CANDIDATES_DIR / "manifest.yml").read_text(encoding="utf-8"))
+    for lineage in manifest["lineages"]:
+        files = [(CANDIDATES_DIR / revision["file"]).read_bytes() for revision in lineage["revisions"]]
+        for old, new in itertools.pairwise(files):
+            old_lines, new_lines = (content.decode().split("\n") for content in (old, new))
+            assert myers_edit_script(old_lines, new_lines, MAX_SEARCH_STEPS // 5) is not None, lineage["name"]
+
+
+def test_a_diff_bomb_falls_back_within_the_bound_and_says_so():
+    """Issue 15: 3,000 changed lines took 29 s and 1.7 GB; now the search stops at its bound and
+    the diff shows every line between the common ends removed, then added."""
+    old, new = _rewritten(3000, 1), _rewritten(3000, 2)
+    started = time.perf_counter()
+    rendered = render_diff(old, new, 4)
+    assert time.perf_counter() - started < 10
+    lines = rendered.split("\n")
+    assert lines[2].startswith("  \u22ef no shortest diff: the files differ too much to search within 1,000,000 steps")
+    assert [line[2:] for line in lines if line.startswith("- ")] == old.decode().split("\n")[:-1]
+    assert [line[2:] for line in lines if line.startswith("+ ")] == new.decode().split("\n")[:-1]
+    assert myers_edit_script(["a", "b"], ["a", "c"], max_steps=1) is None
+
+
+@pytest.mark.parametrize("command", ["diff", "history"])
+def test_diff_and_history_of_files_at_the_register_limit_are_bounded(tmp_path, command):
+    """Two stored revisions of ~1 MB (the register limit) that differ on every line: `harness diff`
+    and `harness history` finish within a minute and 1 GiB of address space."""
+    from harness.store.revisions import register_revision
+    from harness.store.session import open_store
+
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    store = open_store(url)
+    try:
+        with store.session() as session:
+            parent = register_revision(session, _rewritten(40_000, 1)[:990_000], "bomb.py", lineage="bomb")
+            child = register_revision(session, _rewritten(40_000, 2)[:990_000], "bomb.py", lineage="bomb")
+            child_id = child.revision.id
+        assert child.revision.parent_id == parent.revision.id
+    finally:
+        store.close()
+    limit = 1024**3
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    started = time.monotonic()
+    process = subprocess.run(
+        [str(HARNESS_SCRIPT), command, *([str(child_id)] if command == "diff" else []), "--db", url],
+        capture_output=True,
+        env={**os.environ, "HARNESS_DB": url},
+        preexec_fn=limited,
+        timeout=120,
+        check=False,
+    )
+    assert process.returncode == 0, process.stderr.decode()[-2000:]
+    assert time.monotonic() - started < 60
+    assert "\u22ef no shortest diff".encode() in process.stdout

@@ -333,13 +333,16 @@ def test_a_stale_claim_is_replaced_and_a_done_run_only_when_asked(store_with_rev
         )
         record_run(session, stale_id, "alive", _evaluation())
     with store.session() as session:
+        shapes = len(find_run(session, revision_id, "conv2d_v2", "test", environment.env_key).shapes)
         again = claim_run(
             session, revision_id, "conv2d_v2", "test", environment, worker="x", ttl_s=60, replace_done=True
         )
-        assert again.state == "claimed" and again.shapes == []
+        assert again.state == "done" and len(again.shapes) == shapes > 0, "the result stays until replaced"
         release_claim(session, again.id, "x")
     with store.session() as session:
-        assert find_run(session, revision_id, "conv2d_v2", "test", environment.env_key) is None
+        kept = find_run(session, revision_id, "conv2d_v2", "test", environment.env_key)
+        assert kept.claimed_by == "x" and kept.claim_expires_at is None and len(kept.shapes) == shapes
+        assert record_run(session, kept.id, "x", _evaluation()) is None, "a released claim records nothing"
 
 
 def test_sqlite_directory_finds_the_store_to_hide():

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from rich import box
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
@@ -79,7 +80,7 @@ def experiments_table(summaries: list[ExperimentSummary]) -> Table:
             if summary.best_score_ms is not None
             else "-"
         )
-        table.add_row(
+        cells = (
             str(summary.id),
             summary.task,
             summary.start,
@@ -92,6 +93,7 @@ def experiments_table(summaries: list[ExperimentSummary]) -> Table:
             summary.status,
             summary.started_at,
         )
+        table.add_row(*(Text(str(cell)) for cell in cells))
     return table
 
 

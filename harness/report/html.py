@@ -13,6 +13,7 @@ revision does not flatten every later one into the x axis.
 
 from __future__ import annotations
 
+import html
 import io
 import math
 from collections import defaultdict
@@ -85,7 +86,10 @@ def template_environment() -> jinja2.Environment:
 
 
 def _markdown_cell(text: str) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    """Text (a candidate's reason, a name) as one markdown table cell: HTML-significant characters
+    as entities (markdown passes raw HTML through), pipes and line breaks unable to end the cell."""
+    text = html.escape(str(text), quote=False)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _timings_by_shape(entry: LeaderboardEntry, shapes: list[dict[str, Any]]) -> list[ShapeTiming | None]:

@@ -27,7 +27,7 @@ class RichTournamentProgress(TournamentProgress):
             TimeElapsedColumn(),
             TextColumn("left"),
             TimeRemainingColumn(),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             console=console,
         )
         self.current: TaskID | None = None
@@ -47,7 +47,7 @@ class RichTournamentProgress(TournamentProgress):
             self.progress.update(self.current, advance=advance, description=description)
             if not self.progress.console.is_terminal:  # a log file gets one line per step instead
                 phase = self.progress.tasks[self.current].fields["phase"]
-                self.progress.console.print(f"{phase}: {description}", highlight=False)
+                self.progress.console.print(f"{phase}: {description}", highlight=False, markup=False)
 
     def end_phase(self) -> None:
         if self.current is not None:

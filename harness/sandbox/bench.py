@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -247,9 +248,9 @@ def shape_table(item: BenchedRevision) -> Table:
     title = f"{item.revision_id} {item.label}" + (" (reference)" if item.is_reference else "")
     if run is None:
         what = item.busy_with if item.failed else f"busy, claimed by {item.busy_with}"
-        table = Table(title=f"{title}: {what}", title_justify="left")
+        table = Table(title=Text(f"{title}: {what}"), title_justify="left")
         return table
-    facts = [f"[bold]{run.status}[/bold]"]
+    facts = [run.status]
     if run.reason:
         facts.append(run.reason)
     if run.score_ms is not None:
@@ -264,7 +265,10 @@ def shape_table(item: BenchedRevision) -> Table:
         facts.append(f"flags: {', '.join(item.flags)}")
     if item.reused:
         facts.append("stored result")
-    table = Table(title=f"{title}: {'; '.join(facts)}", title_justify="left")
+    heading = Text(f"{title}: ")
+    heading.append(facts[0], "bold")
+    heading.append("".join(f"; {fact}" for fact in facts[1:]))
+    table = Table(title=heading, title_justify="left")
     keys = shape_keys(run)
     table.add_column("shape", no_wrap=True)
     for name in STATISTICS:
@@ -292,4 +296,4 @@ def render_bench(benched: list[BenchedRevision], environment: Environment) -> Gr
     keys = next((shape_keys(item.run) for item in benched if item.run is not None and item.run.shapes), [])
     if keys:
         lines.append(f"shape: {','.join(keys)}; times in ms")
-    return Group(*lines, *[shape_table(item) for item in benched])
+    return Group(*(Text(line) for line in lines), *[shape_table(item) for item in benched])

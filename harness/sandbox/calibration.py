@@ -71,7 +71,7 @@ class Calibrator:
         child = self.child
 
         def discard(done: CallDone) -> None:
-            child.timed_output_path(done.id, done.index).unlink(missing_ok=True)
+            child.discard_files()
 
         try:
             if self.ready is None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy.orm import Session
 
 from harness.environment import Environment
@@ -192,7 +193,8 @@ def _shape_lines(run: Run) -> str:
 
 
 def render_checks(checked: list[CheckedRevision]) -> Table:
-    """id, lineage rN, status, per shape (max abs error / relative L2 error), reason."""
+    """id, lineage rN, status, per shape (max abs error / relative L2 error), reason. Text from the
+    store goes in as `Text`: brackets in a reason or a lineage's name are not markup."""
     table = Table()
     table.add_column("id", no_wrap=True)
     table.add_column("revision", overflow="fold", min_width=12)
@@ -203,13 +205,16 @@ def render_checks(checked: list[CheckedRevision]) -> Table:
         run = item.run
         if run is None:
             if item.failed:
-                table.add_row(str(item.revision_id), item.label, "[magenta]no result[/magenta]", "", item.busy_with)
+                table.add_row(
+                    str(item.revision_id), Text(item.label), Text("no result", "magenta"), "", Text(item.busy_with)
+                )
             else:
-                table.add_row(str(item.revision_id), item.label, "busy", "", f"claimed by {item.busy_with}")
+                table.add_row(str(item.revision_id), Text(item.label), "busy", "", Text(f"claimed by {item.busy_with}"))
             continue
-        style = STATUS_STYLE.get(run.status or "", "magenta")
-        status = f"[{style}]{run.status}[/{style}]" + ("\n(stored)" if item.reused else "")
-        table.add_row(str(item.revision_id), item.label, status, _shape_lines(run), run.reason)
+        status = Text(run.status or "", STATUS_STYLE.get(run.status or "", "magenta"))
+        if item.reused:
+            status.append("\n(stored)")
+        table.add_row(str(item.revision_id), Text(item.label), status, _shape_lines(run), Text(run.reason))
     return table
 
 

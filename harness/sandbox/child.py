@@ -27,6 +27,7 @@ import ctypes
 import gc
 import importlib.util
 import os
+import select
 import sys
 import traceback
 import warnings
@@ -209,11 +210,16 @@ def lock_namespaces() -> None:
     Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
 
 
+PARENT_CHECK_S = 0.25
+
+
 def become_init(status_fd: int, worker_fds: list[int]) -> None:
     """Fork: the worker returns from this call; this process stays as pid 1, reaps every child
     and, once the worker ends, writes its exit on the status pipe and exits (which makes the
-    kernel kill everything left in the pid namespace). Init is made non-dumpable so that the
-    candidate cannot reach its status pipe through /proc."""
+    kernel kill everything left in the pid namespace). It also exits when the status pipe's other
+    end closes (the parent was killed): a worker busy in a call would not notice that until the
+    call returned. Init is made non-dumpable so that the candidate cannot reach its status pipe
+    through /proc."""
     worker = os.fork()
     if worker == 0:
         os.close(status_fd)
@@ -221,11 +227,17 @@ def become_init(status_fd: int, worker_fds: list[int]) -> None:
     for fd in worker_fds:
         os.close(fd)
     _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    parent = select.poll()
+    parent.register(status_fd, 0)  # a pipe's write end reports POLLERR once its reader is gone
     while True:
         try:
-            pid, status = os.wait()
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             os._exit(0)
+        if pid == 0:
+            if parent.poll(PARENT_CHECK_S * 1000):
+                os._exit(0)
+            continue
         if pid == worker:
             message = (
                 InitStatus(signal=os.WTERMSIG(status))

@@ -24,7 +24,6 @@ import secrets
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
-from pathlib import Path
 from time import perf_counter
 from typing import Literal
 
@@ -169,7 +168,7 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     if problem is not None:
         return "wrong_answer", problem, details, None
     try:
-        received = read_tensor(child.output_path(reply.id), reply.output, case.expected.device.type)
+        received = read_tensor(child.io_fd, child.output_name(reply.id), reply.output, case.expected.device.type)
     except (ValueError, OSError) as exc:
         return "wrong_answer", f"output could not be read back: {exc}", details, None
     check = checking.compare_output(received, case, rtol=task.rtol, atol=task.atol)
@@ -549,14 +548,13 @@ class Evaluator:
         def on_output(done: CallDone) -> None:
             nonlocal checked
             checked += 1
-            path = self.child.timed_output_path(done.id, done.index)
             try:
                 if not problems:
-                    problem = self._timed_output_problem(outcome, shape, seeds.get(done.index), done, path)
+                    problem = self._timed_output_problem(outcome, shape, seeds.get(done.index), done)
                     if problem is not None:
                         problems.append(f"call {done.index} (seed {seeds.get(done.index)}): {problem}")
             finally:
-                path.unlink(missing_ok=True)
+                self.child.discard_files()
 
         harness_ms = self._calibrator().harness_ms(shape, leaderboard)
         warmup_calls, warmup_s = WARMUP[self.device]
@@ -622,7 +620,7 @@ class Evaluator:
         return flags
 
     def _timed_output_problem(
-        self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone, path: Path
+        self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone
     ) -> str | None:
         """Why a timed call's output is not the answer for its seed, or None; its verdicts are
         folded into the shape's. The fp32 reference is computed once per seed (benchmark mode's
@@ -643,7 +641,8 @@ class Evaluator:
         if problem is not None:
             return problem
         try:
-            received = read_tensor(path, done.output, case.expected.device.type)
+            name = self.child.timed_output_name(done.id, done.index)
+            received = read_tensor(self.child.io_fd, name, done.output, case.expected.device.type)
         except (ValueError, OSError) as exc:
             return f"output could not be read back: {exc}"
         check = checking.compare_output(received, case, rtol=self.task.rtol, atol=self.task.atol, figures=False)

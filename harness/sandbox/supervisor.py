@@ -350,7 +350,7 @@ def _probe_isolation(device: str) -> IsolationLevel:
         return NO_ISOLATION
     use_cuda = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize()"
     for level in ISOLATION_LEVELS:
-        with tempfile.TemporaryDirectory(prefix="harness-probe-") as scratch:
+        with tempfile.TemporaryDirectory(prefix=f"{PROBE_DIR_PREFIX}{os.getpid()}-") as scratch:
             if level.full:
                 for name in ("hidden", "writable"):
                     Path(scratch, name).mkdir()
@@ -413,6 +413,9 @@ def _stop_probes() -> None:
 
 
 MIN_SHM_FREE_BYTES = 2 * 1024**3
+IO_DIR_PREFIX = "harness-io-"  # then the parent's pid: harness-io-<pid>-<random>
+WORKDIR_PREFIX = "run-"  # in work_root(), the same way
+PROBE_DIR_PREFIX = "harness-probe-"  # the isolation probe's scratch directory, the same way
 
 
 def make_io_dir() -> Path:
@@ -425,7 +428,37 @@ def make_io_dir() -> Path:
         stats = os.statvfs(shm)
         if stats.f_bavail * stats.f_frsize >= MIN_SHM_FREE_BYTES:
             root = shm
-    return Path(tempfile.mkdtemp(prefix="harness-io-", dir=root))
+    return Path(tempfile.mkdtemp(prefix=f"{IO_DIR_PREFIX}{os.getpid()}-", dir=root))
+
+
+@cache
+def remove_files_of_dead_parents() -> None:
+    """Once per process: remove the io, work and probe directories (`make_io_dir`,
+    `ChildProcess.workdir`, `_probe_isolation`) of harness processes that were killed before they
+    could (SIGKILL, a lost node): those, of this user, named after a pid that no longer runs on
+    this host."""
+    from harness.environment import process_is_gone
+
+    temporary = tempfile.gettempdir()
+    roots = [
+        ("/dev/shm", IO_DIR_PREFIX),
+        (temporary, IO_DIR_PREFIX),
+        (temporary, PROBE_DIR_PREFIX),
+        (work_root(), WORKDIR_PREFIX),
+    ]
+    for root, prefix in roots:
+        try:
+            entries = [entry for entry in os.scandir(root) if entry.name.startswith(prefix)]
+        except OSError:
+            continue
+        for entry in entries:
+            pid, dash, _ = entry.name.removeprefix(prefix).partition("-")  # mkdtemp's own names have no dash
+            try:
+                mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
+            except OSError:
+                continue
+            if mine and dash and pid.isdigit() and process_is_gone(int(pid)):
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 # What a child imports besides the candidate (see `warm_bytecode`).
@@ -600,12 +633,16 @@ class ChildProcess:
         self.caches = (self.triton_cache, self.extensions_cache, self.inductor_cache)
         for cache_dir in self.caches:
             cache_dir.mkdir(parents=True, exist_ok=True)
-        self.workdir = Path(tempfile.mkdtemp(prefix="run-", dir=work_root()))
+        remove_files_of_dead_parents()
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", dir=work_root()))
         (self.workdir / "tmp").mkdir()
         (self.workdir / "submission.py").write_bytes(code)
         (self.workdir / "task.py").write_bytes(task.shim_file.read_bytes())
         (self.workdir / "reference.py").write_bytes(task.reference_file.read_bytes())
         self.io_dir = make_io_dir()
+        # Files the child wrote are opened by name in this descriptor's directory (see
+        # transfer.open_exported): never through a path the child could have replaced.
+        self.io_fd: int | None = os.open(self.io_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
     # lifecycle
 
@@ -898,7 +935,7 @@ class ChildProcess:
         other child of this process is stopped (`others_stopped`).
 
         The child asks for each call's seed in turn (calls 0, 1, 2 ..., warm-up included) and
-        gets `seed_for(k)`. Every timed call's output is exported to `timed_output_path(id, k)`
+        gets `seed_for(k)`. Every timed call's output is exported to `timed_output_name(id, k)`
         and handed to `on_output` as soon as the call is over, before the next call's seed is
         sent. Every message is due within call_timeout_s of the one before it, so a hanging call
         is killed like one in `check`. `call_wall_ms` maps each timed call to the parent's own
@@ -957,15 +994,23 @@ class ChildProcess:
                     self.call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
                     on_output(message)
 
-    def output_path(self, request_id: int) -> Path:
-        return self.io_dir / f"output-{request_id}.bin"
+    def output_name(self, request_id: int) -> str:
+        """The name (in `io_fd`'s directory) of the file the child exports a checked call's output to."""
+        return f"output-{request_id}.bin"
 
-    def timed_output_path(self, request_id: int, index: int) -> Path:
-        return self.io_dir / f"timed-{request_id}-{index}.bin"
+    def timed_output_name(self, request_id: int, index: int) -> str:
+        return f"timed-{request_id}-{index}.bin"
 
     def discard_files(self) -> None:
-        for path in self.io_dir.iterdir():
-            path.unlink(missing_ok=True)
+        """Remove whatever the child left in its io directory (a directory it made included),
+        through `io_fd`: nothing outside it, whatever the child replaced."""
+        for name in os.listdir(self.io_fd):
+            try:
+                os.unlink(name, dir_fd=self.io_fd)
+            except IsADirectoryError:
+                shutil.rmtree(name, dir_fd=self.io_fd, ignore_errors=True)
+            except FileNotFoundError:
+                pass
 
     def close(self) -> None:
         """Ask the child to stop, then kill whatever is left of its process group; remove its files."""
@@ -977,13 +1022,13 @@ class ChildProcess:
             except (ChildFailure, subprocess.TimeoutExpired):
                 pass
         self._kill()
-        for fd in (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd):
+        for fd in (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd, self.io_fd):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.request_fd = self.reply_fd = self.status_fd = None
+        self.request_fd = self.reply_fd = self.status_fd = self.io_fd = None
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(self.io_dir, ignore_errors=True)
         self.trim_caches()

@@ -6,7 +6,10 @@ through a pinned host buffer (one DMA copy, then one write), and reports shape, 
 a `TensorInfo`. The parent reads the file with `read` calls (never a mapping the child could
 truncate under it) into a fresh tensor, pinned when it goes on to a GPU, after checking that the
 file holds exactly the bytes the reported shape and dtype need, so nothing the child writes is ever
-interpreted as anything but numbers.
+interpreted as anything but numbers. The child can replace the file by anything (a symbolic link
+to a file hidden from it, a FIFO, a directory): the parent opens it by name in a directory it holds
+open, never following a link and never blocking, and reads only a regular file of its own
+(`open_exported`).
 
 The inputs never travel: the child copies them before a call and counts afterwards, bit for bit,
 the elements that changed (`changed_elements`); the parent judges the counts.
@@ -14,7 +17,9 @@ the elements that changed (`changed_elements`); the parent judges the counts.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -135,9 +140,47 @@ def bit_sum(value: torch.Tensor) -> int:
     return int(_bits(value).sum(dtype=torch.int64))
 
 
-def read_tensor(path: Path, info: TensorInfo, device: str = "cpu") -> torch.Tensor:
-    """The tensor the child exported to `path`, on `device`. Raises ValueError when the file does
-    not hold exactly what `info` describes."""
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def open_exported(directory_fd: int, name: str) -> int:
+    """A read-only descriptor of the file `name` in the directory open as `directory_fd`, which the
+    child may have replaced. The open never follows a symbolic link (O_NOFOLLOW) and never waits
+    (O_NONBLOCK: a FIFO opens at once, a file lease fails instead of holding the parent); the file
+    must then be a regular file with one link, owned by the parent's user. Raises ValueError with a
+    reason that says only what the child did: nothing of any file but its own."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory_fd)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise ValueError("the output file is missing") from None
+        if exc.errno == errno.ELOOP:
+            raise ValueError("the output file was replaced by a symbolic link") from None
+        raise ValueError(f"the output file could not be opened ({errno.errorcode.get(exc.errno, exc.errno)})") from None
+    facts = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(facts.st_mode):
+        problem = f"the output file was replaced by {_KINDS.get(stat.S_IFMT(facts.st_mode), 'a special file')}"
+    elif facts.st_nlink != 1:
+        problem = "the output file was replaced by a hard link"
+    elif facts.st_uid != os.geteuid():
+        problem = "the output file was replaced by a file of another user"
+    if problem is not None:
+        os.close(fd)
+        raise ValueError(problem)
+    return fd
+
+
+def read_tensor(directory_fd: int, name: str, info: TensorInfo, device: str = "cpu") -> torch.Tensor:
+    """The tensor the child exported to the file `name` in the directory open as `directory_fd`, on
+    `device`. Raises ValueError when the file is not a plain file of the child's (`open_exported`)
+    or does not hold exactly what `info` describes."""
     if not info.written or info.dtype not in DTYPES or info.shape is None:
         raise ValueError("no tensor was exported")
     dtype = DTYPES[info.dtype]
@@ -147,7 +190,7 @@ def read_tensor(path: Path, info: TensorInfo, device: str = "cpu") -> torch.Tens
             raise ValueError(f"negative size in shape {info.shape}")
         numel *= size
     expected_bytes = numel * torch.empty((), dtype=dtype).element_size()
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_exported(directory_fd, name)
     try:
         actual_bytes = os.fstat(fd).st_size
         if actual_bytes != expected_bytes:

@@ -1,10 +1,13 @@
 """Runs in the store: claimed before the work, written whole after it.
 
 A run is keyed by (revision, task, mode, environment). A worker first claims the key (a row with
-state `claimed`, its name and a claim expiry), commits, does the work outside any transaction,
-and then writes the status, the per-shape results and state `done` in one transaction. So a run
-is either complete or visibly in progress; a worker that died leaves a claim that expires, and
-the next worker to claim the key replaces it.
+state `claimed`, its name `<host>:<pid>` and a claim expiry), commits, does the work outside any
+transaction, and then writes the status, the per-shape results and state `done` in one
+transaction. So a run is either complete or visibly in progress; a worker that died leaves a
+claim that expires (at once when its process is gone from this host), and the next worker to
+claim the key replaces it. A forced run claims a done row without touching its result (the row
+stays `done` with a claim expiry): the old result is replaced only when the new one is written,
+and a forced run that never finishes leaves it as it was.
 
 Many writers: the unique key makes a second insert of the same run fail (caught in a savepoint:
 the key is taken). Taking over an existing row happens under a lock: SQLite's `BEGIN IMMEDIATE`
@@ -19,17 +22,17 @@ Run modes written by the runner: `test` (`harness test`, public seeds), `test-le
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from os import getpid
 from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from harness.environment import Environment
+from harness.environment import Environment, process_is_gone
 from harness.store.models import Run, ShapeResult, utcnow
 from harness.verdicts import VERDICTS
 
@@ -41,7 +44,22 @@ TIMING_FIELDS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "
 
 
 def worker_name() -> str:
-    return f"{socket.gethostname()}:{getpid()}"
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_is_gone(worker: str) -> bool:
+    """Whether `worker` (a `worker_name()`) names a process of this host that no longer exists: its
+    claim is void. A process of another host, or a pid now reused, counts as alive."""
+    host, _, pid = worker.rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and process_is_gone(int(pid))
+
+
+def _claim_is_live(run: Run, now) -> bool:
+    return (
+        run.claim_expires_at is not None
+        and run.claim_expires_at > now
+        and not holder_is_gone(run.claimed_by)
+    )
 
 
 def _key(revision_id: int, task: str, mode: str, env_key: str):
@@ -58,9 +76,9 @@ def find_run(session: Session, revision_id: int, task: str, mode: str, env_key: 
 
 
 def claim_holder(session: Session, revision_id: int, task: str, mode: str, env_key: str) -> str | None:
-    """Who holds the claim on this key (None when there is no claimed row)."""
+    """Who holds the claim on this key (None when nobody does)."""
     return session.scalar(
-        select(Run.claimed_by).where(*_key(revision_id, task, mode, env_key), Run.state == "claimed")
+        select(Run.claimed_by).where(*_key(revision_id, task, mode, env_key), Run.claim_expires_at.is_not(None))
     )
 
 
@@ -77,8 +95,9 @@ def claim_run(
 ) -> Run | None:
     """Claim the run for this key for `worker`, until `ttl_s` from now. Returns the claimed row,
     or None when the key is done (and not `replace_done`) or held by a live claim. A claim whose
-    expiry has passed is taken over; a done run is reset when `replace_done`. Commit the session
-    before doing the work, so that other workers see the claim."""
+    expiry has passed, or whose process is gone from this host, is taken over; a done run is
+    claimed as it is when `replace_done` (its result stays until `record_run` replaces it).
+    Commit the session before doing the work, so that other workers see the claim."""
     now = utcnow()
     expires = now + timedelta(seconds=ttl_s)
     existing_id = session.scalar(select(Run.id).where(*_key(revision_id, task, mode, environment.env_key)))
@@ -114,34 +133,28 @@ def claim_run(
         return None
     if existing.state == "done" and not replace_done:
         return None
-    if (
-        existing.state == "claimed"
-        and existing.claim_expires_at is not None
-        and existing.claim_expires_at > now
-    ):
+    if _claim_is_live(existing, now):
         return None
-    # Take the row over only if nobody else changed it since we read it.
+    # Take the row over only if nobody else changed it since we read it. A done row keeps its
+    # result (record_run replaces it); a claimed one has none.
+    values = {"claimed_by": worker, "claim_expires_at": expires}
+    if existing.state != "done":
+        values.update(started_at=now, environment=environment.model_dump(), device_name=environment.device_name)
     taken = session.execute(
         update(Run)
-        .where(Run.id == existing.id, Run.state == existing.state, Run.claimed_by == existing.claimed_by)
-        .values(
-            state="claimed",
-            claimed_by=worker,
-            claim_expires_at=expires,
-            started_at=now,
-            finished_at=None,
-            status=None,
-            reason="",
-            environment=environment.model_dump(),
-            device_name=environment.device_name,
+        .where(
+            Run.id == existing.id,
+            Run.state == existing.state,
+            Run.claimed_by == existing.claimed_by,
         )
+        .values(**values)
         .execution_options(synchronize_session=False)
     )
     if taken.rowcount != 1:
         return None
-    session.execute(delete(ShapeResult).where(ShapeResult.run_id == existing.id))
     session.expire(existing)
     return session.get(Run, existing.id)
+
 
 
 @dataclass
@@ -215,8 +228,15 @@ def estimated_cost(session: Session, revision_id: int, task: str, env_key: str, 
 
 
 def release_claim(session: Session, run_id: int, worker: str) -> None:
-    """Drop a claim that will not be completed (the worker itself failed), if it is still ours."""
+    """Drop a claim that will not be completed (the worker itself failed), if it is still ours: a
+    claimed row goes, a done row being replaced keeps its result."""
     session.execute(delete(Run).where(Run.id == run_id, Run.state == "claimed", Run.claimed_by == worker))
+    session.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.state == "done", Run.claimed_by == worker)
+        .values(claim_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _verdict_columns(outcome) -> dict:
@@ -242,8 +262,11 @@ def record_run(
     run = session.get(
         Run, run_id, options=[selectinload(Run.shapes)], with_for_update=True, populate_existing=True
     )
-    if run is None or run.state != "claimed" or run.claimed_by != worker:
+    if run is None or run.claimed_by != worker or run.claim_expires_at is None:
         return None
+    if run.shapes:  # a forced run's old result, gone only now, in the same transaction as the new one
+        run.shapes.clear()
+        session.flush()
     run.status = evaluation.status
     run.reason = evaluation.reason
     run.compile_s = evaluation.compile_s

@@ -1,0 +1,239 @@
+"""Issue 15 on the CPU, with real `harness` processes and purpose-written candidates in
+tests/adversarial/: what the parent reads back from a child and prints.
+
+- The child replaces its output file with a symbolic link to a file hidden from it, or with a FIFO
+  that nobody writes: each is a `wrong_answer` that says what the child did and nothing of the
+  link's target; the FIFO does not hold the parent.
+- An exception message that is rich markup, HTML and markdown is printed as text by `harness
+  test`, `harness bench` and every leaderboard format.
+- A `--force` run stopped by Ctrl-C or killed leaves the stored result as it was; its claim is
+  void at once (its process is gone), and the next run removes the directories it left.
+
+Each command's processes and directories are gone after it (or after the next run, for a killed
+one); a child spinning in a call ends when its parent is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import HARNESS_SCRIPT
+
+from harness.sandbox.supervisor import (
+    IO_DIR_PREFIX,
+    PROBE_DIR_PREFIX,
+    WORKDIR_PREFIX,
+    detect_isolation,
+    work_root,
+)
+from harness.store.revisions import register_revision
+from harness.store.session import open_store
+
+ADVERSARIAL = Path(__file__).parent / "adversarial"
+REFERENCE = Path(__file__).resolve().parent.parent / "candidates" / "conv2d_v2_reference.py"
+MARKUP = "[/] [bold red]closed[/bold red] | <img src=x onerror=alert(1)> **bold**"
+HIDDEN_BYTES = b"\x00\x00\x80\x3f" * 98  # 98 floats of 1.0: the size of smoke[0]'s output
+
+
+def _harness(url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(HARNESS_SCRIPT), *args, "--db", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HARNESS_DB": url, "COLUMNS": "300"},
+    )
+
+
+def _left_behind(pid: int) -> list[Path]:
+    """The io, work and probe directories of the harness process `pid` that still exist."""
+    temporary = Path(tempfile.gettempdir())
+    roots = [
+        (Path("/dev/shm"), IO_DIR_PREFIX),
+        (temporary, IO_DIR_PREFIX),
+        (temporary, PROBE_DIR_PREFIX),
+        (work_root(), WORKDIR_PREFIX),
+    ]
+    return [path for root, prefix in roots if root.is_dir() for path in root.glob(f"{prefix}{pid}-*")]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (a sandboxed child, or the `unshare` that starts it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _result(url: str, revision_id: int) -> tuple[list[tuple], list[tuple]]:
+    """The stored result of a revision's test run: (state, status, reason) and its shape rows."""
+    connection = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        runs = connection.execute(
+            "SELECT id, state, status, reason FROM runs WHERE revision_id = ? AND mode = 'test'", (revision_id,)
+        ).fetchall()
+        shapes = connection.execute(
+            "SELECT * FROM shape_results WHERE run_id IN (SELECT id FROM runs WHERE revision_id = ?) ORDER BY id",
+            (revision_id,),
+        ).fetchall()
+    finally:
+        connection.close()
+    return runs, shapes
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> dict:
+    """A store with the reference and three hostile candidates, checked by one `harness test`."""
+    tmp = tmp_path_factory.mktemp("io")
+    url = f"sqlite:///{tmp / 'store.sqlite'}"
+    hidden = tmp / "hidden" / "secret.bin"  # the parent can read it; the candidate links to it
+    hidden.parent.mkdir()
+    hidden.write_bytes(HIDDEN_BYTES)
+    links = (ADVERSARIAL / "links_output.py").read_bytes()
+    contents = {
+        "reference": REFERENCE.read_bytes(),
+        "links": links.replace(b'TARGET = "/etc/hostname"', f'TARGET = "{hidden}"'.encode()),
+        "fifo": (ADVERSARIAL / "fifo_output.py").read_bytes(),
+        "markup": (ADVERSARIAL / "markup_in_reason.py").read_bytes(),
+    }
+    assert contents["links"] != links
+    store = open_store(url)
+    try:
+        with store.session() as session:
+            ids = {
+                name: register_revision(session, content, f"{name}.py", lineage=name).revision.id
+                for name, content in contents.items()
+            }
+    finally:
+        store.close()
+    started = time.monotonic()
+    process = _harness(url, "test", *map(str, ids.values()), "--device", "cpu")
+    stdout, stderr = process.communicate(timeout=400)
+    return {
+        "url": url, "ids": ids, "hidden": hidden, "process": process, "stdout": stdout, "stderr": stderr,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def test_a_link_or_fifo_in_place_of_the_output_is_a_wrong_answer_that_says_only_that(checked):
+    assert checked["process"].returncode == 0, checked["stderr"]
+    expected = {
+        "reference": ("pass", ""),
+        "links": ("wrong_answer", "the output file was replaced by a symbolic link"),
+        "fifo": ("wrong_answer", "the output file was replaced by a FIFO"),
+    }
+    for name, (status, reason) in expected.items():
+        runs, shapes = _result(checked["url"], checked["ids"][name])
+        assert runs[0][1:3] == ("done", status), (name, runs)
+        assert reason in runs[0][3], (name, runs)
+        assert "mismatch" not in runs[0][3], "the parent compared the link's target"
+        assert str(checked["hidden"]) not in repr((runs, shapes)), "nothing of the link's target"
+    assert str(checked["hidden"]) not in checked["stdout"] + checked["stderr"]
+    assert checked["seconds"] < 300, "the FIFO held the parent"
+
+
+def test_the_check_leaves_no_process_or_directory_behind(checked):
+    assert _left_behind(checked["process"].pid) == []
+    assert _children(checked["process"].pid) == []
+
+
+def test_markup_in_a_reason_is_printed_as_text_in_every_format(checked):
+    runs, _ = _result(checked["url"], checked["ids"]["markup"])
+    assert runs[0][2] == "runtime_error" and MARKUP in runs[0][3]
+    assert "MarkupError" not in checked["stderr"]
+    assert "[/] [bold red]closed[/bold red]" in checked["stdout"]
+    bench = _harness(checked["url"], "bench", str(checked["ids"]["markup"]), "--device", "cpu", "--budget", "0.1")
+    stdout, stderr = bench.communicate(timeout=300)
+    assert bench.returncode == 0 and "MarkupError" not in stderr, stderr
+    assert "[/] [bold red]closed[/bold red]" in stdout
+    reports = {}
+    for output_format in ("table", "markdown", "html"):
+        process = _harness(checked["url"], "leaderboard", "--device", "cpu", "--format", output_format)
+        stdout, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr
+        reports[output_format] = stdout
+    assert "[/] [bold red]closed[/bold red]" in reports["table"]
+    for output_format in ("markdown", "html"):
+        assert "<img" not in reports[output_format] and "&lt;img src=x onerror=alert(1)&gt;" in reports[output_format]
+    assert "[bold red]closed[/bold red] \\| &lt;img" in reports["markdown"], "a pipe cannot end the cell"
+
+
+def _gone(pids: list[int], seconds: float = 60) -> bool:
+    """Whether every process of `pids` has ended (a zombie counts) within `seconds`: a child whose
+    parent was killed notices only when it next talks to the parent, after importing torch."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_forced_run_stopped_or_killed_keeps_the_stored_result_and_its_claim_is_void(checked):
+    url, reference = checked["url"], checked["ids"]["reference"]
+    before = _result(url, reference)
+    assert before[0][0][1:3] == ("done", "pass") and before[1]
+    stopped = []
+    for signal_number in (signal.SIGINT, signal.SIGKILL):
+        process = _harness(url, "test", "--force", str(reference), "--device", "cpu")
+        deadline = time.monotonic() + 120
+        while not (children := _children(process.pid)):  # the forced run has claimed and started its child
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        process.send_signal(signal_number)
+        process.communicate(timeout=60)
+        assert process.returncode != 0, "stopped before it ended"
+        assert _result(url, reference) == before, "the old result stays until a new one is complete"
+        assert _gone(children)
+        stopped.append(process.pid)
+
+    final = _harness(url, "test", "--force", str(reference), "--device", "cpu")
+    stdout, stderr = final.communicate(timeout=300)
+    assert final.returncode == 0, stderr
+    assert "busy" not in stdout, "a dead process's claim is void at once"
+    runs, shapes = _result(url, reference)
+    assert runs[0][1:3] == ("done", "pass") and len(shapes) == len(before[1])
+    assert [_left_behind(pid) for pid in [*stopped, final.pid]] == [[], [], []]
+
+
+@pytest.mark.skipif(not detect_isolation().full, reason="needs the pid namespace's init")
+def test_a_child_busy_in_a_call_ends_when_its_parent_is_killed(tmp_path):
+    """The init of the child's pid namespace sees the parent's end of its status pipe close and
+    exits, which ends the namespace: a call that never returns does not outlive a killed run."""
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    store = open_store(url)
+    try:
+        with store.session() as session:
+            code = (Path(__file__).parent / "bad_candidates" / "infinite_loop.py").read_bytes()
+            revision_id = register_revision(session, code, "infinite_loop.py").revision.id
+    finally:
+        store.close()
+    process = _harness(url, "test", str(revision_id), "--device", "cpu")
+    deadline = time.monotonic() + 120
+    while not (children := _children(process.pid)):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    time.sleep(3)  # into the call (torch imported, the candidate spinning)
+    process.kill()
+    process.communicate(timeout=60)
+    assert _gone(children, seconds=20)
