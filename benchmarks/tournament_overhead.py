@@ -26,7 +26,8 @@ Steps (each tournament in a fresh process, as `harness tournament` would run):
      evaluator setup (isolation probe, child files), reference cases, check I/O (inputs made,
      copied and compared in the child, the output exported, pipes), judging (read back and
      compare), the timing loop around the timed calls (inputs per call, L2 flush,
-     synchronization, seeds), the leaderboard recheck, child stops, and the rest of the phase
+     synchronization, seeds), the timed output checks, the calibration of the harness's own cost
+     per timed shape, child stops, and the rest of the phase
      (store claims and writes, the parent's own torch import, progress);
    and outside the phases: startup (imports, environment probe, store) and the report (with the
    short gaps between phases);
@@ -62,6 +63,7 @@ COMPILE = "compile + warm-up"
 CHECKED = "checked calls"
 TIMED = "timed calls"
 MAIN = (COMPILE, CHECKED, TIMED)
+CALIBRATION = "overhead: calibration (the harness's no-op child per timed shape)"
 
 
 # --- one instrumented tournament, in this process -------------------------------------------
@@ -81,6 +83,7 @@ class Ledger:
         self.ready_at: dict[int, float] = {}  # id(child) -> monotonic time its wait_ready returned
         self.first_calls: dict[tuple[int, str], float] = {}  # (id(child), where) -> first check seconds
         self.evaluations: list[dict] = []
+        self.calibrating = False  # inside Calibrator.harness_ms: its child's timing is harness cost
 
     def add(self, bucket: str, seconds: float) -> None:
         self.seconds[self.part][bucket] += seconds
@@ -128,7 +131,7 @@ def _where(phase: str) -> str:
 
 def install(ledger: Ledger) -> None:
     from harness.report import progress
-    from harness.sandbox import evaluation, supervisor
+    from harness.sandbox import calibration, evaluation, supervisor
 
     def bucket(name: str):
         return lambda own, args, kwargs, result: ledger.add(name, own)
@@ -141,6 +144,9 @@ def install(ledger: Ledger) -> None:
         ledger.first_calls.setdefault((id(args[0]), _where(kwargs.get("phase", ""))), seconds)
 
     def on_time(own, args, kwargs, reply) -> None:
+        if ledger.calibrating:  # the harness's own no-op child: all of it is harness cost
+            ledger.add(CALIBRATION, own)
+            return
         if reply is None:
             ledger.add("overhead: timing loop", own)
             return
@@ -221,7 +227,18 @@ def install(ledger: Ledger) -> None:
     ledger.instrument(supervisor, "start_children_early", bucket("overhead: process starts (spawn, torch import, CUDA context)"))
     ledger.instrument(evaluation.checking, "reference_case", bucket("overhead: reference cases"))
     ledger.instrument(evaluation, "_judge", bucket("overhead: judging (read back, compare)"))
-    ledger.instrument(evaluation.Evaluator, "_timed_output_problem", bucket("overhead: leaderboard recheck"))
+    ledger.instrument(evaluation.Evaluator, "_timed_output_problem", bucket("overhead: timed output checks"))
+    original_harness_ms = calibration.Calibrator.harness_ms
+
+    def harness_ms(calibrator, *args, **kwargs):
+        ledger.calibrating = True
+        try:
+            return original_harness_ms(calibrator, *args, **kwargs)
+        finally:
+            ledger.calibrating = False
+
+    calibration.Calibrator.harness_ms = harness_ms
+    ledger.instrument(calibration.Calibrator, "harness_ms", bucket(CALIBRATION))
 
     def phase(method: str, enter):
         original = getattr(progress.RichTournamentProgress, method)

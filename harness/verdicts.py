@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 VerdictName = Literal["gpumode", "accurate"]
 VERDICTS: tuple[VerdictName, ...] = ("gpumode", "accurate")
+VERDICT_WORDS: dict[VerdictName, str] = {"gpumode": "GPU MODE", "accurate": "accurate"}  # as reports name them
 
 
 class Verdict(BaseModel):

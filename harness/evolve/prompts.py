@@ -37,7 +37,6 @@ from sqlalchemy.orm import Session
 from harness.config import PROMPTS_DIR
 from harness.errors import HarnessError
 from harness.report.leaderboard import (
-    VERDICT_LABELS,
     Leaderboard,
     LeaderboardEntry,
     build_leaderboard,
@@ -50,6 +49,7 @@ from harness.report.leaderboard import (
 from harness.store.models import Revision, Run
 from harness.store.revisions import revision_code
 from harness.tasks import load_task
+from harness.verdicts import VERDICT_WORDS
 
 TEMPLATE_SUFFIX = ".j2"
 LEADERBOARD_SIZE = 5
@@ -261,7 +261,7 @@ def _evaluation(
         ],
         failures=_failures(session, revision) if entry.status not in ("pass", "not_run") else [],
         verdicts=[
-            {"label": VERDICT_LABELS[name], "status": v.status, "reason": v.reason, "ranks": name == board.verdict}
+            {"label": VERDICT_WORDS[name], "status": v.status, "reason": v.reason, "ranks": name == board.verdict}
             for name, v in entry.verdicts.items()
         ],
         accuracy=entry.accuracy.model_dump(),

@@ -14,7 +14,6 @@ from sqlalchemy.orm import Session
 from harness.errors import HarnessError
 from harness.report.diff import render_diff
 from harness.report.leaderboard import (
-    VERDICT_LABELS,
     LeaderboardEntry,
     build_leaderboard,
     format_ms,
@@ -22,7 +21,7 @@ from harness.report.leaderboard import (
 )
 from harness.scoring import SAME
 from harness.store.revisions import get_revision, list_revisions, revision_code
-from harness.verdicts import VerdictName
+from harness.verdicts import VERDICT_WORDS, VerdictName
 
 
 def diff_inputs(session: Session, submission_id: int, against: int | None = None) -> tuple[bytes | None, bytes]:
@@ -82,7 +81,7 @@ def history_header(entry: LeaderboardEntry) -> str:
     parts = [f"#{entry.rank}" if entry.rank is not None else "unranked", entry.status]
     if entry.status != "pass" and entry.reason:
         parts[-1] = f"{entry.status}: {entry.reason}"
-    parts += [f"fails {VERDICT_LABELS[name]}" for name, v in entry.verdicts.items() if v.status == "fail"]
+    parts += [f"fails {VERDICT_WORDS[name]}" for name, v in entry.verdicts.items() if v.status == "fail"]
     if entry.score_ms is not None:
         parts.append(f"{format_ms(entry.score_ms)} ms")
         if entry.speedup_vs_reference is not None:

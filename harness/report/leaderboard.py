@@ -46,7 +46,7 @@ from harness.store.models import Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions
 from harness.tasks import load_task
 from harness.timing import TIMING_FLAGS
-from harness.verdicts import VERDICTS, Accuracy, VerdictName
+from harness.verdicts import VERDICT_WORDS, VERDICTS, Accuracy, VerdictName
 
 # Most trusted first: timing with secret seeds and every output checked, timing, checks with
 # secret seeds, checks with the public seeds (the modes harness.store.runs lists).
@@ -160,7 +160,6 @@ def format_speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-VERDICT_LABELS = {"gpumode": "GPU MODE", "accurate": "accurate"}
 
 
 def format_verdict(verdict: VerdictSummary) -> str:
@@ -176,7 +175,7 @@ def verdict_notes(board: Leaderboard) -> list[tuple[LeaderboardEntry, str, str]]
     """(entry, verdict label, reason) for every ranked entry that fails a verdict other than the
     ranking one: it ranks, and the reports say in words why the other verdict fails it."""
     return [
-        (entry, VERDICT_LABELS[name], summary.reason)
+        (entry, VERDICT_WORDS[name], summary.reason)
         for entry in board.ranked()
         for name, summary in entry.verdicts.items()
         if summary.status == "fail"

@@ -27,6 +27,7 @@ from harness.store.revisions import get_or_create_secret, get_revision, revision
 from harness.store.runs import estimated_cost, reuse_or_claim, worker_name
 from harness.store.session import Store
 from harness.tasks import load_task, revision_secret
+from harness.verdicts import VERDICT_WORDS, VERDICTS
 
 LEADERBOARD_SECRET = "leaderboard_seed"
 RUN_MODES = {"test": "test", "leaderboard": "test-leaderboard"}
@@ -188,8 +189,21 @@ def _shape_lines(run: Run) -> str:
             "-" if value is None else f"{value:.1e}"
             for value in (shape.check.get("max_abs_err"), shape.check.get("rel_l2"))
         )
-        lines.append(f"{shape.index}: {numbers}" + ("" if status == "pass" else f" {status}"))
+        verdicts = shape.verdicts
+        failing = [name for name in VERDICTS if verdicts is not None and not verdicts.get(name).passed]
+        note = f" fails {' and '.join(VERDICT_WORDS[name] for name in failing)}" if status == "pass" and failing else ""
+        lines.append(f"{shape.index}: {numbers}" + ("" if status == "pass" else f" {status}") + note)
     return "\n".join(lines)
+
+
+def _verdict_reason(run: Run) -> str:
+    """A passing run's first failing verdict, in words (it passes the other one)."""
+    for shape in run.shapes:
+        verdicts = shape.verdicts
+        for name in VERDICTS:
+            if verdicts is not None and not verdicts.get(name).passed:
+                return f"{shape.set_name}[{shape.index}]: {verdicts.get(name).reason}"
+    return ""
 
 
 def render_checks(checked: list[CheckedRevision]) -> Table:
@@ -214,7 +228,8 @@ def render_checks(checked: list[CheckedRevision]) -> Table:
         status = Text(run.status or "", STATUS_STYLE.get(run.status or "", "magenta"))
         if item.reused:
             status.append("\n(stored)")
-        table.add_row(str(item.revision_id), Text(item.label), status, _shape_lines(run), Text(run.reason))
+        reason = run.reason or (_verdict_reason(run) if run.status == "pass" else "")
+        table.add_row(str(item.revision_id), Text(item.label), status, _shape_lines(run), Text(reason))
     return table
 
 
