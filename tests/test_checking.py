@@ -328,3 +328,41 @@ def test_a_large_tensor_travels_in_slices_and_comes_back_equal(tmp_path: Path):
     info = export_tensor(value, tmp_path / "big.bin")
     assert (tmp_path / "big.bin").stat().st_size == value.numel() * 4
     assert torch.equal(_read(tmp_path, "big.bin", info), value)
+
+
+def test_timed_outputs_travel_in_a_sealed_shared_buffer_that_the_parent_sizes():
+    """The memfd a child writes its timed outputs to: it cannot shrink it (a mapping in the parent
+    never loses its pages), nor seal it against growing; whatever it grows it to, the parent reads
+    only the size it set itself; an output that does not fit is not put there (it goes to a file)."""
+    import fcntl
+    import os
+
+    from harness.sandbox.supervisor import create_shared_output
+    from harness.sandbox.transfer import SharedBuffer, export_shared, read_shared
+
+    fd = create_shared_output()
+    os.ftruncate(fd, 4096)
+    child_fd = os.dup(fd)
+    with pytest.raises(OSError):
+        os.ftruncate(child_fd, 100)
+    with pytest.raises(OSError):
+        fcntl.fcntl(child_fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_GROW)
+    child, parent = SharedBuffer(child_fd, cuda=False), SharedBuffer(fd, cuda=False)
+    try:
+        value = torch.randn(4, 8)
+        info = export_shared(value, child, 4096)
+        assert info.written and info.shared and info.nbytes == 128
+        received = read_shared(parent, 4096, info)
+        assert torch.equal(received, value)
+        child.tensor.fill_(0)
+        assert torch.equal(received, value), "the parent holds a copy, not the child's memory"
+        assert not export_shared(torch.randn(2000), child, 4096).written, "8000 bytes do not fit"
+        os.ftruncate(child_fd, 1 << 40)  # the child grows it: the parent still maps what it set
+        with pytest.raises(ValueError, match="needs 16384 bytes, the shared buffer holds 4096"):
+            read_shared(parent, 4096, info.model_copy(update={"shape": [64, 64]}))
+        assert parent.size == 4096
+    finally:
+        child.close()
+        parent.close()
+        os.close(child_fd)
+        os.close(fd)

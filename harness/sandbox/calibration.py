@@ -58,15 +58,15 @@ class Calibrator:
             self.spawned = True
             self.child.spawn()
 
-    def harness_ms(self, shape: Shape, leaderboard: bool) -> float:
+    def harness_ms(self, shape: Shape, leaderboard: bool, output_bytes: int = 0) -> float:
         """The shortest parent's bracket of a no-op timed call of `shape`, with a fresh seed per
         call (`leaderboard`) or one seed for the shape, as the candidate's calls will have."""
         key = (json.dumps(shape.parameters, sort_keys=True), leaderboard)
         if key not in self.harness_ms_by_shape:
-            self.harness_ms_by_shape[key] = self._measure(shape, leaderboard)
+            self.harness_ms_by_shape[key] = self._measure(shape, leaderboard, output_bytes)
         return self.harness_ms_by_shape[key]
 
-    def _measure(self, shape: Shape, leaderboard: bool) -> float:
+    def _measure(self, shape: Shape, leaderboard: bool, output_bytes: int) -> float:
         run_seed = secrets.randbits(63)
         child = self.child
 
@@ -89,6 +89,7 @@ class Calibrator:
                 autotune_config=None,
                 on_output=discard,
                 phase=f"calibration of {shape.parameters}",
+                output_bytes=output_bytes,  # the same transfer as the candidate's calls
             )
         except ChildFailure as failure:
             raise HarnessError(f"the harness's calibration child failed: {failure.reason}") from None

@@ -398,11 +398,13 @@ def _load_module(name: str, path: str) -> ModuleType:
 
 
 class Worker:
-    def __init__(self, hello: Hello, channel: Channel, isolation: IsolationReport) -> None:
+    def __init__(self, hello: Hello, channel: Channel, isolation: IsolationReport, output_fd: int | None = None) -> None:
         self.hello = hello
         self.channel = channel
         self.isolation = isolation
         self.io_dir = Path(hello.io_dir)
+        self.output_fd = output_fd
+        self.shared_output = None  # transfer.SharedBuffer over output_fd, made on the first timed call
         self.autotuners = Autotuners()
         self.called = False
         self.handlers = {CheckRequest: self.check, TimeRequest: self.time}
@@ -595,7 +597,7 @@ class Worker:
 
         def after_call(index: int, data: tuple, result: object) -> None:
             done = CallDone(token=self.hello.token, id=request.id, index=index)
-            done.output = self.export_tensor(result, self.io_dir / f"timed-{request.id}-{index}.bin")
+            done.output = self.export_timed(result, request, index)
             done.output_aliases_input = self.aliases_input(result, data)
             if done.output.exact_tensor and not done.output_aliases_input and result.is_floating_point():
                 result.fill_(float("nan"))
@@ -624,6 +626,19 @@ class Worker:
             return reply
         reply.times_ms, reply.compile_s, reply.flags = stats.times_ms, stats.compile_s, stats.flags
         return reply
+
+    def export_timed(self, result: object, request: TimeRequest, index: int):
+        """A timed call's output into the shared buffer when it fits, else into a file."""
+        capacity = request.shared_output_bytes if self.output_fd is not None else 0
+        if capacity:
+            from harness.sandbox.transfer import SharedBuffer, export_shared
+
+            if self.shared_output is None:
+                self.shared_output = SharedBuffer(self.output_fd, cuda=self.hello.device == "cuda")
+            info = export_shared(result, self.shared_output, capacity)
+            if info.written or not info.exact_tensor:
+                return info
+        return self.export_tensor(result, self.io_dir / f"timed-{request.id}-{index}.bin")
 
     def receive_call_seed(self, request_id: int, index: int) -> int:
         line = self.channel.receive_line()
@@ -672,22 +687,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request-fd", type=int)
     parser.add_argument("--reply-fd", type=int)
     parser.add_argument("--status-fd", type=int)
+    parser.add_argument("--output-fd", type=int)  # the shared buffer for timed outputs (transfer.py)
     parser.add_argument("--probe", metavar="SCRATCH_DIR")
     parser.add_argument("--probe-cuda", action="store_true")
     args = parser.parse_args(argv)
     if args.probe:
         return probe(args.probe, args.probe_cuda)
-    pipes = [args.request_fd, args.reply_fd] + ([args.status_fd] if args.status_fd is not None else [])
-    for fd in pipes:
+    worker_fds = [args.request_fd, args.reply_fd] + ([args.output_fd] if args.output_fd is not None else [])
+    for fd in worker_fds + ([args.status_fd] if args.status_fd is not None else []):
         os.set_inheritable(fd, False)
     channel = Channel(args.request_fd, args.reply_fd)
     line = channel.receive_line()
     if line is None:
         return 0
     hello = Hello.model_validate_json(line)
-    isolation = apply_isolation(hello.isolation, args.status_fd, [args.request_fd, args.reply_fd])
+    isolation = apply_isolation(hello.isolation, args.status_fd, worker_fds)
     os.chdir(hello.workdir)
-    worker = Worker(hello, channel, isolation)
+    worker = Worker(hello, channel, isolation, args.output_fd)
     if worker.start():
         worker.serve()
     exit_now()

@@ -48,7 +48,7 @@ from harness.sandbox.supervisor import (
     early_children,
     kept_children,
 )
-from harness.sandbox.transfer import read_tensor
+from harness.sandbox.transfer import SharedBuffer, read_shared, read_tensor
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
 from harness.timing import (
     BELOW_PHYSICAL_FLOOR,
@@ -556,7 +556,11 @@ class Evaluator:
             finally:
                 self.child.discard_files()
 
-        harness_ms = self._calibrator().harness_ms(shape, leaderboard)
+        # the output's size, from the check's reference case (cached): the shared buffer's size
+        output_bytes = checking.reference_case(
+            self.task, self.reference, shape, self._check_seed(shape), self.device
+        ).expected.nbytes
+        harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes)
         warmup_calls, warmup_s = WARMUP[self.device]
         reply = self.child.time(
             shape.parameters,
@@ -567,6 +571,7 @@ class Evaluator:
             autotune_config=0 if self.config_count else None,
             on_output=on_output,
             phase=f"timing on {outcome.set_name}[{outcome.index}]",
+            output_bytes=output_bytes,
         )
         times = reply.times_ms
         if reply.error is not None:
@@ -619,6 +624,15 @@ class Evaluator:
             flags.append(BELOW_PHYSICAL_FLOOR)
         return flags
 
+    def _read_timed_output(self, done: CallDone, device: str):
+        """A timed call's output: from the shared buffer, or from its file when it did not fit."""
+        child = self.child
+        if done.output is not None and done.output.shared:
+            if child.shared_reader is None:
+                child.shared_reader = SharedBuffer(child.output_fd, cuda=device == "cuda")
+            return read_shared(child.shared_reader, child.shared_bytes, done.output, device)
+        return read_tensor(child.io_fd, child.timed_output_name(done.id, done.index), done.output, device)
+
     def _timed_output_problem(
         self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone
     ) -> str | None:
@@ -641,8 +655,7 @@ class Evaluator:
         if problem is not None:
             return problem
         try:
-            name = self.child.timed_output_name(done.id, done.index)
-            received = read_tensor(self.child.io_fd, name, done.output, case.expected.device.type)
+            received = self._read_timed_output(done, case.expected.device.type)
         except (ValueError, OSError) as exc:
             return f"output could not be read back: {exc}"
         check = checking.compare_output(received, case, rtol=self.task.rtol, atol=self.task.atol, figures=False)

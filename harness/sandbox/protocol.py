@@ -94,6 +94,9 @@ class TimeRequest(Message):
     max_rel_err: float = 0.001
     budget_s: float = 10.0
     autotune_config: int | None = None
+    # the size of the shared output buffer for this phase (harness.sandbox.transfer): an output
+    # that fits goes there, a larger one (a wrong shape) to a file
+    shared_output_bytes: int = 0
 
 
 class CallSeed(Message):
@@ -124,6 +127,7 @@ class TensorInfo(Message):
     contiguous: bool | None = None
     nbytes: int | None = None
     written: bool = False
+    shared: bool = False  # its bytes are in the shared output buffer, not a file (timed calls)
 
 
 class AutotunerInfo(Message):

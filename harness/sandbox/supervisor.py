@@ -418,6 +418,17 @@ WORKDIR_PREFIX = "run-"  # in work_root(), the same way
 PROBE_DIR_PREFIX = "harness-probe-"  # the isolation probe's scratch directory, the same way
 
 
+def create_shared_output() -> int:
+    """The memfd a child puts its timed outputs in (harness.sandbox.transfer.SharedBuffer): the
+    parent grows it; shrinking is sealed, and so are the seals (the child cannot add F_SEAL_GROW
+    and keep the parent from growing it). Torch-free, like the rest of the spawn."""
+    import fcntl
+
+    fd = os.memfd_create("harness-timed-output", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    return fd
+
+
 def make_io_dir() -> Path:
     """A fresh private directory for one child's files: in /dev/shm when it is writable and has
     room (a container's default 64 MiB would end a large copy with SIGBUS), else in the
@@ -615,6 +626,11 @@ class ChildProcess:
         self.proc: subprocess.Popen | None = None
         self.buffer = b""
         self.status_fd: int | None = None
+        # the shared buffer for timed outputs (create_shared_output), its size as this parent set
+        # it, and the parent's mapping of it (a transfer.SharedBuffer, made by whoever reads first)
+        self.output_fd: int | None = None
+        self.shared_bytes = 0
+        self.shared_reader = None
         self.shutdown_requested = False
         self.startup_s: float | None = None
         self.ready: Ready | ImportFailed | None = None
@@ -686,8 +702,12 @@ class ChildProcess:
         deadline runs from here."""
         request_read, self.request_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
-        child_fds = [request_read, reply_write]
-        arguments = ["--request-fd", str(request_read), "--reply-fd", str(reply_write)]
+        self.output_fd = create_shared_output()
+        output_for_child = os.dup(self.output_fd)
+        child_fds = [request_read, reply_write, output_for_child]
+        arguments = [
+            "--request-fd", str(request_read), "--reply-fd", str(reply_write), "--output-fd", str(output_for_child)
+        ]
         status_write = None
         if self.level.full:
             self.status_fd, status_write = os.pipe()
@@ -930,13 +950,15 @@ class ChildProcess:
         autotune_config: int | None,
         on_output: Callable[[CallDone], None],
         phase: str,
+        output_bytes: int = 0,
     ) -> TimeReply:
         """Warm up and time the entry point on one shape (harness.timing in the child), while every
         other child of this process is stopped (`others_stopped`).
 
         The child asks for each call's seed in turn (calls 0, 1, 2 ..., warm-up included) and
-        gets `seed_for(k)`. Every timed call's output is exported to `timed_output_name(id, k)`
-        and handed to `on_output` as soon as the call is over, before the next call's seed is
+        gets `seed_for(k)`. Every timed call's output is exported to the shared buffer (grown to
+        `output_bytes` first; harness.sandbox.transfer) or, when it does not fit, to
+        `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before the next call's seed is
         sent. Every message is due within call_timeout_s of the one before it, so a hanging call
         is killed like one in `check`. `call_wall_ms` maps each timed call to the parent's own
         time from sending its seed to hearing that its output is in its file: the call, and
@@ -944,9 +966,13 @@ class ChildProcess:
         with _timing_lock, others_stopped(self):
             self.call_wall_ms: dict[int, float] = {}
             seed_sent_at: dict[int, float] = {}
+            if self.output_fd is not None and output_bytes > self.shared_bytes:
+                os.ftruncate(self.output_fd, output_bytes)  # grows it: shrinking is sealed
+                self.shared_bytes = output_bytes
             request = TimeRequest(
                 id=self.new_request_id(),
                 shape=shape,
+                shared_output_bytes=self.shared_bytes,
                 warmup_calls=warmup_calls,
                 warmup_s=warmup_s,
                 min_runs=rule.min_runs,
@@ -1022,13 +1048,17 @@ class ChildProcess:
             except (ChildFailure, subprocess.TimeoutExpired):
                 pass
         self._kill()
-        for fd in (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd, self.io_fd):
+        if self.shared_reader is not None:
+            self.shared_reader.close()
+            self.shared_reader = None
+        fds = (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd, self.io_fd)
+        for fd in (*fds, self.output_fd):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.request_fd = self.reply_fd = self.status_fd = self.io_fd = None
+        self.request_fd = self.reply_fd = self.status_fd = self.io_fd = self.output_fd = None
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(self.io_dir, ignore_errors=True)
         self.trim_caches()

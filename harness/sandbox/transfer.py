@@ -11,6 +11,9 @@ to a file hidden from it, a FIFO, a directory): the parent opens it by name in a
 open, never following a link and never blocking, and reads only a regular file of its own
 (`open_exported`).
 
+Timed outputs (every one is checked, up to tens of MB per call) take a faster road: a sealed
+memfd of the parent's that both sides map (`SharedBuffer`, below).
+
 The inputs never travel: the child copies them before a call and counts afterwards, bit for bit,
 the elements that changed (`changed_elements`); the parent judges the counts.
 """
@@ -205,3 +208,89 @@ def read_tensor(directory_fd: int, name: str, info: TensorInfo, device: str = "c
     finally:
         os.close(fd)
     return buffer.view(dtype).view(info.shape).to(device)
+
+
+# --- timed outputs through a shared buffer ---------------------------------------------------
+# A timed call's output (every one is checked, up to tens of MB a call) would cost two copies
+# through a file in /dev/shm and a page allocation per call. Instead the parent creates one
+# memfd per child (harness.sandbox.supervisor.create_shared_output), sealed against shrinking (a mapping of it can never lose its pages under the
+# parent, which is why files are read with `read` calls), and grows it to the output's size
+# before each timing phase; the child copies the output into its mapping (registered with CUDA,
+# so the copy from the GPU is one DMA), and the parent copies it from its own mapping straight to
+# its GPU. The parent reads only after the child's `CallDone` and before it sends the next
+# call's seed, when the child's protocol leaves the buffer alone; a child that writes there at
+# other times (a thread) can only make its own output wrong, as with a file it rewrites.
+
+
+class SharedBuffer:
+    """One side's mapping of the shared output memfd, as a flat uint8 tensor, registered with CUDA
+    (pinned) where `cuda`; remapped when the memfd has grown."""
+
+    def __init__(self, fd: int, *, cuda: bool) -> None:
+        self.fd, self.cuda = fd, cuda
+        self.mapping = None
+        self.tensor: torch.Tensor | None = None
+        self.registered = False
+
+    @property
+    def size(self) -> int:
+        return 0 if self.mapping is None else len(self.mapping)
+
+    def ensure(self, size: int) -> torch.Tensor:
+        """The mapping as a tensor of at least `size` bytes (the file must be that large)."""
+        import mmap
+
+        if self.tensor is None or self.size < size:
+            self.close()
+            self.mapping = mmap.mmap(self.fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self.tensor = torch.frombuffer(self.mapping, dtype=torch.uint8)
+            if self.cuda:
+                cudart = torch.cuda.cudart()
+                self.registered = cudart.cudaHostRegister(self.tensor.data_ptr(), len(self.mapping), 0) == 0
+        return self.tensor
+
+    def close(self) -> None:
+        if self.registered:
+            torch.cuda.cudart().cudaHostUnregister(self.tensor.data_ptr())
+            self.registered = False
+        self.tensor = None
+        if self.mapping is not None:
+            try:
+                self.mapping.close()
+            except BufferError:  # a view of it is still alive somewhere: the pages go with the process
+                pass
+            self.mapping = None
+
+
+def export_shared(value: object, buffer: SharedBuffer, capacity: int) -> TensorInfo:
+    """Describe `value` and, when it is an exact tensor that fits in `capacity` bytes, copy its
+    bytes (C order) into the shared buffer (`shared` set); otherwise only describe it."""
+    info = describe(value)
+    if not info.exact_tensor or info.dtype not in DTYPES or info.device not in ("cpu", "cuda"):
+        return info
+    if info.nbytes > capacity:
+        return info
+    if info.nbytes:
+        target = buffer.ensure(capacity)[: info.nbytes].view(value.dtype).view(value.shape)
+        target.copy_(value.detach())  # from the GPU: one DMA into the registered mapping (blocking)
+    info.written = info.shared = True
+    return info
+
+
+def read_shared(buffer: SharedBuffer, capacity: int, info: TensorInfo, device: str = "cpu") -> torch.Tensor:
+    """The tensor the child put in the shared buffer (`capacity` bytes, as the parent sized it:
+    never the file's own size, which the child can grow), as a fresh tensor on `device`. Raises
+    ValueError when `info` does not describe a tensor that fits."""
+    if not info.written or not info.shared or info.dtype not in DTYPES or info.shape is None:
+        raise ValueError("no tensor was exported")
+    dtype = DTYPES[info.dtype]
+    numel = 1
+    for size in info.shape:
+        if size < 0:
+            raise ValueError(f"negative size in shape {info.shape}")
+        numel *= size
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if nbytes > capacity:
+        raise ValueError(f"shape {info.shape} needs {nbytes} bytes, the shared buffer holds {capacity}")
+    source = buffer.ensure(capacity)[:nbytes].view(dtype).view(info.shape)
+    return source.to(device) if device != "cpu" else source.clone()
