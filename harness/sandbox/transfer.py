@@ -180,10 +180,9 @@ def open_exported(directory_fd: int, name: str) -> int:
     return fd
 
 
-def read_tensor(directory_fd: int, name: str, info: TensorInfo, device: str = "cpu") -> torch.Tensor:
-    """The tensor the child exported to the file `name` in the directory open as `directory_fd`, on
-    `device`. Raises ValueError when the file is not a plain file of the child's (`open_exported`)
-    or does not hold exactly what `info` describes."""
+def _described(info: TensorInfo) -> tuple[torch.dtype, int, int]:
+    """(dtype, element count, bytes) of the tensor `info` describes; ValueError when it describes
+    none that was exported."""
     if not info.written or info.dtype not in DTYPES or info.shape is None:
         raise ValueError("no tensor was exported")
     dtype = DTYPES[info.dtype]
@@ -192,7 +191,14 @@ def read_tensor(directory_fd: int, name: str, info: TensorInfo, device: str = "c
         if size < 0:
             raise ValueError(f"negative size in shape {info.shape}")
         numel *= size
-    expected_bytes = numel * torch.empty((), dtype=dtype).element_size()
+    return dtype, numel, numel * torch.empty((), dtype=dtype).element_size()
+
+
+def read_tensor(directory_fd: int, name: str, info: TensorInfo, device: str = "cpu") -> torch.Tensor:
+    """The tensor the child exported to the file `name` in the directory open as `directory_fd`, on
+    `device`. Raises ValueError when the file is not a plain file of the child's (`open_exported`)
+    or does not hold exactly what `info` describes."""
+    dtype, numel, expected_bytes = _described(info)
     fd = open_exported(directory_fd, name)
     try:
         actual_bytes = os.fstat(fd).st_size
@@ -281,15 +287,9 @@ def read_shared(buffer: SharedBuffer, capacity: int, info: TensorInfo, device: s
     """The tensor the child put in the shared buffer (`capacity` bytes, as the parent sized it:
     never the file's own size, which the child can grow), as a fresh tensor on `device`. Raises
     ValueError when `info` does not describe a tensor that fits."""
-    if not info.written or not info.shared or info.dtype not in DTYPES or info.shape is None:
+    if not info.shared:
         raise ValueError("no tensor was exported")
-    dtype = DTYPES[info.dtype]
-    numel = 1
-    for size in info.shape:
-        if size < 0:
-            raise ValueError(f"negative size in shape {info.shape}")
-        numel *= size
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    dtype, _numel, nbytes = _described(info)
     if nbytes > capacity:
         raise ValueError(f"shape {info.shape} needs {nbytes} bytes, the shared buffer holds {capacity}")
     source = buffer.ensure(capacity)[:nbytes].view(dtype).view(info.shape)
