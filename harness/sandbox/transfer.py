@@ -251,12 +251,17 @@ class SharedBuffer:
             self.mapping = mmap.mmap(self.fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             self.tensor = torch.frombuffer(self.mapping, dtype=torch.uint8)
             if self.cuda:
+                # int(): cudart returns a pybind enum, which never equals 0 itself (as in
+                # torch.cuda._pin_memory_utils); a failed registration only means a slower copy,
+                # and its error is cleared so that no later torch call reports it
                 cudart = torch.cuda.cudart()
-                self.registered = cudart.cudaHostRegister(self.tensor.data_ptr(), len(self.mapping), 0) == 0
+                self.registered = int(cudart.cudaHostRegister(self.tensor.data_ptr(), len(self.mapping), 0)) == 0
+                if not self.registered and hasattr(cudart, "cudaGetLastError"):
+                    cudart.cudaGetLastError()
         return self.tensor
 
     def close(self) -> None:
-        if self.registered:
+        if self.registered:  # before the unmap: a later mapping at the same address is not this one
             torch.cuda.cudart().cudaHostUnregister(self.tensor.data_ptr())
             self.registered = False
         self.tensor = None
