@@ -366,3 +366,37 @@ def test_timed_outputs_travel_in_a_sealed_shared_buffer_that_the_parent_sizes():
         parent.close()
         os.close(child_fd)
         os.close(fd)
+
+
+def test_a_reference_without_a_float64_path_or_scale_leaves_gpu_modes_rule_to_decide(tmp_path):
+    """A task's reference that fails on float64 inputs, and an `output_scale` that raises: no exact
+    answer and no scale, said so, and the accurate verdict is GPU MODE's rule (never a crash)."""
+    from harness.tasks.spec import _load_module_file
+
+    source = Path(REFERENCE.__file__).read_text() + '''
+
+_real = ref_kernel
+
+
+def ref_kernel(data):
+    if data[0].dtype == torch.float64:
+        raise TypeError("this reference computes in float32 only")
+    return _real(data)
+
+
+def output_scale(data):
+    raise RuntimeError("no scale here")
+'''
+    path = tmp_path / "fp32_only_reference.py"
+    path.write_text(source)
+    reference = _load_module_file(path)
+    case = checking._make_reference_case(reference, SHAPE, 99, "cpu")
+    assert case.expected64 is None and "the reference failed on float64 inputs (TypeError" in case.note
+    assert case.scale() is None
+    good = compare(case.expected.clone(), case)
+    assert good.passed and good.verdicts.accurate.passed and good.accuracy.rel_l2 is None
+    wrong = case.expected.clone()
+    wrong.view(-1)[0] += 1.0
+    check = compare(wrong, case)
+    assert check.verdicts.gpumode.status == check.verdicts.accurate.status == "fail"
+    assert "no exact answer (exact answer not computed" in check.verdicts.accurate.reason
