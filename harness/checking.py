@@ -292,7 +292,7 @@ def compare_output(
             norm = float(torch.linalg.vector_norm(exact))
             if norm > 0:
                 if not_finite == 0:
-                    accuracy.rel_l2 = float(torch.linalg.vector_norm(error)) / norm
+                    accuracy.rel_l2 = _finite_or_none(float(torch.linalg.vector_norm(error)) / norm)
                 reference_error = expected.to(device=exact.device, dtype=torch.float64) - exact
                 reference_rel_l2 = float(torch.linalg.vector_norm(reference_error)) / norm
             scale = case.scale()
@@ -300,7 +300,7 @@ def compare_output(
                 scale = scale.to(device=exact.device, dtype=torch.float64)
                 positive = scale > 0
                 if bool(positive.any()):
-                    accuracy.max_err_over_scale = float((error.abs()[positive] / scale[positive]).max())
+                    accuracy.max_err_over_scale = _finite_or_none(float((error.abs()[positive] / scale[positive]).max()))
         del error, received64
 
     first = []
@@ -354,6 +354,11 @@ def _accurate_reason(failures: int, numel: int, not_finite: int, exact: bool, no
         "tolerance of the reference"
     )
     return f"{text} ({not_finite} NaN/Inf)" if not_finite else text
+
+
+def _finite_or_none(value: float) -> float | None:
+    """A figure as stored and shown: None where the exact answer itself is not finite."""
+    return value if math.isfinite(value) else None
 
 
 def _one_line(exc: BaseException) -> str:
