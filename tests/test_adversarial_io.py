@@ -19,6 +19,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -237,3 +238,32 @@ def test_a_child_busy_in_a_call_ends_when_its_parent_is_killed(tmp_path):
     process.kill()
     process.communicate(timeout=60)
     assert _gone(children, seconds=20)
+
+
+STOPPED_THEN_KILLED = """
+import os, signal, sys
+from harness.sandbox.supervisor import ChildProcess, SandboxLimits
+from harness.tasks import load_task
+task = load_task("conv2d_v2")
+code = open(sys.argv[1], "rb").read()
+child = ChildProcess(code, task, device="cpu", limits=SandboxLimits.from_settings(), code_sha256="x" * 64)
+child.start()
+child.stop()  # as while another revision is timed
+print(" ".join(map(str, child.processes())), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not detect_isolation("cpu").full, reason="needs a pid namespace")
+def test_a_child_stopped_while_another_is_timed_ends_when_its_parent_is_killed(tmp_path):
+    """SIGSTOP leaves the pid namespace's init running: it sees the killed parent's status pipe
+    close and ends the namespace, stopped processes included (they would wait forever for a
+    SIGCONT)."""
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_THEN_KILLED, str(REFERENCE)],
+        capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) >= 3, done.stdout  # unshare, the init, the worker
+    assert _gone(pids, seconds=20)

@@ -204,6 +204,20 @@ def close_waiting_children() -> None:
 atexit.register(close_waiting_children)
 
 
+def _children_of(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (their /proc stat's fourth field)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    if int(stat.read().rsplit(b")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
 @contextmanager
 def others_stopped(child: ChildProcess) -> Iterator[None]:
     """Stop every other live child (`ChildProcess.stop`) for the duration, then resume them: no
@@ -876,6 +890,13 @@ class ChildProcess:
             todo += children.get(pid, [])
         return tree
 
+    def _init_pids(self) -> list[int]:
+        """`unshare` and the init it forked (the pid namespace's pid 1): the first two levels of
+        the child's tree under full isolation."""
+        if self.proc is None:
+            return []
+        return [self.proc.pid, *_children_of(self.proc.pid)]
+
     def stop(self) -> None:
         """SIGSTOP every process of the child (its threads with it), again until no new one
         appears: while another child is timed, this one runs nothing on the CPU and launches
@@ -883,9 +904,14 @@ class ChildProcess:
         if self.proc is None or self.proc.poll() is not None or self.paused_at is not None:
             return
         self.paused_at = monotonic()
+        # Under full isolation the first process is `unshare` and its child the init of the pid
+        # namespace, both harness code: they are left running, so that a parent killed meanwhile
+        # is still seen by the init (its status pipe closes), which ends the namespace and with it
+        # every stopped process. Stopped, they would wait for a SIGCONT that never comes.
+        exempt = set(self._init_pids()) if self.level.full else set()
         stopped: set[int] = set()
         for _ in range(20):
-            new = [pid for pid in self.processes() if pid not in stopped]
+            new = [pid for pid in self.processes() if pid not in stopped and pid not in exempt]
             if not new:
                 break
             for pid in new:
