@@ -61,17 +61,25 @@ def child_processes(root_pid: int, *, whole_session: bool) -> list[int]:
     return sorted(found)
 
 
-def _session_members(session_id: int) -> list[int]:
-    members = []
+PARENT_PID, SESSION_ID = 1, 3  # fields of /proc/PID/stat after the command's ")"
+
+
+def processes_where(field: int, value: int) -> list[int]:
+    """The processes whose /proc stat `field` (PARENT_PID, SESSION_ID) is `value`."""
+    found = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                    if int(stat.read().rsplit(b")", 1)[1].split()[3]) == session_id:
-                        members.append(int(entry.name))
+                    if int(stat.read().rsplit(b")", 1)[1].split()[field]) == value:
+                        found.append(int(entry.name))
             except (OSError, IndexError, ValueError):
                 continue
-    return members
+    return found
+
+
+def _session_members(session_id: int) -> list[int]:
+    return processes_where(SESSION_ID, session_id)
 
 
 def resident_bytes(pids: Iterable[int]) -> int:

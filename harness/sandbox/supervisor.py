@@ -68,7 +68,13 @@ from harness.sandbox.protocol import (
     TimeRequest,
     encode,
 )
-from harness.sandbox.resources import ResourceWatch, WatchedDirectories, tree_bytes
+from harness.sandbox.resources import (
+    PARENT_PID,
+    ResourceWatch,
+    WatchedDirectories,
+    processes_where,
+    tree_bytes,
+)
 from harness.tasks import TaskSpec
 from harness.timing import StoppingRule
 
@@ -202,20 +208,6 @@ def close_waiting_children() -> None:
 
 
 atexit.register(close_waiting_children)
-
-
-def _children_of(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (their /proc stat's fourth field)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                    if int(stat.read().rsplit(b")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
 
 
 @contextmanager
@@ -895,7 +887,7 @@ class ChildProcess:
         the child's tree under full isolation."""
         if self.proc is None:
             return []
-        return [self.proc.pid, *_children_of(self.proc.pid)]
+        return [self.proc.pid, *processes_where(PARENT_PID, self.proc.pid)]
 
     def stop(self) -> None:
         """SIGSTOP every process of the child (its threads with it), again until no new one
