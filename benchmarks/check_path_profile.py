@@ -54,7 +54,7 @@ def main() -> None:
     device, repeats, results = args.device, args.repeats, {}
     print(f"{device} {torch.cuda.get_device_name() if device == 'cuda' else ''}; shape {shape.parameters}")
     case = timed("parent: reference case (fp32 + float64)",
-                 lambda: checking._make_reference_case(reference, shape, shape.seed, device), 1, device, results)
+                 lambda: checking.make_reference_case(reference, shape, shape.seed, device), 1, device, results)
     data = reference.generate_input(**shape.parameters, seed=shape.seed, device=device)
     inputs = [data[i] for i in task.input_indices]
     output = case.expected.clone()

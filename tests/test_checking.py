@@ -256,7 +256,7 @@ WIDE = Shape(size=24, kernelsize=8, channels=16, batch=1, seed=11)  # K = C*k*k 
 
 @pytest.fixture(scope="module")
 def wide_case() -> checking.ReferenceCase:
-    return checking._make_reference_case(REFERENCE, WIDE, WIDE.seed, "cpu")
+    return checking.make_reference_case(REFERENCE, WIDE, WIDE.seed, "cpu")
 
 
 def _exact_sum_of(data: tuple, rounded: callable) -> torch.Tensor:
@@ -390,7 +390,7 @@ def output_scale(data):
     path = tmp_path / "fp32_only_reference.py"
     path.write_text(source)
     reference = _load_module_file(path)
-    case = checking._make_reference_case(reference, SHAPE, 99, "cpu")
+    case = checking.make_reference_case(reference, SHAPE, 99, "cpu")
     assert case.expected64 is None and "the reference failed on float64 inputs (TypeError" in case.note
     assert case.scale() is None
     good = compare(case.expected.clone(), case)

@@ -95,7 +95,7 @@ class ShapeOutcome(BaseModel):
     compile_s: float | None = None  # the timing warm-up's seconds
     timing_flags: list[str] = []  # harness.timing.TIMING_MISMATCH
     # Both verdicts (harness.checking) over every output of the shape that was compared: the
-    # checked call (each autotune config on the CPU) and, in leaderboard mode, every timed call.
+    # checked call (each autotune config on the CPU) and every timed call.
     verdicts: Verdicts | None = None
     accuracy: Accuracy = Accuracy()
 
@@ -645,10 +645,7 @@ class Evaluator:
         key = (json.dumps(shape.parameters, sort_keys=True), seed)
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
-            data = self.reference.generate_input(**shape.parameters, seed=seed, device=self.device)
-            expected = self.reference.ref_kernel(data)
-            flops = self.reference.flops(**shape.parameters) if hasattr(self.reference, "flops") else None
-            case = checking.ReferenceCase(data=data, expected=expected, reference=self.reference, flops=flops)
+            case = checking.make_reference_case(self.reference, shape, seed, self.device, exact_now=False)
             self._timed_case = (key, case)
         case = self._timed_case[1]
         problem = checking.output_problem(done.output, case.expected, done.output_aliases_input)
