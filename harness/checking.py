@@ -320,8 +320,8 @@ def compare_output(
         accurate.reason = _accurate_reason(accurate_failures, numel, not_finite, exact is not None, case.note)
     verdicts = Verdicts(gpumode=gpumode, accurate=accurate)
     return OutputCheck(
-        passed=gpumode.passed or accurate.passed,
-        reason="; ".join(v.reason for v in (gpumode, accurate) if v.reason),
+        passed=verdicts.either_passed,
+        reason=verdicts.reasons(),
         verdicts=verdicts,
         accuracy=accuracy,
         mismatches=mismatches,

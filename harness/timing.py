@@ -68,8 +68,6 @@ HOST_MARGIN_FACTOR = 1.5
 HOST_SLACK_MS = 0.05  # a reported call may exceed its bracket by this much (clock granularity)
 HOST_CLOCK_MISMATCH = "host_clock_mismatch"
 BELOW_PHYSICAL_FLOOR = "below_physical_floor"
-# Flags a timing can carry: a flagged timing is never ranked (harness.report.leaderboard).
-TIMING_FLAGS = (TIMING_MISMATCH, HOST_CLOCK_MISMATCH, BELOW_PHYSICAL_FLOOR)
 
 
 @dataclass

@@ -51,6 +51,18 @@ class Verdicts(BaseModel):
     def get(self, name: VerdictName) -> Verdict:
         return getattr(self, name)
 
+    def failing(self) -> list[VerdictName]:
+        return [name for name in VERDICTS if not self.get(name).passed]
+
+    @property
+    def either_passed(self) -> bool:
+        """The output is worth timing: it passes at least one verdict."""
+        return len(self.failing()) < len(VERDICTS)
+
+    def reasons(self) -> str:
+        """Why the failing verdicts fail, in words ("" when both pass)."""
+        return "; ".join(self.get(name).reason for name in self.failing() if self.get(name).reason)
+
     def both(self, other: Verdicts) -> Verdicts:
         """Each verdict passes only where it passes in both (a shape's checked call and its timed
         calls, or every shape of a run)."""

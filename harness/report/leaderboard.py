@@ -45,7 +45,6 @@ from harness.scoring import compare, rank_by_score, speedup
 from harness.store.models import Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions
 from harness.tasks import load_task
-from harness.timing import TIMING_FLAGS
 from harness.verdicts import VERDICT_WORDS, VERDICTS, Accuracy, VerdictName
 
 # Most trusted first: timing with secret seeds and every output checked, timing, checks with
@@ -292,7 +291,7 @@ def _standing(
             if others and mode
             else by_priority[0].reason or "passed; not timed yet"
         )
-    elif any(flag in TIMING_FLAGS for flag in flags):
+    elif flags:  # every flag a timing can carry (harness.timing) marks it for review
         standing.status = FLAGGED
         standing.reason = f"timing flagged ({', '.join(flags)}): a flagged timing is never ranked"
         standing.score_ms = timed_run.score_ms

@@ -27,7 +27,7 @@ from harness.store.revisions import get_or_create_secret, get_revision, revision
 from harness.store.runs import estimated_cost, reuse_or_claim, worker_name
 from harness.store.session import Store
 from harness.tasks import load_task, revision_secret
-from harness.verdicts import VERDICT_WORDS, VERDICTS
+from harness.verdicts import VERDICT_WORDS
 
 LEADERBOARD_SECRET = "leaderboard_seed"
 RUN_MODES = {"test": "test", "leaderboard": "test-leaderboard"}
@@ -189,8 +189,7 @@ def _shape_lines(run: Run) -> str:
             "-" if value is None else f"{value:.1e}"
             for value in (shape.check.get("max_abs_err"), shape.check.get("rel_l2"))
         )
-        verdicts = shape.verdicts
-        failing = [name for name in VERDICTS if verdicts is not None and not verdicts.get(name).passed]
+        failing = shape.verdicts.failing() if shape.verdicts is not None else []
         note = f" fails {' and '.join(VERDICT_WORDS[name] for name in failing)}" if status == "pass" and failing else ""
         lines.append(f"{shape.index}: {numbers}" + ("" if status == "pass" else f" {status}") + note)
     return "\n".join(lines)
@@ -199,10 +198,8 @@ def _shape_lines(run: Run) -> str:
 def _verdict_reason(run: Run) -> str:
     """A passing run's first failing verdict, in words (it passes the other one)."""
     for shape in run.shapes:
-        verdicts = shape.verdicts
-        for name in VERDICTS:
-            if verdicts is not None and not verdicts.get(name).passed:
-                return f"{shape.set_name}[{shape.index}]: {verdicts.get(name).reason}"
+        if shape.verdicts is not None and shape.verdicts.failing():
+            return f"{shape.set_name}[{shape.index}]: {shape.verdicts.reasons()}"
     return ""
 
 

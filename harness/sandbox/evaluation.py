@@ -255,10 +255,9 @@ def _check_shape(
         if status not in ("pass", "wrong_answer"):
             break
     status, reason, details = first_failure or ("pass", first_reason, configs[-1]["details"])
-    verdicts = outcome.verdicts
-    if status == "pass" and verdicts is not None and not (verdicts.gpumode.passed or verdicts.accurate.passed):
+    if status == "pass" and outcome.verdicts is not None and not outcome.verdicts.either_passed:
         # every config passed one verdict, but not the same one
-        status, reason = "wrong_answer", f"{verdicts.gpumode.reason}; {verdicts.accurate.reason}"
+        status, reason = "wrong_answer", outcome.verdicts.reasons()
     outcome.status, outcome.reason = status, reason
     outcome.passed = status == "pass"
     outcome.check = dict(details)
@@ -584,12 +583,10 @@ class Evaluator:
         elif problems:
             check = "leaderboard recheck" if leaderboard else "timed output check"
             outcome.status, outcome.reason = "wrong_answer", f"{check}: {problems[0]}"
-        elif outcome.verdicts is not None and not (outcome.verdicts.gpumode.passed or outcome.verdicts.accurate.passed):
+        elif outcome.verdicts is not None and not outcome.verdicts.either_passed:
             # each timed output passed one verdict, but not every one the same
-            verdicts = outcome.verdicts
             check = "leaderboard recheck" if leaderboard else "timed output check"
-            outcome.status = "wrong_answer"
-            outcome.reason = f"{check}: {verdicts.gpumode.reason}; {verdicts.accurate.reason}"
+            outcome.status, outcome.reason = "wrong_answer", f"{check}: {outcome.verdicts.reasons()}"
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
             flags += self._parent_timing_flags(shape, times, harness_ms)
