@@ -396,7 +396,7 @@ from harness import environment; mark("import harness.environment")
 environment.probe_environment({args.device!r})
 how = ("; GPU name kept" if environment._names_from_cache else "; GPU name from torch") if {args.device!r} == "cuda" else ""
 mark("probe_environment({args.device}" + how + ")")
-import harness.cli, harness.tournament, harness.report.progress, harness.report.html; mark("import the CLI's modules")
+import harness.cli, harness.plan.tournament, harness.report.progress, harness.report.html; mark("import the CLI's modules")
 from harness.store.session import open_store
 store = open_store(); mark("open the store"); store.close()
 if {args.device!r} == "cuda":

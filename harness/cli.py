@@ -216,7 +216,8 @@ def test_command(
     db: DbOption = None,
 ) -> None:
     """Check revisions against the task's reference in a sandbox; store one run per environment."""
-    from harness.sandbox.checks import check_revisions, render_checks, render_summary
+    from harness.plan.checks import check_revisions
+    from harness.report.checks import render_checks, render_summary
     from harness.sandbox.evaluation import resolve_device
     from harness.sandbox.supervisor import SandboxLimits
     from harness.store.session import open_store
@@ -249,7 +250,8 @@ def bench(
 ) -> None:
     """Time revisions with the task's reference in the same run; store and print per-shape tables."""
     from harness.environment import probe_environment
-    from harness.sandbox.bench import bench_revisions, render_bench
+    from harness.plan.bench import bench_revisions
+    from harness.report.bench import render_bench
     from harness.sandbox.evaluation import resolve_device
     from harness.store.session import open_store
     from harness.timing import StoppingRule
@@ -361,10 +363,10 @@ def tournament(
     from rich.console import Console
 
     from harness.executors import make_executor
+    from harness.plan.tournament import run_tournament
     from harness.report.html import render_leaderboard
     from harness.report.leaderboard import build_leaderboard
     from harness.report.progress import RichTournamentProgress
-    from harness.tournament import run_tournament
 
     runner = None
     try:

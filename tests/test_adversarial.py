@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.sandbox.checks import store_limits
+from harness.plan.phases import store_limits
 from harness.sandbox.evaluation import Evaluation, Evaluator, evaluate, evaluate_interleaved
 from harness.sandbox.supervisor import SandboxLimits, detect_isolation, live_children
 from harness.store.revisions import get_or_create_secret, register_revision
@@ -213,8 +213,8 @@ def test_the_parent_side_timing_checks_on_numbers():
 
 
 def test_a_timer_cheat_benched_into_the_store_shows_its_flag_on_the_leaderboard(tmp_path):
+    from harness.plan.bench import bench_revisions
     from harness.report.leaderboard import build_leaderboard
-    from harness.sandbox.bench import bench_revisions
 
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     try:

@@ -166,7 +166,7 @@ class GpuWorkers:
         on_done: Callable[[Job, list], None],
         on_failed: Callable[[Job, str], None],
     ) -> None:
-        from harness.sandbox.evaluation import Evaluation, ShapeOutcome
+        from harness.wire import Evaluation, ShapeOutcome
 
         if not jobs:
             return

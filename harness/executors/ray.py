@@ -98,7 +98,7 @@ class RayExecutor:
         on_done: Callable[[Job, list], None],
         on_failed: Callable[[Job, str], None],
     ) -> None:
-        from harness.sandbox.evaluation import Evaluation
+        from harness.wire import Evaluation
 
         ray = self.ray
         pending = {self._job.remote(job.model_dump_json()): job for job in jobs}

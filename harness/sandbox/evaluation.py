@@ -25,10 +25,8 @@ import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from time import perf_counter
-from typing import Literal
 
 import torch
-from pydantic import BaseModel
 from typing_extensions import Self
 
 from harness import checking, scoring
@@ -37,7 +35,7 @@ from harness.environment import confirm_device_name
 from harness.errors import HarnessError
 from harness.sandbox.calibration import Calibrator
 from harness.sandbox.devices import INTERLEAVE_GROUP, MODES, default_shape_set, resolve_device
-from harness.sandbox.protocol import AutotunerInfo, CallDone, CheckReply, ImportFailed, IsolationReport, Ready
+from harness.sandbox.protocol import CallDone, ImportFailed, IsolationReport, Ready
 from harness.sandbox.supervisor import (
     SHUTDOWN_GRACE_S,
     ChildFailure,
@@ -59,70 +57,12 @@ from harness.timing import (
     host_clock_disagrees,
     physical_floor_ms,
 )
-from harness.verdicts import Accuracy, Verdict, Verdicts
+from harness.verdicts import Verdict, Verdicts
+from harness.wire import CheckReply, Evaluation, ShapeOutcome
 
-STATUSES = ("pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported")
-Status = Literal["pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported"]
-ShapeStatus = Literal[
-    "pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported", "not_run"
-]
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
 KEEP_LIMIT = INTERLEAVE_GROUP  # children kept at most for a next phase (`keep_child`)
-
-
-class ShapeOutcome(BaseModel):
-    """One shape of an evaluation. `shape` holds the parameters and the public seed (never the
-    combined leaderboard seed, from which the secret could be recovered). The timing fields stay
-    None until harness.timing fills them."""
-
-    set_name: str
-    index: int
-    shape: dict[str, int | float | str | bool]
-    status: ShapeStatus = "not_run"
-    passed: bool | None = None
-    reason: str = ""
-    check: dict = {}
-    call_s: float | None = None
-    runs: int | None = None
-    mean_ms: float | None = None
-    median_ms: float | None = None
-    std_ms: float | None = None
-    err_ms: float | None = None
-    min_ms: float | None = None
-    max_ms: float | None = None
-    times_ms: list[float] = []
-    compile_s: float | None = None  # the timing warm-up's seconds
-    timing_flags: list[str] = []  # harness.timing.TIMING_MISMATCH
-    # Both verdicts (harness.checking) over every output of the shape that was compared: the
-    # checked call (each autotune config on the CPU) and every timed call.
-    verdicts: Verdicts | None = None
-    accuracy: Accuracy = Accuracy()
-
-
-class Evaluation(BaseModel):
-    status: Status
-    reason: str = ""
-    task: str
-    filename: str
-    code_sha256: str
-    device: str
-    mode: str
-    timed: bool = False
-    shape_set: str
-    # the candidate's import (and anything it compiles there), on the child's clock
-    compile_s: float | None = None
-    # spawn until the child has imported torch, on the parent's clock (a group's children start
-    # together: on fewer cores than children this includes waiting for a core)
-    startup_s: float | None = None
-    # the child was kept from this candidate's previous phase (startup_s and compile_s are then 0)
-    child_reused: bool = False
-    wall_s: float = 0.0
-    isolation: str = ""
-    autotuners: list[AutotunerInfo] = []
-    shapes: list[ShapeOutcome] = []
-    log_tail: str = ""
-    score_ms: float | None = None  # timed and passed: the task's score (ranking_by) of the shape means
 
 
 def peak_bandwidth_gbs(device: str) -> float:

@@ -41,12 +41,11 @@ from functools import cache
 from pathlib import Path
 from time import monotonic
 from typing import Literal
-from urllib.parse import unquote
 
 from pydantic import BaseModel, ValidationError
 from typing_extensions import Self
 
-from harness.config import DB_DIR, get_settings
+from harness.config import DB_DIR, get_settings, sqlite_directory
 from harness.errors import HarnessError
 from harness.sandbox.protocol import (
     MAX_MESSAGE_BYTES,
@@ -524,14 +523,6 @@ def _python_environment() -> dict[str, str]:
     parts = [str(Path(__file__).resolve().parents[2]), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     return env
-
-
-def sqlite_directory(url: str | None) -> str | None:
-    """The directory of a SQLite store, to hide from the child; None for other URLs."""
-    if not url or not url.startswith("sqlite:///"):
-        return None
-    path = unquote(url.removeprefix("sqlite:///").split("?", 1)[0])
-    return str(Path(path).resolve().parent) if path and path != ":memory:" else None
 
 
 def _needed_paths() -> list[Path]:

@@ -37,8 +37,8 @@ from harness.store.models import Run, ShapeResult, utcnow
 from harness.verdicts import VERDICTS
 
 if TYPE_CHECKING:
-    from harness.sandbox.evaluation import Evaluation
     from harness.tasks import TaskSpec
+    from harness.wire import Evaluation
 
 TIMING_FIELDS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
 
