@@ -9,9 +9,9 @@ skipped.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from harness.verdicts import Accuracy, Verdicts
 
@@ -127,4 +127,50 @@ class Evaluation(BaseModel):
     log_tail: str = ""
     score_ms: float | None = None  # timed and passed: the task's score (ranking_by) of the shape means
 
+
+
+
+# --- what a GPU worker or a Ray task sends back (harness.executors) ---------------------------
+
+
+class WorkerReady(Message):
+    """The worker has imported what evaluations need (and started CUDA when asked)."""
+
+    type: Literal["ready"] = "ready"
+
+
+class ShapeDone(Message):
+    """A shape of the job's request `key` ran (for progress; the job's evaluations follow)."""
+
+    type: Literal["shape"] = "shape"
+    key: int
+    outcome: ShapeOutcome
+
+
+class JobDone(Message):
+    """The job's evaluations, one per request, in the job's order."""
+
+    type: Literal["done"] = "done"
+    evaluations: list[Evaluation]
+
+
+class JobFailed(Message):
+    """The job could not run (a worker environment that differs from the job's, a malformed job):
+    one line."""
+
+    type: Literal["error"] = "error"
+    error: str
+
+
+class DeviceProbed(Message):
+    """A Ray task's answer to a probe: the device resolved on a cluster GPU and its environment
+    (harness.environment.Environment's fields)."""
+
+    type: Literal["probed"] = "probed"
+    device: str
+    environment: dict
+
+
+WorkerMessage = Annotated[WorkerReady | ShapeDone | JobDone | JobFailed | DeviceProbed, Field(discriminator="type")]
+WORKER_MESSAGE: TypeAdapter[WorkerMessage] = TypeAdapter(WorkerMessage)
 
