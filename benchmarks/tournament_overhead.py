@@ -131,7 +131,7 @@ def _where(phase: str) -> str:
 
 def install(ledger: Ledger) -> None:
     from harness.report import progress
-    from harness.sandbox import calibration, evaluation, supervisor
+    from harness.sandbox import calibration, evaluation, pool, supervisor
 
     def bucket(name: str):
         return lambda own, args, kwargs, result: ledger.add(name, own)
@@ -224,7 +224,7 @@ def install(ledger: Ledger) -> None:
     ledger.instrument(evaluation, "start_evaluators", on_start)
     ledger.instrument(evaluation.Evaluator, "finish", on_finish)
     ledger.instrument(evaluation.Evaluator, "__init__", bucket("overhead: evaluator setup (isolation probe, files)"))
-    ledger.instrument(supervisor, "start_children_early", bucket("overhead: process starts (spawn, torch import, CUDA context)"))
+    ledger.instrument(pool.CHILD_POOL, "start_early", bucket("overhead: process starts (spawn, torch import, CUDA context)"))
     ledger.instrument(evaluation.checking, "reference_case", bucket("overhead: reference cases"))
     ledger.instrument(evaluation, "_judge", bucket("overhead: judging (read back, compare)"))
     ledger.instrument(evaluation.Evaluator, "_timed_output_problem", bucket("overhead: timed output checks"))

@@ -217,7 +217,7 @@ def test_command(
     from harness.plan.checks import check_revisions
     from harness.report.checks import render_checks, render_summary
     from harness.sandbox.evaluation import resolve_device
-    from harness.sandbox.supervisor import SandboxLimits
+    from harness.sandbox.limits import SandboxLimits
     from harness.store.session import open_store
 
     device = resolve_device(device)
@@ -335,7 +335,7 @@ def tournament(
             # The sandbox's isolation probe (on a GPU, a process that starts CUDA: seconds) runs
             # while this process imports torch and claims its runs, not after.
             from harness.environment import likely_device
-            from harness.sandbox.supervisor import start_isolation_probe
+            from harness.sandbox.isolation import start_isolation_probe
 
             start_isolation_probe(device or likely_device())
         from rich.console import Console

@@ -338,8 +338,8 @@ def test_timed_outputs_travel_in_a_sealed_shared_buffer_that_the_parent_sizes():
     import fcntl
     import os
 
-    from harness.sandbox.supervisor import create_shared_output
     from harness.sandbox.transfer import SharedBuffer, export_shared, read_shared
+    from harness.sandbox.workspace import create_shared_output
 
     fd = create_shared_output()
     os.ftruncate(fd, 4096)

@@ -26,7 +26,7 @@ from harness.config import CANDIDATES_DIR
 from harness.errors import HarnessError
 from harness.executors import EvaluationRequest, Job
 from harness.executors.local import GpuWorkers
-from harness.sandbox.supervisor import SandboxLimits
+from harness.sandbox.limits import SandboxLimits
 
 REFERENCE = CANDIDATES_DIR / "conv2d_v2_reference.py"
 RAY = Path(sys.executable).parent / "ray"

@@ -31,7 +31,8 @@ from harness.errors import HarnessError
 
 if TYPE_CHECKING:
     from harness.sandbox.evaluation import Evaluator
-    from harness.sandbox.supervisor import SandboxLimits
+    from harness.sandbox.limits import SandboxLimits
+    from harness.sandbox.pool import ChildPool
     from harness.wire import Evaluation, ShapeOutcome
 
 ShapeCallback = Callable[[int, "ShapeOutcome"], None]  # (request key, outcome)
@@ -88,9 +89,9 @@ class EvaluationRequest(BaseModel):
             keep_child=keep_child,
         )
 
-    def evaluator(self) -> Evaluator:
+    def evaluator(self, pool: ChildPool | None = None) -> Evaluator:
         from harness.sandbox.evaluation import Evaluator
-        from harness.sandbox.supervisor import SandboxLimits
+        from harness.sandbox.limits import SandboxLimits
         from harness.tasks import load_task
         from harness.timing import StoppingRule
 
@@ -105,6 +106,7 @@ class EvaluationRequest(BaseModel):
             limits=SandboxLimits(**self.limits),
             rule=StoppingRule(**self.rule) if self.rule is not None else None,
             keep_child=self.keep_child,
+            pool=pool,
         )
 
 
@@ -158,18 +160,21 @@ def check_environment(job: Job) -> Environment:
     return environment
 
 
-def run_job(job: Job, on_shape: ShapeCallback | None = None) -> list[Evaluation]:
-    """Evaluate the job's requests in this process, interleaved shape by shape. Children kept by
-    an earlier job (an earlier phase) are adopted by the requests of the same candidates; the
-    others are stopped before anything runs. The first group's other children are spawned before
-    anything imports torch here (harness.sandbox.supervisor is free of it), so that this process's
-    own torch import, when it is the first, overlaps their start."""
+def run_job(job: Job, on_shape: ShapeCallback | None = None, pool: ChildPool | None = None) -> list[Evaluation]:
+    """Evaluate the job's requests in this process, interleaved shape by shape. Children kept in
+    the pool (default: this process's, harness.sandbox.pool) by an earlier job (an earlier phase)
+    are adopted by the requests of the same candidates; the others are stopped before anything
+    runs. The first group's other children are spawned before anything imports torch here
+    (harness.sandbox.supervisor is free of it), so that this process's own torch import, when it
+    is the first, overlaps their start."""
     from harness.sandbox.devices import INTERLEAVE_GROUP
-    from harness.sandbox.supervisor import SandboxLimits, close_waiting_children, start_children_early
+    from harness.sandbox.limits import SandboxLimits
+    from harness.sandbox.pool import CHILD_POOL
     from harness.tasks import load_task
 
+    pool = pool or CHILD_POOL
     try:
-        start_children_early(
+        pool.start_early(
             [
                 (base64.b64decode(r.code), load_task(r.task), r.device, SandboxLimits(**r.limits))
                 for r in job.requests[:INTERLEAVE_GROUP]
@@ -180,13 +185,13 @@ def run_job(job: Job, on_shape: ShapeCallback | None = None) -> list[Evaluation]
         evaluators = []
         try:
             for request in job.requests:
-                evaluators.append(request.evaluator())
+                evaluators.append(request.evaluator(pool))
         except BaseException:
             for evaluator in evaluators:
                 evaluator.close()
             raise
     finally:
-        close_waiting_children()
+        pool.close_waiting()
     keys = {id(evaluator): request.key for evaluator, request in zip(evaluators, job.requests)}
 
     def shape_done(evaluator: Evaluator, outcome: ShapeOutcome) -> None:
@@ -235,10 +240,10 @@ class InProcess:
             on_done(job, run_job(job, on_shape))
 
     def close(self) -> None:
-        if "harness.sandbox.supervisor" in sys.modules:
-            from harness.sandbox.supervisor import close_waiting_children
+        if "harness.sandbox.pool" in sys.modules:
+            from harness.sandbox.pool import CHILD_POOL
 
-            close_waiting_children()
+            CHILD_POOL.close_waiting()
 
 
 def make_executor(executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None) -> Executor:

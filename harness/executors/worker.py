@@ -35,7 +35,7 @@ def main() -> int:
         channel.write(message.model_dump_json() + "\n")
         channel.flush()
 
-    from harness.sandbox.supervisor import start_isolation_probe
+    from harness.sandbox.isolation import start_isolation_probe
 
     start_isolation_probe("cuda" if "--cuda" in sys.argv[1:] else "cpu")  # while torch imports
     import harness.sandbox.evaluation  # noqa: F401  (imports torch and the sandbox now)

@@ -24,7 +24,7 @@ from harness.environment import Environment
 from harness.errors import HarnessError
 from harness.executors import Executor, InProcess
 from harness.plan.phases import TIMED_PHASES, PhaseListener, PhaseRun, PlannedRevision, store_limits
-from harness.sandbox.supervisor import SandboxLimits
+from harness.sandbox.limits import SandboxLimits
 from harness.scoring import compare, speedup
 from harness.store.models import Run
 from harness.store.revisions import get_revision, reference_revision_id

@@ -16,7 +16,7 @@ from harness.environment import Environment
 from harness.errors import HarnessError
 from harness.executors import Executor, InProcess
 from harness.plan.phases import CHECK_PHASES, PhaseListener, PhaseRun, PlannedRevision, store_limits
-from harness.sandbox.supervisor import SandboxLimits
+from harness.sandbox.limits import SandboxLimits
 from harness.store.revisions import get_revision
 from harness.store.runs import worker_name
 from harness.store.session import Store

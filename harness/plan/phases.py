@@ -26,7 +26,7 @@ from harness.config import sqlite_directory
 from harness.environment import Environment
 from harness.executors import EvaluationRequest, Executor, split_jobs
 from harness.sandbox.devices import default_shape_set
-from harness.sandbox.supervisor import SandboxLimits
+from harness.sandbox.limits import SandboxLimits
 from harness.store.models import Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
 from harness.store.runs import estimated_cost, record_run, release_claim, reuse_or_claim

@@ -28,7 +28,7 @@ from harness.plan.bench import run_bench, with_references
 from harness.plan.checks import run_checks
 from harness.plan.phases import PhaseRun, PlannedRevision, store_limits
 from harness.sandbox.devices import default_shape_set
-from harness.sandbox.supervisor import SandboxLimits
+from harness.sandbox.limits import SandboxLimits
 from harness.store.revisions import get_revision, list_revisions
 from harness.store.runs import worker_name
 from harness.store.session import Store

@@ -19,8 +19,9 @@ import secrets
 from typing_extensions import Self
 
 from harness.errors import HarnessError
+from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.protocol import CallDone, Ready
-from harness.sandbox.supervisor import ChildFailure, ChildProcess, SandboxLimits
+from harness.sandbox.supervisor import ChildFailure, ChildProcess
 from harness.tasks import Shape, TaskSpec
 from harness.timing import StoppingRule
 

@@ -35,17 +35,11 @@ from harness.environment import confirm_device_name
 from harness.errors import HarnessError
 from harness.sandbox.calibration import Calibrator
 from harness.sandbox.devices import INTERLEAVE_GROUP, MODES, default_shape_set, resolve_device
+from harness.sandbox.isolation import IsolationLevel
+from harness.sandbox.limits import SandboxLimits
+from harness.sandbox.pool import CHILD_POOL, ChildPool, child_key
 from harness.sandbox.protocol import CallDone, ImportFailed, IsolationReport, Ready
-from harness.sandbox.supervisor import (
-    SHUTDOWN_GRACE_S,
-    ChildFailure,
-    ChildProcess,
-    IsolationLevel,
-    SandboxLimits,
-    child_key,
-    early_children,
-    kept_children,
-)
+from harness.sandbox.supervisor import SHUTDOWN_GRACE_S, ChildFailure, ChildProcess
 from harness.sandbox.transfer import SharedBuffer, read_shared, read_tensor
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
 from harness.timing import (
@@ -255,8 +249,10 @@ class Evaluator:
         rule: StoppingRule | None = None,
         keep_child: bool = False,
         calibrator: Calibrator | None = None,
+        pool: ChildPool | None = None,
     ) -> None:
         device = resolve_device(device)
+        self.pool = pool or CHILD_POOL  # where its child may be kept or found (harness.sandbox.pool)
         if mode not in MODES:
             raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(MODES)}")
         if mode == "leaderboard" and secret_seed is None:
@@ -293,12 +289,11 @@ class Evaluator:
         self.stopped = False  # the import failed, or a shape ended the evaluation
         # A child kept by an earlier evaluation of the same candidate is adopted, ready; with
         # `keep_child`, a child that passed everything is kept for the next one (`release_child`).
-        # A child spawned early for this evaluation (`start_children_early`) is taken as it is.
+        # A child spawned early for this evaluation (`ChildPool.start_early`) is taken as it is.
         self.keep_child, self.kept = keep_child, False
         self.child_key = child_key(code_sha256, task.name, device, self.limits)
-        kept = kept_children.pop(self.child_key, None)
+        kept, early = self.pool.take(self.child_key)
         self.adopted = kept is not None and kept.serving
-        early = early_children.pop(self.child_key, None)
         self.spawned_early = early is not None and not self.adopted
         self.forget_tuning = self.adopted
         if self.adopted:
@@ -308,7 +303,9 @@ class Evaluator:
         elif self.spawned_early:
             self.child = early
         else:
-            self.child = ChildProcess(code, task, device=device, limits=self.limits, code_sha256=code_sha256)
+            self.child = ChildProcess(
+                code, task, device=device, limits=self.limits, code_sha256=code_sha256, pool=self.pool
+            )
         for unused in (kept, early):
             if unused is not None and unused is not self.child:
                 unused.close()
@@ -337,10 +334,10 @@ class Evaluator:
             and passed
             and not self.stopped
             and self.child.serving
-            and self.child_key not in kept_children
-            and len(kept_children) < KEEP_LIMIT
+            and self.child_key not in self.pool.kept
+            and len(self.pool.kept) < KEEP_LIMIT
         ):
-            kept_children[self.child_key] = self.child
+            self.pool.kept[self.child_key] = self.child
             self.kept = True
         else:
             self.child.request_shutdown()
