@@ -1,10 +1,14 @@
 """The typed data that crosses a process boundary and the results made of it, in one torch-free
-module: what the sandboxed child reports of a call (`TensorInfo`, `CheckReply`, read by the
-sandbox and judged by harness.checking), an evaluation's results (`ShapeOutcome`, `Evaluation`:
-made by the sandbox, carried by the executors, written by the plan into the store), and what a
-GPU worker or a Ray task sends back (`WorkerMessage`). Every model forbids unknown fields where it
-is read from an untrusted or another process; a message that does not validate is an error, never
+module: what the sandboxed child reports of a call (`TensorInfo`, `CheckReply`, framed by
+harness.sandbox.protocol and judged by harness.checking), an evaluation's results (`ShapeOutcome`,
+`Evaluation`: made by the sandbox, carried by the executors, written by the plan into the store as
+`Run` and `ShapeResult` rows), and what a GPU worker or a Ray task sends back (`WorkerMessage`).
+Messages (`Message`) forbid unknown fields; a message that does not validate is an error, never
 skipped.
+
+Two durations keep their stored names: `Evaluation.compile_s` is the candidate's import in the
+child (`Run.compile_s`), `ShapeOutcome.compile_s` the timing warm-up of one shape
+(`ShapeResult.warmup_s`, kept in `check["timing"]`).
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ class CheckReply(Message):
 # --- an evaluation's results ----------------------------------------------------------------
 
 
+# the per-shape timing statistics: ShapeOutcome's fields and ShapeResult's columns of the same names
+TIMING_STATISTICS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
 STATUSES = ("pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported")
 Status = Literal["pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported"]
 ShapeStatus = Literal[

@@ -123,7 +123,7 @@ def _compare(session: Session, benched: list[PlannedRevision], run_kind: str, en
         run = item.run
         if run is None:
             continue
-        item.flags = sorted({flag for shape in run.shapes for flag in shape.check.get("timing", {}).get("flags", [])})
+        item.flags = sorted({flag for shape in run.shapes for flag in shape.timing_flags})
         own = _times(run)
         if own is None:
             continue

@@ -12,11 +12,11 @@ from rich.text import Text
 from harness.environment import Environment
 from harness.store.models import Run
 from harness.timing import ms_text
+from harness.wire import TIMING_STATISTICS as STATISTICS
 
 if TYPE_CHECKING:
     from harness.plan.phases import PlannedRevision
 
-STATISTICS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
 
 
 def shape_table(item: PlannedRevision) -> Table:
@@ -32,7 +32,7 @@ def shape_table(item: PlannedRevision) -> Table:
         facts.append(run.reason)
     if run.score_ms is not None:
         facts.append(f"score {ms_text(run.score_ms)} ms")
-        warmup_s = sum(shape.check.get("timing", {}).get("compile_s", 0.0) for shape in run.shapes)
+        warmup_s = sum(shape.warmup_s for shape in run.shapes)
         facts.append(f"import {run.compile_s or 0:.1f} s, warm-up {warmup_s:.1f} s")
     if item.speedup is not None and not item.is_reference:
         facts.append(f"{item.speedup:.2f}x the reference ({item.vs_reference})")

@@ -268,7 +268,7 @@ def _standing(
     verdicts, accuracy = _revision_verdicts(by_priority)
     timed_run = next((run for run in by_priority if run.mode == mode and run.score_ms is not None), None)
     timed = [shape for shape in timed_run.shapes if shape.mean_ms is not None] if timed_run is not None else []
-    flags = sorted({flag for shape in timed for flag in shape.check.get("timing", {}).get("flags", [])})
+    flags = sorted({flag for shape in timed for flag in shape.timing_flags})
     standing = _Standing(revision, env_key, "pass", "", None, timed, verdicts, accuracy, flags)
     failed = next((run for run in by_priority if run.status != "pass"), None)
     if failed is not None:
