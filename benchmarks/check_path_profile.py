@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 
 from harness import checking
+from harness.bits import bit_sum
 from harness.sandbox import isolation
 from harness.sandbox.protocol import CheckReply
-from harness.sandbox.transfer import bit_sum, changed_elements, describe, export_tensor, read_tensor
+from harness.sandbox.transfer import changed_elements, describe, export_tensor, read_tensor
 from harness.tasks import load_reference, load_task
 
 

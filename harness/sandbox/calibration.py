@@ -81,7 +81,7 @@ class Calibrator:
                 if not isinstance(ready, Ready):
                     raise HarnessError(f"the harness's calibration child did not import: {ready.error}")
                 self.ready = ready
-            reply = child.time(
+            timed = child.time(
                 shape.parameters,
                 seed_for=lambda index: secrets.randbits(63) if leaderboard else run_seed,
                 rule=CALIBRATION_RULE,
@@ -94,9 +94,9 @@ class Calibrator:
             )
         except ChildFailure as failure:
             raise HarnessError(f"the harness's calibration child failed: {failure.reason}") from None
-        if reply.error is not None or not child.call_wall_ms:
-            raise HarnessError(f"the harness's calibration child failed: {reply.error}")
-        return min(child.call_wall_ms.values())
+        if timed.reply.error is not None or not timed.call_wall_ms:
+            raise HarnessError(f"the harness's calibration child failed: {timed.reply.error}")
+        return min(timed.call_wall_ms.values())
 
     def close(self) -> None:
         self.child.close()

@@ -52,7 +52,7 @@ from harness.timing import (
     physical_floor_ms,
 )
 from harness.verdicts import Verdict, Verdicts
-from harness.wire import CheckReply, Evaluation, ShapeOutcome
+from harness.wire import TIMING_STATISTICS, CheckReply, Evaluation, ShapeOutcome
 
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
@@ -498,7 +498,7 @@ class Evaluator:
         ).expected.nbytes
         harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes)
         warmup_calls, warmup_s = WARMUP[self.device]
-        reply = self.child.time(
+        timed = self.child.time(
             shape.parameters,
             seed_for=seed_for,
             rule=self.rule,
@@ -509,6 +509,7 @@ class Evaluator:
             phase=f"timing on {outcome.set_name}[{outcome.index}]",
             output_bytes=output_bytes,
         )
+        reply, parent_ms = timed.reply, list(timed.call_wall_ms.values())
         times = reply.times_ms
         if reply.error is not None:
             outcome.status, outcome.reason = reply.error.kind, f"during timing: {reply.error.error}"
@@ -526,16 +527,16 @@ class Evaluator:
             outcome.status, outcome.reason = "wrong_answer", f"{check}: {outcome.verdicts.reasons()}"
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
-            flags += self._parent_timing_flags(shape, times, harness_ms)
+            flags += self._parent_timing_flags(shape, times, parent_ms, harness_ms)
             stats = BenchmarkStats.from_times(times, device=self.device, compile_s=reply.compile_s, flags=flags)
-            for name in ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms", "times_ms"):
+            for name in (*TIMING_STATISTICS, "times_ms"):
                 setattr(outcome, name, getattr(stats, name))
             outcome.compile_s, outcome.timing_flags = stats.compile_s, stats.flags
             outcome.check["timing"] = {
                 "device": self.device,
                 "compile_s": stats.compile_s,
                 "flags": stats.flags,
-                "parent_ms": [round(ms, 4) for ms in self.child.call_wall_ms.values()],
+                "parent_ms": [round(ms, 4) for ms in parent_ms],
                 "harness_ms": round(harness_ms, 4),
             }
             return
@@ -547,10 +548,12 @@ class Evaluator:
             self.calibrator = self.own_calibrator = Calibrator(self.task, device=self.device, limits=self.limits)
         return self.calibrator
 
-    def _parent_timing_flags(self, shape: Shape, times: list[float], harness_ms: float) -> list[str]:
+    def _parent_timing_flags(
+        self, shape: Shape, times: list[float], parent_ms: list[float], harness_ms: float
+    ) -> list[str]:
         """Flags from the parent's own clock and the shape's physical floor (harness.timing)."""
         flags = []
-        if host_clock_disagrees(times, list(self.child.call_wall_ms.values()), harness_ms):
+        if host_clock_disagrees(times, parent_ms, harness_ms):
             flags.append(HOST_CLOCK_MISMATCH)
         data = self._timed_case[1].data if self._timed_case is not None else ()  # the timed calls' inputs
         input_bytes = sum(getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data))

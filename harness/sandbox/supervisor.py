@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic
 from typing import Literal
@@ -98,6 +99,16 @@ class ChildFailure(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
+
+
+@dataclass
+class TimedShape:
+    """What `ChildProcess.time` returns: the child's reply, and per timed call the parent's own
+    time (ms) from sending its seed to hearing that its output is ready; the call, and everything
+    the child did for it (inputs, NaN fill, flush, export), lies in between."""
+
+    reply: TimeReply
+    call_wall_ms: dict[int, float]
 
 
 def _signal_name(number: int) -> str:
@@ -477,7 +488,7 @@ class ChildProcess:
         on_output: Callable[[CallDone], None],
         phase: str,
         output_bytes: int = 0,
-    ) -> TimeReply:
+    ) -> TimedShape:
         """Warm up and time the entry point on one shape (harness.timing in the child), while every
         other child of this process is stopped (`ChildPool.others_stopped`).
 
@@ -486,11 +497,10 @@ class ChildProcess:
         `output_bytes` first; harness.sandbox.transfer) or, when it does not fit, to
         `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before the next call's seed is
         sent. Every message is due within call_timeout_s of the one before it, so a hanging call
-        is killed like one in `check`. `call_wall_ms` maps each timed call to the parent's own
-        time from sending its seed to hearing that its output is in its file: the call, and
-        everything the child did for it (inputs, NaN fill, flush, export), lies in between."""
+        is killed like one in `check`. Returns the child's reply with the parent's own clock of
+        each call (`TimedShape.call_wall_ms`)."""
         with self.pool.timing_lock, self.pool.others_stopped(self):
-            self.call_wall_ms: dict[int, float] = {}
+            call_wall_ms: dict[int, float] = {}
             seed_sent_at: dict[int, float] = {}
             if self.output_fd is not None and output_bytes > self.shared_bytes:
                 os.ftruncate(self.output_fd, output_bytes)  # grows it: shrinking is sealed
@@ -532,7 +542,7 @@ class ChildProcess:
                         raise ChildFailure("timeout", phase_timeout) from None
                     raise
                 if isinstance(message, TimeReply):
-                    return message
+                    return TimedShape(message, call_wall_ms)
                 if isinstance(message, SeedWanted):
                     if message.index != next_index:
                         raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
@@ -541,9 +551,9 @@ class ChildProcess:
                     seed_sent_at[message.index] = monotonic()
                     self._send(CallSeed(id=request.id, index=message.index, seed=seed), phase)
                 else:
-                    if message.index not in seed_sent_at or message.index in self.call_wall_ms:
+                    if message.index not in seed_sent_at or message.index in call_wall_ms:
                         raise self._fail("crashed", f"protocol violation during {phase}: an output for no call")
-                    self.call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
+                    call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
                     on_output(message)
 
     def output_name(self, request_id: int) -> str:
