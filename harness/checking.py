@@ -30,10 +30,10 @@ from types import ModuleType
 import torch
 from pydantic import BaseModel
 
-from harness.sandbox.protocol import CheckReply, TensorInfo
-from harness.sandbox.transfer import bit_sum
+from harness.bits import bit_sum
 from harness.tasks import Shape, TaskSpec
 from harness.verdicts import Accuracy, Verdict, Verdicts
+from harness.wire import CheckReply, TensorInfo
 
 MAX_PRINT = 5
 SMALL_FOR_CPU_FLOAT64 = 1 << 22  # elements of all data together: float64 reference on the CPU
@@ -59,7 +59,7 @@ class ReferenceCase:
     _bit_sums: dict = field(default_factory=dict, repr=False)
 
     def bit_sum(self, index: int) -> int:
-        """Input `index`'s bit sum (harness.sandbox.transfer.bit_sum), computed once per case."""
+        """Input `index`'s bit sum (harness.bits.bit_sum), computed once per case."""
         if index not in self._bit_sums:
             self._bit_sums[index] = bit_sum(self.data[index])
         return self._bit_sums[index]

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.sandbox.checks import store_limits
+from harness.plan.phases import store_limits
 from harness.sandbox.evaluation import Evaluation, Evaluator, evaluate, evaluate_interleaved
-from harness.sandbox.supervisor import SandboxLimits, detect_isolation, live_children
+from harness.sandbox.isolation import detect_isolation
+from harness.sandbox.limits import SandboxLimits
+from harness.sandbox.pool import CHILD_POOL
 from harness.store.revisions import get_or_create_secret, register_revision
 from harness.store.session import open_store
 from harness.tasks import load_task
@@ -213,8 +215,8 @@ def test_the_parent_side_timing_checks_on_numbers():
 
 
 def test_a_timer_cheat_benched_into_the_store_shows_its_flag_on_the_leaderboard(tmp_path):
+    from harness.plan.bench import bench_revisions
     from harness.report.leaderboard import build_leaderboard
-    from harness.sandbox.bench import bench_revisions
 
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     try:
@@ -321,7 +323,7 @@ def _assert_nothing_left(evaluators: list[Evaluator]) -> None:
     for child in children:
         assert child.proc is None or child.proc.poll() is not None
         assert not child.workdir.exists() and not child.io_dir.exists()
-        assert child not in live_children
+        assert child not in CHILD_POOL.live
 
 
 @pytest.fixture(scope="module")

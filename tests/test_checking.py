@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from harness import checking
-from harness.sandbox.protocol import CheckReply
-from harness.sandbox.transfer import bit_sum, changed_elements, describe, export_tensor, read_tensor
+from harness.bits import bit_sum
+from harness.sandbox.transfer import changed_elements, describe, export_tensor, read_tensor
 from harness.tasks import Shape, load_reference, load_task
+from harness.wire import CheckReply
 
 TASK = load_task("conv2d_v2")
 REFERENCE = load_reference(TASK)
@@ -356,8 +357,8 @@ def test_timed_outputs_travel_in_a_sealed_shared_buffer_that_the_parent_sizes():
     import fcntl
     import os
 
-    from harness.sandbox.supervisor import create_shared_output
     from harness.sandbox.transfer import SharedBuffer, export_shared, read_shared
+    from harness.sandbox.workspace import create_shared_output
 
     fd = create_shared_output()
     os.ftruncate(fd, 4096)

@@ -71,8 +71,8 @@ def evaluate_revision(store: Store, revision_id: int, settings: ExperimentSettin
     """Evaluate one revision as `harness tournament --only ID --mode benchmark` does: check it,
     then time the passing one with the task's reference; the runs land in the store (results
     already stored for this environment are reused)."""
+    from harness.plan.tournament import run_tournament
     from harness.timing import StoppingRule  # with the tournament: imports torch, only when evaluating
-    from harness.tournament import run_tournament
 
     rule = StoppingRule(budget_s=settings.budget_s) if settings.budget_s is not None else None
     run_tournament(

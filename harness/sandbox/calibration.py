@@ -19,8 +19,9 @@ import secrets
 from typing_extensions import Self
 
 from harness.errors import HarnessError
+from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.protocol import CallDone, Ready
-from harness.sandbox.supervisor import ChildFailure, ChildProcess, SandboxLimits
+from harness.sandbox.supervisor import ChildFailure, ChildProcess
 from harness.tasks import Shape, TaskSpec
 from harness.timing import StoppingRule
 
@@ -88,7 +89,7 @@ class Calibrator:
                 if not isinstance(ready, Ready):
                     raise HarnessError(f"the harness's calibration child did not import: {ready.error}")
                 self.ready = ready
-            reply = child.time(
+            timed = child.time(
                 shape.parameters,
                 seed_for=lambda index: secrets.randbits(63) if leaderboard else run_seed,
                 rule=CALIBRATION_RULE,
@@ -101,9 +102,9 @@ class Calibrator:
             )
         except ChildFailure as failure:
             raise HarnessError(f"the harness's calibration child failed: {failure.reason}") from None
-        if reply.error is not None or not child.call_wall_ms:
-            raise HarnessError(f"the harness's calibration child failed: {reply.error}")
-        return min(child.call_wall_ms.values())
+        if timed.reply.error is not None or not timed.call_wall_ms:
+            raise HarnessError(f"the harness's calibration child failed: {timed.reply.error}")
+        return min(timed.call_wall_ms.values())
 
     def close(self) -> None:
         self.child.close()
