@@ -143,7 +143,8 @@ def install(ledger: Ledger) -> None:
         ledger.add("overhead: check I/O (inputs in the child, output export, pipes)", own - seconds)
         ledger.first_calls.setdefault((id(args[0]), _where(kwargs.get("phase", ""))), seconds)
 
-    def on_time(own, args, kwargs, reply) -> None:
+    def on_time(own, args, kwargs, timed_shape) -> None:
+        reply = getattr(timed_shape, "reply", None)  # ChildProcess.time returns a TimedShape
         if ledger.calibrating:  # the harness's own no-op child: all of it is harness cost
             ledger.add(CALIBRATION, own)
             return
