@@ -661,6 +661,8 @@ class ChildProcess:
         (self.workdir / "submission.py").write_bytes(code)
         (self.workdir / "task.py").write_bytes(task.shim_file.read_bytes())
         (self.workdir / "reference.py").write_bytes(task.reference_file.read_bytes())
+        if task.utils_file is not None:  # what a GPU MODE reference imports beside task.py
+            (self.workdir / "utils.py").write_bytes(task.utils_file.read_bytes())
         self.io_dir = make_io_dir()
         # Files the child wrote are opened by name in this descriptor's directory (see
         # transfer.open_exported): never through a path the child could have replaced.
@@ -782,6 +784,7 @@ class ChildProcess:
             unpacked_entry_points=self.task.unpacked_entry_points,
             output_index=self.task.output_index,
             input_indices=self.task.input_indices,
+            generator_takes_device=self.task.generator_takes_device,
             workdir=str(self.workdir),
             io_dir=str(self.io_dir),
             isolation=plan,

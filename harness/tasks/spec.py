@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
+import json
+import os
 import sys
 from functools import cache
 from pathlib import Path
@@ -62,8 +65,20 @@ class TaskSpec(BaseModel):
     data: list[str]
     output_buffer: str | None = None
     dtype: str = "float32"
-    rtol: float
-    atol: float
+    # GPU MODE's elementwise rule at these tolerances (harness.checking.compare_output); None: the
+    # problem's own check_implementation(data, output) decides the `gpumode` verdict.
+    rtol: float | None = None
+    atol: float | None = None
+    # The exact answer (the float64 computation behind the `accurate` verdict): the name of the
+    # reference module's function computed on the inputs cast to float64 (`ref_kernel`), or None:
+    # the task has only the `gpumode` verdict.
+    exact_answer: str | None = "ref_kernel"
+    # whether generate_input takes `device` (a CPU-capable task); GPU MODE's make CUDA inputs only
+    generator_takes_device: bool = True
+    # The stored version of the task's files (harness task add); results are tied to it. A built-in
+    # task's files ship with the harness (its version is in every run's environment): version 1.
+    version: int = 1
+    files_sha256: str | None = None
     ranking_by: Literal["geom", "mean", "last"] = "geom"
     # Which verdict ranks (harness.checking): `gpumode`, GPU MODE's rule against the reference, or
     # `accurate`, the exact answer's tolerance or GPU MODE's rule; `--verdict` overrides it.
@@ -84,7 +99,35 @@ class TaskSpec(BaseModel):
             raise ValueError(f"task_shim {self.task_shim!r} is not a file in {self.directory}")
         if not self.reference_file.is_file():
             raise ValueError(f"reference module {self.reference!r} is not a file in {self.directory}")
+        if (self.rtol is None) != (self.atol is None):
+            raise ValueError("give both rtol and atol, or neither")
+        if self.exact_answer is not None and self.rtol is None:
+            raise ValueError("an exact answer needs the tolerances (rtol, atol) that the accurate verdict uses")
+        if self.verdict == "accurate" and self.exact_answer is None:
+            raise ValueError("verdict accurate needs an exact answer")
         return self
+
+    @property
+    def verdicts(self) -> tuple[str, ...]:
+        """The verdicts this task has: `accurate` only with an exact answer."""
+        return ("gpumode", "accurate") if self.exact_answer is not None else ("gpumode",)
+
+    @property
+    def utils_file(self) -> Path | None:
+        """The utils.py beside the reference or one folder above it (GPU MODE keeps one per set)."""
+        for folder in (self.directory, self.directory.parent):
+            if (folder / "utils.py").is_file():
+                return folder / "utils.py"
+        return None
+
+    def cpu_unsupported_reason(self, device: str) -> str | None:
+        """Why this task cannot run on `device`, or None."""
+        if device != "cuda" and not self.generator_takes_device:
+            return (
+                f"task {self.name} makes its inputs on CUDA only (its generate_input takes no `device`): "
+                f"unsupported on {device}"
+            )
+        return None
 
     @property
     def reference_file(self) -> Path:
@@ -110,13 +153,56 @@ class TaskSpec(BaseModel):
         return list(getattr(self, set_name))
 
 
-def known_tasks() -> list[str]:
+# Tasks added to the store (harness task add), made known to this process by the store when it
+# is opened (harness.store.tasks.use_stored_tasks); the environment variable carries them to the
+# processes this one starts (the tournament's GPU workers).
+_stored_tasks: dict[str, TaskSpec] = {}
+STORED_TASKS_ENV = "HARNESS_STORED_TASKS"
+
+
+def builtin_tasks() -> list[str]:
     return sorted(path.stem for path in TASKS_DIR.glob("*.yml"))
 
 
-@cache
+def known_tasks() -> list[str]:
+    return sorted({*builtin_tasks(), *_stored_tasks, *_tasks_from_environment()})
+
+
+def use_task(spec: TaskSpec) -> None:
+    """Make a task from the store known to `load_task` here and in the processes started from here."""
+    _stored_tasks[spec.name] = spec
+    carried = _tasks_from_environment()
+    carried[spec.name] = {"directory": str(spec.directory), "version": spec.version, "files_sha256": spec.files_sha256}
+    os.environ[STORED_TASKS_ENV] = json.dumps(carried)
+
+
+def _tasks_from_environment() -> dict[str, dict]:
+    try:
+        carried = json.loads(os.environ.get(STORED_TASKS_ENV, "{}"))
+    except ValueError:
+        return {}
+    return carried if isinstance(carried, dict) else {}
+
+
 def load_task(name: str) -> TaskSpec:
-    """The task named `name` (harness/tasks/<name>.yml); unknown or malformed -> HarnessError."""
+    """The task named `name`: a built-in one (harness/tasks/) or one added to the store; unknown
+    or malformed -> HarnessError."""
+    if name in _stored_tasks:
+        return _stored_tasks[name]
+    carried = _tasks_from_environment().get(name)
+    if carried is not None:
+        from harness.tasks.problem import load_problem
+
+        spec = load_problem(
+            Path(carried["directory"]), name, version=carried["version"], files_sha256=carried["files_sha256"]
+        )
+        _stored_tasks[name] = spec
+        return spec
+    return _load_builtin(name)
+
+
+@cache
+def _load_builtin(name: str) -> TaskSpec:
     path = TASKS_DIR / f"{name}.yml"
     if "/" in name or not path.is_file():
         raise HarnessError(f"unknown task {name!r}; known: {', '.join(known_tasks()) or 'none'}")
@@ -143,14 +229,47 @@ def load_reference(task: TaskSpec) -> ModuleType:
     return _load_module_file(task.reference_file)
 
 
+# The modules a GPU MODE reference imports from its own folder: each task's are its own.
+TASK_LOCAL_MODULES = ("task", "utils")
+
+
 @cache
 def _load_module_file(path: Path) -> ModuleType:
+    """Load a reference module with its folder first on the path, so that its `from task import`
+    and `from utils import` find the task's own files (and the utils.py one folder up, as GPU
+    MODE's sets keep it); those modules are then taken out of sys.modules again, so that the next
+    task's reference imports its own."""
     name = f"harness_task_reference_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    folders = [str(path.parent), str(path.parent.parent)]
+    saved = {module: sys.modules.pop(module) for module in TASK_LOCAL_MODULES if module in sys.modules}
+    sys.path[:0] = folders
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    finally:
+        del sys.path[: len(folders)]
+        for local in TASK_LOCAL_MODULES:
+            sys.modules.pop(local, None)
+        sys.modules.update(saved)
     return module
+
+
+def generator_takes_device(reference: ModuleType) -> bool:
+    parameters = inspect.signature(reference.generate_input).parameters.values()
+    return any(p.name == "device" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def generate_inputs(reference: ModuleType, parameters: dict, seed: int, device: str):
+    """The task's inputs for one shape and seed, on `device`: the one call of generate_input in
+    the parent (the child has the same call in harness.sandbox.child). A GPU MODE generator
+    without a `device` parameter makes CUDA tensors and is called without it."""
+    if generator_takes_device(reference):
+        return reference.generate_input(**parameters, seed=seed, device=device)
+    if device != "cuda":
+        raise HarnessError(f"the task's generate_input takes no `device`: its inputs are made on CUDA only, not {device}")
+    return reference.generate_input(**parameters, seed=seed)
 
 
 def combine_seeds(seed: int, secret: int) -> int:
