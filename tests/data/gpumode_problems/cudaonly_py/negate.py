@@ -1,3 +1,3 @@
 def custom_kernel(data):
-    x, out = data
+    x, _out = data
     return -x

@@ -2,5 +2,5 @@ from task import input_t, output_t
 
 
 def custom_kernel(data: input_t) -> output_t:
-    a, b, out = data
+    a, b, _out = data
     return a + b
