@@ -1,13 +1,16 @@
-"""Task specs: a YAML file per task in harness/tasks/, in the style of GPU MODE's task.yml.
+"""Tasks: what the rest of the harness knows of one (`TaskSpec`), and where tasks come from.
 
-A task is its YAML file plus two Python files next to it, both named in the file:
-- `reference`: a module with `generate_input(**shape, seed, device) -> data` (the one place inputs
-  come from) and `ref_kernel(data) -> output` (what candidates are checked against). The parent
-  loads it from its file; the sandbox copies it beside the candidate as reference.py (as GPU MODE
-  does), where the child uses only its generate_input;
-- `task_shim`: the file copied as task.py beside the candidate (`from task import input_t, output_t`).
-A second task is a new YAML file and those two files; the runner does not change. The tasks in
-harness/tasks/ are known by name (`load_task`); a task elsewhere loads with `load_task_file`.
+Every task is a GPU MODE problem directory (harness.tasks.problem reads one): the built-in ones in
+harness/tasks/problems/ (conv2d_v2), and those added to the store with `harness task add`, which
+the store makes known when it is opened (`use_task`). `load_task(name)` is the one lookup.
+
+A task's reference module (reference.py) has `generate_input(**shape, seed[, device])` (the one
+place inputs come from), `ref_kernel(data)` and `check_implementation(data, output)`. The parent
+loads it from its file (`load_reference`) and alone computes the reference and the verdicts. The
+sandbox copies task.py (the types a submission imports), reference.py and utils.py beside the
+candidate, as GPU MODE does, where the child calls only generate_input (and the parent checks
+each input it made bit for bit against its own). `load_task_file` reads a task written in the
+harness's older single-YAML form (a spec naming its reference module and shim), kept for tests.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from harness.errors import HarnessError
 
 TASKS_DIR = Path(__file__).resolve().parent
+PROBLEMS_DIR = TASKS_DIR / "problems"  # the built-in tasks, GPU MODE problem directories
 SHAPE_SETS = ("tests", "benchmarks", "smoke")
 
 
@@ -161,7 +165,8 @@ STORED_TASKS_ENV = "HARNESS_STORED_TASKS"
 
 
 def builtin_tasks() -> list[str]:
-    return sorted(path.stem for path in TASKS_DIR.glob("*.yml"))
+    """The problem directories shipped in harness/tasks/problems/ (`<name>_py`)."""
+    return sorted(path.name.removesuffix("_py") for path in PROBLEMS_DIR.glob("*_py") if path.is_dir())
 
 
 def known_tasks() -> list[str]:
@@ -203,10 +208,11 @@ def load_task(name: str) -> TaskSpec:
 
 @cache
 def _load_builtin(name: str) -> TaskSpec:
-    path = TASKS_DIR / f"{name}.yml"
-    if "/" in name or not path.is_file():
+    if name not in builtin_tasks():
         raise HarnessError(f"unknown task {name!r}; known: {', '.join(known_tasks()) or 'none'}")
-    return load_task_file(path)
+    from harness.tasks.problem import load_problem
+
+    return load_problem(PROBLEMS_DIR / f"{name}_py", name)
 
 
 def load_task_file(path: Path) -> TaskSpec:
