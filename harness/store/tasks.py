@@ -29,7 +29,7 @@ from harness.tasks.problem import (
     load_problem,
     read_problem,
 )
-from harness.tasks.spec import builtin_tasks
+from harness.tasks.spec import builtin_tasks, use_task_error
 
 REFERENCE_CANDIDATE = '''"""The reference of task {task} as a candidate: its ref_kernel, called as a submission would be.
 Registered by `harness task add`; timed beside the other revisions for the speedups."""
@@ -130,7 +130,10 @@ def use_stored_tasks(session: Session) -> None:
         .options(selectinload(TaskVersion.files).selectinload(TaskFile.blob))
     )
     for version in versions:
-        _use(version)
+        try:
+            _use(version)
+        except HarnessError as exc:  # one unreadable task leaves the others and the store usable
+            use_task_error(version.name, f"task {version.name} version {version.version} cannot be used: {exc}")
 
 
 def _use(version: TaskVersion) -> TaskSpec:

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from harness.errors import HarnessError
+
 task_app = typer.Typer(help="Tasks: GPU MODE problem directories, built in or added to the store.", no_args_is_help=True)
 
 DbOption = Annotated[
@@ -53,8 +55,12 @@ def task_list(db: DbOption = None) -> None:
     finally:
         store.close()
     for name in [*builtin_tasks(), *sorted(latest)]:
-        spec = load_task(name)
         origin = "built in" if name not in latest else f"version {latest[name].version} of {latest[name].source}"
+        try:
+            spec = load_task(name)
+        except HarnessError as exc:
+            print(f"{name}  {origin}  {exc}")
+            continue
         print(f"{name}  {origin}  verdicts: {', '.join(spec.verdicts)}  {_cpu(spec)}")
 
 

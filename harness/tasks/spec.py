@@ -161,6 +161,7 @@ class TaskSpec(BaseModel):
 # is opened (harness.store.tasks.use_stored_tasks); the environment variable carries them to the
 # processes this one starts (the tournament's GPU workers).
 _stored_tasks: dict[str, TaskSpec] = {}
+_unusable_tasks: dict[str, str] = {}  # stored tasks whose files this harness cannot use: why
 STORED_TASKS_ENV = "HARNESS_STORED_TASKS"
 
 
@@ -181,6 +182,11 @@ def use_task(spec: TaskSpec) -> None:
     os.environ[STORED_TASKS_ENV] = json.dumps(carried)
 
 
+def use_task_error(name: str, reason: str) -> None:
+    """A stored task that cannot be used: `load_task(name)` raises HarnessError(reason)."""
+    _unusable_tasks[name] = reason
+
+
 def _tasks_from_environment() -> dict[str, dict]:
     try:
         carried = json.loads(os.environ.get(STORED_TASKS_ENV, "{}"))
@@ -194,6 +200,8 @@ def load_task(name: str) -> TaskSpec:
     or malformed -> HarnessError."""
     if name in _stored_tasks:
         return _stored_tasks[name]
+    if name in _unusable_tasks:
+        raise HarnessError(_unusable_tasks[name])
     carried = _tasks_from_environment().get(name)
     if carried is not None:
         from harness.tasks.problem import load_problem
