@@ -224,3 +224,25 @@ def test_a_task_whose_inputs_are_made_on_cuda_only_is_unsupported_on_the_cpu(har
     board = json.loads(ok(harness("leaderboard", "--task", "cudaonly", "--format", "json")))
     entry = next(entry for entry in board["entries"] if entry["lineage"] == "negate")
     assert (entry["status"], entry["reason"]) == ("unsupported", line)
+
+
+def test_a_stored_task_whose_files_were_altered_is_refused_and_the_rest_works(harness, store_url):
+    import sqlite3
+
+    ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
+    ok(harness("task", "add", PROBLEMS / "matmul_py"))
+    connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+    with connection:
+        connection.execute(
+            "UPDATE blobs SET content = CAST('def ref_kernel(data): pass' AS BLOB) WHERE sha256 = "
+            "(SELECT f.sha256 FROM task_files f JOIN task_versions v ON v.id = f.task_version_id "
+            "WHERE v.name = 'vectoradd' AND f.name = 'reference.py')"
+        )
+    connection.close()
+    listed = ok(harness("task", "list"))
+    assert "task vectoradd version 1 cannot be used: task vectoradd version 1: its stored files do not match" in listed
+    assert "matmul  version 1 of " in listed
+    refused = harness("leaderboard", "--task", "vectoradd")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "cannot be used" in refused.stderr
+    assert "matmul_reference" in ok(harness("list", "--task", "matmul"))
