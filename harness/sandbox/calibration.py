@@ -46,6 +46,7 @@ class Calibrator:
         self.spawned = False
         self.ready: Ready | None = None
         self.harness_ms_by_shape: dict[tuple[str, bool], float] = {}
+        self.timed_seeds: dict[str, int] = {}
 
     def __enter__(self) -> Self:
         return self
@@ -57,6 +58,13 @@ class Calibrator:
         if not self.spawned:
             self.spawned = True
             self.child.spawn()
+
+    def timed_seed(self, shape: Shape) -> int:
+        """The secret seed of `shape`'s timed calls in benchmark mode: drawn once per shape and
+        run, for every revision timed beside this calibrator, so that the parent computes the
+        reference (and the exact answer, where needed) of those calls once, not once per revision.
+        A child learns it only when its own timed calls begin, after its checks."""
+        return self.timed_seeds.setdefault(json.dumps(shape.parameters, sort_keys=True), secrets.randbits(63))
 
     def harness_ms(self, shape: Shape, leaderboard: bool, output_bytes: int = 0) -> float:
         """The shortest parent's bracket of a no-op timed call of `shape`, with a fresh seed per

@@ -541,10 +541,11 @@ class Evaluator:
         fail it (an exception, implausible times, a timed output that is wrong or missing).
 
         Every timed output is checked against the reference of its seed, in every mode. Benchmark
-        mode times every call on one seed drawn now (so that nothing the candidate computed at
-        import or in its check helps); leaderboard mode draws a fresh seed per call."""
+        mode times every call on the run's secret seed for the shape (`Calibrator.timed_seed`: so
+        that nothing the candidate computed at import or in its check helps, and the reference of
+        those calls is computed once per run); leaderboard mode draws a fresh seed per call."""
         leaderboard = self.mode == "leaderboard"
-        run_seed = secrets.randbits(63)
+        run_seed = self._calibrator().timed_seed(shape)
         seeds: dict[int, int] = {}
         problems: list[str] = []
         checked = 0
@@ -650,9 +651,12 @@ class Evaluator:
         key = (json.dumps(shape.parameters, sort_keys=True), seed)
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
-            case = checking.make_reference_case(
-                self.reference, shape, seed, self.device, exact_now=False, exact_answer=self.task.exact_answer
-            )
+            if self.mode == "leaderboard":  # a seed per call: a case of this evaluator's own
+                case = checking.make_reference_case(
+                    self.reference, shape, seed, self.device, exact_now=False, exact_answer=self.task.exact_answer
+                )
+            else:  # the run's seed for this shape: one case for every revision timed in the run
+                case = checking.reference_case(self.task, self.reference, shape, seed, self.device, exact_now=False)
             self._timed_case = (key, case)
         case = self._timed_case[1]
         problem = checking.output_problem(
