@@ -183,21 +183,21 @@ def test_a_built_in_name_is_refused(harness, store_url, dump_store):
 
 
 @pytest.mark.parametrize(
-    ("task", "reason"),
+    ("task", "mode", "reason"),
     [
-        ("vectoradd", "GPU MODE check: output differs from the reference: 64 elements differ; at (0, 0):"),
-        ("prefixsum", "GPU MODE check: output differs from the reference: 100 elements differ; at (0,): 0.0 vs"),
-        ("matmul", "GPU MODE check: output differs from the reference:"),
+        ("vectoradd", "leaderboard", "GPU MODE check: output differs from the reference: 64 elements differ; at (0, 0):"),
+        ("prefixsum", "benchmark", "GPU MODE check: output differs from the reference: 100 elements differ; at (0,): 0.0 vs"),
+        ("matmul", "benchmark", "GPU MODE check: output differs from the reference:"),
     ],
 )
-def test_a_tournament_and_a_leaderboard_per_task_on_the_cpu(harness, task, reason):
+def test_a_tournament_and_a_leaderboard_per_task_on_the_cpu(harness, task, mode, reason):
     ok(harness("task", "add", PROBLEMS / f"{task}_py"))
     for kind in ("correct", "wrong"):
         ok(harness("register", PROBLEMS / f"{task}_py" / "solutions" / f"{kind}.py", "--task", task, "--lineage", f"{task}_{kind}"))
-    ok(harness("tournament", "--task", task, "--device", "cpu", timeout=600))
+    ok(harness("tournament", "--task", task, "--device", "cpu", "--mode", mode, timeout=600))
     board = json.loads(ok(harness("leaderboard", "--task", task, "--format", "json")))
     entries = {entry["lineage"]: entry for entry in board["entries"]}
-    assert board["verdict"] == "gpumode" and board["exact_answer"] is False
+    assert board["verdict"] == "gpumode" and board["exact_answer"] is False and board["mode"] == mode
     assert {name for name, entry in entries.items() if entry["rank"] is not None} == {f"{task}_reference", f"{task}_correct"}
     assert entries[f"{task}_reference"]["speedup_vs_reference"] == 1.0
     wrong = entries[f"{task}_wrong"]
@@ -206,7 +206,7 @@ def test_a_tournament_and_a_leaderboard_per_task_on_the_cpu(harness, task, reaso
     table = ok(harness("leaderboard", "--task", task))
     assert "[no exact answer: only GPU MODE's verdict]" in table
     # the stored task's runs are its version 1's; a second tournament reuses all of them
-    again = ok(harness("tournament", "--task", task, "--device", "cpu", timeout=600))
+    again = ok(harness("tournament", "--task", task, "--device", "cpu", "--mode", mode, timeout=600))
     assert "3 reused" in again
     refused = harness("leaderboard", "--task", task, "--verdict", "accurate")
     assert refused.returncode == 2
