@@ -246,3 +246,14 @@ def test_a_stored_task_whose_files_were_altered_is_refused_and_the_rest_works(ha
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
     assert "cannot be used" in refused.stderr
     assert "matmul_reference" in ok(harness("list", "--task", "matmul"))
+
+
+def test_an_added_task_reaches_the_tournaments_gpu_workers(harness, store_url):
+    """`--gpus 2` evaluates in worker processes (harness.executors.worker): they know the added
+    task from the tournament's process, not from the store."""
+    ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
+    for kind in ("correct", "wrong"):
+        ok(harness("register", PROBLEMS / "vectoradd_py" / "solutions" / f"{kind}.py", "--task", "vectoradd"))
+    ok(harness("tournament", "--task", "vectoradd", "--device", "cpu", "--gpus", "2", "--mode", "test", timeout=600))
+    statuses = rows(store_url, "SELECT r.filename, u.status FROM runs u JOIN revisions r ON r.id = u.revision_id")
+    assert sorted(statuses) == [("correct.py", "pass"), ("vectoradd_reference.py", "pass"), ("wrong.py", "wrong_answer")]
