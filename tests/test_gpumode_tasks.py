@@ -257,3 +257,17 @@ def test_an_added_task_reaches_the_tournaments_gpu_workers(harness, store_url):
     ok(harness("tournament", "--task", "vectoradd", "--device", "cpu", "--gpus", "2", "--mode", "test", timeout=600))
     statuses = rows(store_url, "SELECT r.filename, u.status FROM runs u JOIN revisions r ON r.id = u.revision_id")
     assert sorted(statuses) == [("correct.py", "pass"), ("vectoradd_reference.py", "pass"), ("wrong.py", "wrong_answer")]
+
+
+def test_the_child_of_a_gpu_mode_check_task_has_cublas_deterministic_workspace(harness, store_url, tmp_path):
+    """GPU MODE's references run under torch.use_deterministic_algorithms(True), which refuses
+    cuBLAS products without CUBLAS_WORKSPACE_CONFIG: the reference candidate's child gets it."""
+    ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os\n\n\ndef custom_kernel(data):\n"
+        "    assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'\n    return data[0] + data[1]\n"
+    )
+    submission = ok(harness("register", probe, "--task", "vectoradd")).split()[2].rstrip(":")
+    ok(harness("test", submission, "--device", "cpu"))
+    assert rows(store_url, "SELECT status, reason FROM runs") == [("pass", "")]

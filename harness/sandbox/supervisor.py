@@ -76,6 +76,7 @@ from harness.sandbox.resources import (
     tree_bytes,
 )
 from harness.tasks import TaskSpec
+from harness.tasks.spec import deterministic_environment
 from harness.timing import StoppingRule
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -688,6 +689,7 @@ class ChildProcess:
             TORCH_EXTENSIONS_DIR=str(self.extensions_cache),
             TORCHINDUCTOR_CACHE_DIR=str(self.inductor_cache),
         )
+        env.update(deterministic_environment(self.task))  # the reference candidate runs ref_kernel
         if self.limits.cache_autotuning:
             env["TRITON_CACHE_AUTOTUNING"] = "1"  # in the Triton cache above (not under the interpreter)
         if self.device == "cpu":

@@ -238,8 +238,22 @@ def load_task_file(path: Path) -> TaskSpec:
         raise HarnessError(f"task file {path.name} is malformed: {' '.join(first[:3])}") from exc
 
 
+# GPU MODE's references compute under torch.use_deterministic_algorithms(True) (their utils'
+# DeterministicContext), which refuses cuBLAS matrix products unless this is set.
+DETERMINISTIC_CUBLAS = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
+
+def deterministic_environment(task: TaskSpec) -> dict[str, str]:
+    """What a process that runs this task's reference needs in its environment: for a problem
+    judged by its own check_implementation, cuBLAS's deterministic workspace (unless set)."""
+    if task.rtol is not None:
+        return {}
+    return {key: os.environ.get(key, value) for key, value in DETERMINISTIC_CUBLAS.items()}
+
+
 def load_reference(task: TaskSpec) -> ModuleType:
     """The task's reference module (generate_input, ref_kernel), loaded from its file; imports torch."""
+    os.environ.update(deterministic_environment(task))
     return _load_module_file(task.reference_file)
 
 
