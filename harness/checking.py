@@ -30,6 +30,7 @@ from types import ModuleType
 import torch
 from pydantic import BaseModel
 
+from harness.errors import HarnessError
 from harness.sandbox.protocol import CheckReply, TensorInfo
 from harness.sandbox.transfer import bit_sum
 from harness.tasks import Shape, TaskSpec
@@ -179,8 +180,13 @@ def make_reference_case(
     call's check asks only where GPU MODE's rule fails). Whether the exact answer is computed, and
     where, is decided by the shape's arithmetic (the task's `flops`, when its reference module has
     one), not by a measured time, so that the same shape always gets the same measures."""
-    data = generate_inputs(reference, shape.parameters, seed, device)
-    expected = reference.ref_kernel(data)
+    try:
+        data = generate_inputs(reference, shape.parameters, seed, device)
+        expected = reference.ref_kernel(data)
+    except HarnessError:
+        raise
+    except Exception as exc:  # the task's own code failing is the task's error, said in one line
+        raise HarnessError(f"the task's reference failed on {shape.label()} (seed {seed}): {_one_line(exc)}") from exc
     _synchronize(device)
     flops = reference.flops(**shape.parameters) if hasattr(reference, "flops") else None
     case = ReferenceCase(data=data, expected=expected, reference=reference, flops=flops, exact_function=exact_answer)

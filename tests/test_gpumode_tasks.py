@@ -271,3 +271,17 @@ def test_the_child_of_a_gpu_mode_check_task_has_cublas_deterministic_workspace(h
     submission = ok(harness("register", probe, "--task", "vectoradd")).split()[2].rstrip(":")
     ok(harness("test", submission, "--device", "cpu"))
     assert rows(store_url, "SELECT status, reason FROM runs") == [("pass", "")]
+
+
+def test_a_reference_that_fails_is_the_tasks_error_in_one_line_not_a_candidates_result(harness, store_url, tmp_path):
+    problem = copy_problem(tmp_path, "vectoradd_py")
+    reference = problem / "reference.py"
+    reference.write_text(reference.read_text().replace("    out[...] = a + b\n", "    raise RuntimeError('no answer')\n"))
+    ok(harness("task", "add", problem))
+    ok(harness("register", problem / "solutions" / "correct.py", "--task", "vectoradd"))
+    result = harness("tournament", "--task", "vectoradd", "--device", "cpu")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: the task's reference failed on size=8 (seed 11): RuntimeError: no answer"
+    )
+    assert rows(store_url, "SELECT count(*) FROM runs WHERE state = 'done'") == [(0,)]
