@@ -31,7 +31,9 @@ import torch
 from pydantic import BaseModel
 
 from harness.bits import bit_sum
+from harness.errors import HarnessError
 from harness.tasks import Shape, TaskSpec
+from harness.tasks.spec import generate_inputs
 from harness.verdicts import Accuracy, Verdict, Verdicts
 from harness.wire import CheckReply, TensorInfo
 
@@ -53,6 +55,9 @@ class ReferenceCase:
     note: str | None = None
     reference: ModuleType | None = field(default=None, repr=False)
     flops: float | None = None  # the reference module's `flops` of the shape, when it has one
+    # the reference module's function that makes the exact answer on float64 inputs (the task's
+    # `exact_answer`); None: the task has none
+    exact_function: str | None = "ref_kernel"
     _exact_done: bool = field(default=False, repr=False)
     _scale: torch.Tensor | None = field(default=None, repr=False)
     _scale_done: bool = field(default=False, repr=False)
@@ -67,9 +72,12 @@ class ReferenceCase:
     def exact(self) -> torch.Tensor | None:
         """The exact answer: the task's reference in float64 on the same fp32 inputs (rounded once,
         at the end), computed once per case; None when skipped (`note` says why)."""
-        if self.expected64 is None and not self._exact_done and self.reference is not None:
+        if self.exact_function is None and not self._exact_done:
+            self.note = "the task has no exact answer"
+        elif self.expected64 is None and not self._exact_done and self.reference is not None:
             try:
-                self.expected64, self.note = _exact_answer(self.reference, self.data, self.flops)
+                function = getattr(self.reference, self.exact_function)
+                self.expected64, self.note = _exact_answer(function, self.data, self.flops)
             except Exception as exc:  # noqa: BLE001 - a task's reference that has no float64 path
                 self.note = f"exact answer not computed: the reference failed on float64 inputs ({_one_line(exc)})"
             if self.expected64 is not None and tuple(self.expected64.shape) != tuple(self.expected.shape):
@@ -153,31 +161,42 @@ def reference_case(
                 return case
         while len(_recent_cases) >= RECENT_CASES:  # free the oldest case's memory before making the next
             _recent_cases.pop(0)
-        case = make_reference_case(reference, shape, seed, device, exact_now=exact_now)
+        case = make_reference_case(reference, shape, seed, device, exact_now=exact_now, exact_answer=task.exact_answer)
         _recent_cases.append((key, case))
         return case
 
 
 def make_reference_case(
-    reference: ModuleType, shape: Shape, seed: int, device: str, *, exact_now: bool = True
+    reference: ModuleType,
+    shape: Shape,
+    seed: int,
+    device: str,
+    *,
+    exact_now: bool = True,
+    exact_answer: str | None = "ref_kernel",
 ) -> ReferenceCase:
     """The inputs, the reference, and with `exact_now` (a check: computed while children import)
     the exact answer and the scale; without it they are computed when first asked for (a timed
     call's check asks only where GPU MODE's rule fails). Whether the exact answer is computed, and
     where, is decided by the shape's arithmetic (the task's `flops`, when its reference module has
     one), not by a measured time, so that the same shape always gets the same measures."""
-    data = reference.generate_input(**shape.parameters, seed=seed, device=device)
-    expected = reference.ref_kernel(data)
+    try:
+        data = generate_inputs(reference, shape.parameters, seed, device)
+        expected = reference.ref_kernel(data)
+    except HarnessError:
+        raise
+    except Exception as exc:  # the task's own code failing is the task's error, said in one line
+        raise HarnessError(f"the task's reference failed on {shape.label()} (seed {seed}): {_one_line(exc)}") from exc
     _synchronize(device)
     flops = reference.flops(**shape.parameters) if hasattr(reference, "flops") else None
-    case = ReferenceCase(data=data, expected=expected, reference=reference, flops=flops)
+    case = ReferenceCase(data=data, expected=expected, reference=reference, flops=flops, exact_function=exact_answer)
     if exact_now and case.exact() is not None:
         case.scale()
     return case
 
 
 def _exact_answer(
-    reference: ModuleType, data: tuple, flops: float | None
+    function, data: tuple, flops: float | None
 ) -> tuple[torch.Tensor | None, str | None]:
     """The reference on the inputs cast to float64: on the CPU for small, cheap shapes, else on
     the data's device; skipped (with the reason) on a CPU when it would take too long."""
@@ -192,20 +211,24 @@ def _exact_answer(
         t.to(device=device64, dtype=torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
         for t in data
     )
-    expected64 = reference.ref_kernel(data64)
+    expected64 = function(data64)
     _synchronize(device64)
     return expected64, None
 
 
-def output_problem(info: TensorInfo | None, expected: torch.Tensor, aliases_input: bool) -> str | None:
-    """Why the returned object cannot be the answer, or None."""
+def output_problem(
+    info: TensorInfo | None, expected: torch.Tensor, aliases_input: bool, *, same_shape_and_dtype: bool = True
+) -> str | None:
+    """Why the returned object cannot be the answer, or None. Without `same_shape_and_dtype` (a
+    task judged by its own check_implementation, whose reference may answer in another dtype)
+    shape and dtype are left to that check."""
     if info is None:
         return "nothing was returned"
     if not info.exact_tensor:
         return f"returned a {info.type_name}, not a torch.Tensor"
-    if info.shape != list(expected.shape):
+    if same_shape_and_dtype and info.shape != list(expected.shape):
         return f"returned shape {tuple(info.shape)}, expected {tuple(expected.shape)}"
-    if info.dtype != str(expected.dtype):
+    if same_shape_and_dtype and info.dtype != str(expected.dtype):
         return f"returned dtype {info.dtype}, expected {expected.dtype}"
     if info.device != expected.device.type:
         return f"returned a tensor on {info.device}, expected {expected.device.type}"
@@ -346,6 +369,45 @@ def compare_output(
         mismatches_where_reference_is_off=where_exact_fails,
         note=case.note,
     )
+
+
+def judge_output(task: TaskSpec, received: torch.Tensor, case: ReferenceCase, *, figures: bool = True) -> OutputCheck:
+    """The verdicts on one output: with the task's tolerance, GPU MODE's elementwise rule and the
+    exact answer here (`compare_output`); without one, the problem's own check_implementation."""
+    if task.rtol is not None:
+        return compare_output(received, case, rtol=task.rtol, atol=task.atol, figures=figures)
+    return run_check_implementation(received, case)
+
+
+@torch.no_grad()
+def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> OutputCheck:
+    """The `gpumode` verdict from the problem's check_implementation(data, output), called as GPU
+    MODE's eval.py calls it: on a copy of the inputs. It returns (ok, message), a message (empty
+    when ok) or a bool. Such a task has no exact answer: `accurate` repeats the verdict."""
+    received = received.to(case.expected.device)
+    data = tuple(item.clone() if isinstance(item, torch.Tensor) else item for item in case.data)
+    try:
+        ok, message = _check_result(case.reference.check_implementation(data, received))
+    except Exception as exc:  # noqa: BLE001 - a check that cannot judge this output fails it
+        ok, message = False, f"check_implementation raised {_one_line(exc)}"
+    finite = torch.isfinite(received) if received.is_floating_point() else None
+    not_finite = int((~finite).sum()) if finite is not None else 0
+    reason = "" if ok else f"GPU MODE check: {' '.join(message.split())[:1000] or 'failed'}"
+    verdict = Verdict(status="pass" if ok else "fail", failures=0 if ok else 1, reason=reason)
+    verdicts = Verdicts(gpumode=verdict, accurate=verdict.model_copy())
+    return OutputCheck(
+        passed=ok, reason=reason, verdicts=verdicts, not_finite=not_finite, note="the task has no exact answer"
+    )
+
+
+def _check_result(result: object) -> tuple[bool, str]:
+    if isinstance(result, tuple | list) and len(result) == 2 and isinstance(result[0], bool):
+        return result[0], str(result[1] or "")
+    if isinstance(result, str):
+        return result == "", result
+    if isinstance(result, bool):
+        return result, ""
+    raise TypeError(f"check_implementation returned {type(result).__name__}, not (ok, message), a message or a bool")
 
 
 # float32 rounds |received - expected| and atol + rtol * |expected| to within a few units of 2**-24

@@ -15,6 +15,7 @@ from rich.console import Console
 from typer.exceptions import Abort, Exit, TyperException
 
 from harness.errors import HarnessError
+from harness.task_commands import task_app
 
 app = typer.Typer(
     help="Kernel evolution harness: register revisions, check and time them, rank them.",
@@ -452,6 +453,7 @@ prompt_app = typer.Typer(help="The prompts agents read (jinja2 templates in prom
 app.add_typer(prompt_app, name="prompt")
 experiments_app = typer.Typer(help="Evolution experiments: list them, or tell one's story.")
 app.add_typer(experiments_app, name="experiments")
+app.add_typer(task_app, name="task")
 
 
 @app.command()

@@ -409,6 +409,7 @@ def output_scale(data):
 '''
     path = tmp_path / "fp32_only_reference.py"
     path.write_text(source)
+    (tmp_path / "utils.py").write_bytes((Path(REFERENCE.__file__).parent.parent / "utils.py").read_bytes())
     reference = _load_module_file(path)
     case = checking.make_reference_case(reference, SHAPE, 99, "cpu")
     assert case.expected64 is None and "the reference failed on float64 inputs (TypeError" in case.note

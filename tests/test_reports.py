@@ -199,8 +199,8 @@ def test_json_is_exactly_the_contract(store_url: str, board: Leaderboard):
     result = _cli(store_url, "leaderboard", "--format", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"task", "device", "verdict", "mode", "reference_ms", "entries"}
-    assert data["verdict"] == "accurate" and data["mode"] == "benchmark"
+    assert set(data) == {"task", "device", "verdict", "exact_answer", "mode", "reference_ms", "entries"}
+    assert data["verdict"] == "accurate" and data["exact_answer"] is True and data["mode"] == "benchmark"
     for entry in data["entries"]:
         assert set(entry) == {
             "rank", "submission_id", "lineage", "revision", "parent_id", "author", "status", "reason",

@@ -17,7 +17,8 @@ from harness.tasks import (
     load_task,
     revision_secret,
 )
-from harness.tasks.spec import TASKS_DIR, load_task_file
+from harness.tasks.problem import load_problem
+from harness.tasks.spec import PROBLEMS_DIR, load_task_file
 
 CONV2D = load_task("conv2d_v2")
 
@@ -61,43 +62,48 @@ def test_unknown_task_is_an_error_naming_the_known_ones():
         load_task("../conv2d_v2")
 
 
-def _write_task(directory: Path, **changes: object) -> Path:
-    """A copy of conv2d_v2's spec in `directory` with `changes` applied, its files beside it."""
+def _write_problem(directory: Path, harness: dict | None = None, **changes: object) -> Path:
+    """A copy of conv2d_v2's problem directory under `directory` (its utils.py one folder up, as
+    GPU MODE keeps it) with `changes` to task.yml and `harness` to its `harness:` mapping."""
+    import shutil
+
     import yaml
 
-    raw = yaml.safe_load((TASKS_DIR / "conv2d_v2.yml").read_text())
+    shutil.copy(PROBLEMS_DIR / "utils.py", directory / "utils.py")
+    problem = Path(shutil.copytree(PROBLEMS_DIR / "conv2d_v2_py", directory / "conv2d_copy_py"))
+    raw = yaml.safe_load((problem / "task.yml").read_text())
     raw.update(changes)
-    for name in (f"{raw['reference']}.py", raw["task_shim"]):
-        source = TASKS_DIR / name
-        if source.is_file():
-            (directory / name).write_bytes(source.read_bytes())
-    path = directory / "task.yml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+    raw["harness"].update(harness or {})
+    (problem / "task.yml").write_text(yaml.safe_dump(raw))
+    return problem
 
 
-def test_a_task_file_elsewhere_loads_with_its_files_beside_it(tmp_path: Path):
-    task = load_task_file(_write_task(tmp_path, name="conv2d_copy"))
+def test_a_problem_directory_elsewhere_loads_with_its_files_in_it(tmp_path: Path):
+    problem = _write_problem(tmp_path)
+    task = load_problem(problem, "conv2d_copy")
     assert task.name == "conv2d_copy"
-    assert task.reference_file == tmp_path / "conv2d_v2_reference.py"
-    assert task.shim_file == tmp_path / "conv2d_v2_task.py"
+    assert task.reference_file == problem / "reference.py"
+    assert task.shim_file == problem / "task.py"
+    assert task.utils_file == tmp_path / "utils.py"
+    assert task.model_dump(exclude={"name", "directory", "files_sha256"}) == CONV2D.model_dump(
+        exclude={"name", "directory", "files_sha256"}
+    )
 
 
 @pytest.mark.parametrize(
-    ("changes", "message"),
+    ("changes", "harness", "message"),
     [
-        ({"rtol": "tight"}, "rtol"),
-        ({"reference": "no_such_module"}, "reference module 'no_such_module'"),
-        ({"output_buffer": "result"}, "output_buffer 'result'"),
-        ({"ranking_by": "best"}, "ranking_by"),
-        ({"tests": [{"size": 32}]}, "seed"),
-        ({"tests": [{"size": [1, 2], "seed": 1}]}, "size"),
-        ({"surprise": 1}, "surprise"),
+        ({}, {"tolerance": {"rtol": "tight", "atol": 1e-3}}, "rtol"),
+        ({}, {"output_buffer": "result"}, "output_buffer 'result'"),
+        ({}, {"ranking_by": "best"}, "ranking_by"),
+        ({"tests": [{"size": 32}]}, {}, "seed"),
+        ({"tests": [{"size": [1, 2], "seed": 1}]}, {}, "size"),
+        ({}, {"surprise": 1}, "surprise"),
     ],
 )
-def test_a_malformed_task_file_is_one_harness_error(tmp_path: Path, changes: dict, message: str):
-    with pytest.raises(HarnessError, match="malformed") as raised:
-        load_task_file(_write_task(tmp_path, **changes))
+def test_a_malformed_problem_is_one_harness_error(tmp_path: Path, changes: dict, harness: dict, message: str):
+    with pytest.raises(HarnessError, match="task.yml") as raised:
+        load_problem(_write_problem(tmp_path, harness, **changes), "conv2d_copy")
     assert message in str(raised.value)
 
 

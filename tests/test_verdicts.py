@@ -13,6 +13,7 @@ computes in fp32 (the exact answer, computed in float64, is untouched). So:
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -26,7 +27,8 @@ from harness.sandbox.evaluation import evaluate
 from harness.store.revisions import register_revision
 from harness.store.runs import claim_run, record_run
 from harness.store.session import open_store
-from harness.tasks.spec import TASKS_DIR, load_task_file
+from harness.tasks.problem import load_problem
+from harness.tasks.spec import PROBLEMS_DIR
 from harness.timing import StoppingRule
 
 OFF_REFERENCE = '''
@@ -64,12 +66,13 @@ BF16 = EXACT.replace(b"x.double(), w.double()", b"x.bfloat16().double(), w.bfloa
 
 @pytest.fixture(scope="module")
 def off_task(tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp("off_task")
-    spec = yaml.safe_load((TASKS_DIR / "conv2d_v2.yml").read_text())
-    (folder / "conv2d_v2.yml").write_text(yaml.safe_dump({**spec, "smoke": SHAPES}, sort_keys=False))
-    shutil.copy(TASKS_DIR / "conv2d_v2_task.py", folder)
-    (folder / "conv2d_v2_reference.py").write_text((TASKS_DIR / "conv2d_v2_reference.py").read_text() + OFF_REFERENCE)
-    return load_task_file(folder / "conv2d_v2.yml")
+    folder = Path(shutil.copytree(PROBLEMS_DIR / "conv2d_v2_py", tmp_path_factory.mktemp("off_task") / "conv2d_v2_py"))
+    shutil.copy(PROBLEMS_DIR / "utils.py", folder.parent)
+    spec = yaml.safe_load((folder / "task.yml").read_text())
+    spec["harness"]["smoke"] = SHAPES
+    (folder / "task.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    (folder / "reference.py").write_text((folder / "reference.py").read_text() + OFF_REFERENCE)
+    return load_problem(folder, "conv2d_v2")
 
 
 @pytest.fixture(scope="module")

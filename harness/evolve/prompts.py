@@ -7,7 +7,9 @@ tells the agent the two reply forms that harness.evolve.edits accepts. Rendering
 names the variable and the template line, never an empty string in a prompt.
 
 The context every template gets (built by `prompt_context`):
-- `task`: name, description, dtype, rtol, atol, entry_point, ranking_by, score_rule (it in
+- `task`: name, description, dtype, rtol, atol (None where the problem's check_implementation
+  decides), correctness (the tolerance, or that check, in words), reference (the reference
+  candidate's lineage), entry_point, ranking_by, score_rule (it in
   words), verdict (the one that ranks: `gpumode` or `accurate`), verdict_rule (it in words),
   benchmarks and tests
   (shape labels such as `size=128 kernelsize=8 channels=64 batch=4`);
@@ -161,6 +163,12 @@ def prompt_context(
             "dtype": task.dtype,
             "rtol": task.rtol,
             "atol": task.atol,
+            "correctness": (
+                f"rtol={task.rtol}, atol={task.atol}, {task.dtype}"
+                if task.rtol is not None
+                else "the problem's own check_implementation"
+            ),
+            "reference": reference_lineage_name(task.name),
             "entry_point": task.entry_point,
             "ranking_by": task.ranking_by,
             "score_rule": SCORE_RULES[task.ranking_by],

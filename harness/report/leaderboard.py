@@ -101,6 +101,7 @@ class Leaderboard(BaseModel):
     task: str
     device: str | None
     verdict: VerdictName
+    exact_answer: bool = True  # False: the task has only GPU MODE's verdict
     mode: str | None
     reference_ms: float | None
     entries: list[LeaderboardEntry]
@@ -176,6 +177,8 @@ def verdict_notes(board: Leaderboard) -> list[tuple[LeaderboardEntry, str, str]]
 def board_title(board: Leaderboard) -> str:
     title = f"{board.task} leaderboard on {board.device or 'no device yet'}"
     title += f" ({board.mode + ' mode, ' if board.mode else ''}ranked by the {board.verdict} verdict)"
+    if not board.exact_answer:
+        title += " [no exact answer: only GPU MODE's verdict]"
     if board.reference_ms is not None:
         title += f": reference {format_ms(board.reference_ms)} ms"
     return title
@@ -301,11 +304,17 @@ def build_leaderboard(
     verdict = verdict or spec.verdict
     if verdict not in VERDICTS:
         raise HarnessError(f"unknown verdict {verdict!r} (choose from {', '.join(VERDICTS)})")
+    if verdict not in spec.verdicts:
+        raise HarnessError(f"task {task} has no exact answer: it has only the gpumode verdict")
     revisions = list_revisions(session, task=task)
     if not revisions:
         raise HarnessError(f"no revisions registered for task {task!r} (register some with `harness register`)")
     runs = list(
-        session.scalars(select(Run).where(Run.task == task, Run.state == "done").options(selectinload(Run.shapes)))
+        session.scalars(
+            select(Run)
+            .where(Run.task == task, Run.task_version == spec.version, Run.state == "done")
+            .options(selectinload(Run.shapes))
+        )
     )
     environment = _choose_environment(runs, task, device)
 
@@ -319,6 +328,9 @@ def build_leaderboard(
         revision.id: _standing(revision, runs_by_revision[revision.id], environment, verdict, mode)
         for revision in revisions
     }
+    if spec.exact_answer is None:  # its stored accurate verdict only repeats GPU MODE's
+        for standing in standings.values():
+            standing.verdicts = {**standing.verdicts, "accurate": NOT_CHECKED}
 
     reference_name = reference_lineage_name(task)
     reference_scores = [
@@ -341,6 +353,7 @@ def build_leaderboard(
         task=task,
         device=_device_label(environment) if environment is not None else None,
         verdict=verdict,
+        exact_answer=spec.exact_answer is not None,
         mode=mode,
         reference_ms=reference_ms,
         entries=entries,

@@ -426,9 +426,9 @@ class Worker:
         self.describe = describe
         self.bit_sum = bit_sum
         workdir = self.hello.workdir
+        sys.path.insert(0, workdir)  # a GPU MODE reference imports task and utils from it
         self.reference = _load_module("reference", os.path.join(workdir, "reference.py"))
         self.channel.send(Started(token=self.hello.token))
-        sys.path.insert(0, workdir)
         started = perf_counter()
         try:
             module = _load_module("submission", os.path.join(workdir, "submission.py"))
@@ -511,6 +511,8 @@ class Worker:
             self.channel.send(self.handlers[type(request)](request))
 
     def make_inputs(self, shape: dict, seed: int) -> tuple:
+        if not self.hello.generator_takes_device:
+            return self.reference.generate_input(**shape, seed=seed)
         return self.reference.generate_input(**shape, seed=seed, device=self.hello.device)
 
     def fill_output_buffer(self, data: tuple) -> None:

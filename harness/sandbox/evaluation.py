@@ -97,7 +97,9 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     either verdict passes (harness.checking); the reason then says which one fails, if any."""
     if reply.error is not None:
         return reply.error.kind, reply.error.error, {}, None
-    problem = checking.output_problem(reply.output, case.expected, reply.output_aliases_input)
+    problem = checking.output_problem(
+        reply.output, case.expected, reply.output_aliases_input, same_shape_and_dtype=task.rtol is not None
+    )
     details: dict = {"output": reply.output.model_dump(exclude={"written"}) if reply.output else None}
     if problem is not None:
         return "wrong_answer", problem, details, None
@@ -105,7 +107,7 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
         received = read_tensor(child.io_fd, child.output_name(reply.id), reply.output, case.expected.device.type)
     except (ValueError, OSError) as exc:
         return "wrong_answer", f"output could not be read back: {exc}", details, None
-    check = checking.compare_output(received, case, rtol=task.rtol, atol=task.atol)
+    check = checking.judge_output(task, received, case)
     details.update(check.model_dump(exclude={"verdicts", "accuracy"}))
     inputs_problem = checking.inputs_problem(task, case, reply)
     if inputs_problem is not None:
@@ -359,7 +361,13 @@ class Evaluator:
 
     def spawn(self) -> bool:
         """Start the child without waiting for its imports; False (and the evaluation's status
-        says why) when it died at once. An adopted child, or one spawned early, runs already."""
+        says why) when it died at once, or when the task cannot make its inputs on this device.
+        An adopted child, or one spawned early, runs already."""
+        unsupported = self.task.cpu_unsupported_reason(self.device)
+        if unsupported is not None:
+            self.evaluation.status, self.evaluation.reason = "unsupported", unsupported
+            self.stopped = True
+            return False
         if self.adopted or self.spawned_early:
             return True
         try:
@@ -584,19 +592,23 @@ class Evaluator:
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
             if self.mode == "leaderboard":  # a seed per call: a case of this evaluator's own
-                case = checking.make_reference_case(self.reference, shape, seed, self.device, exact_now=False)
+                case = checking.make_reference_case(
+                    self.reference, shape, seed, self.device, exact_now=False, exact_answer=self.task.exact_answer
+                )
             else:  # the run's seed for this shape: one case for every revision timed in the run
                 case = checking.reference_case(self.task, self.reference, shape, seed, self.device, exact_now=False)
             self._timed_case = (key, case)
         case = self._timed_case[1]
-        problem = checking.output_problem(done.output, case.expected, done.output_aliases_input)
+        problem = checking.output_problem(
+            done.output, case.expected, done.output_aliases_input, same_shape_and_dtype=self.task.rtol is not None
+        )
         if problem is not None:
             return problem
         try:
             received = self._read_timed_output(done, case.expected.device.type)
         except (ValueError, OSError) as exc:
             return f"output could not be read back: {exc}"
-        check = checking.compare_output(received, case, rtol=self.task.rtol, atol=self.task.atol, figures=False)
+        check = checking.judge_output(self.task, received, case, figures=False)
         if not check.passed:
             return check.reason
         _record_comparison(outcome, "pass", check.reason, check)

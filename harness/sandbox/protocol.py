@@ -60,6 +60,7 @@ class Hello(Message):
     unpacked_entry_points: list[str] = []  # when entry_point is missing: the first found, entry(*data)
     output_index: int | None
     input_indices: list[int]
+    generator_takes_device: bool = True  # else generate_input makes CUDA inputs without a `device`
     workdir: str
     io_dir: str
     isolation: IsolationPlan = IsolationPlan()

@@ -85,6 +85,7 @@ from harness.sandbox.workspace import (
     work_root,
 )
 from harness.tasks import TaskSpec
+from harness.tasks.spec import deterministic_environment
 from harness.timing import StoppingRule
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -180,6 +181,8 @@ class ChildProcess:
         (self.workdir / "submission.py").write_bytes(code)
         (self.workdir / "task.py").write_bytes(task.shim_file.read_bytes())
         (self.workdir / "reference.py").write_bytes(task.reference_file.read_bytes())
+        if task.utils_file is not None:  # what a GPU MODE reference imports beside task.py
+            (self.workdir / "utils.py").write_bytes(task.utils_file.read_bytes())
         self.io_dir = make_io_dir()
         # Files the child wrote are opened by name in this descriptor's directory (see
         # transfer.open_exported): never through a path the child could have replaced.
@@ -205,6 +208,7 @@ class ChildProcess:
             TORCH_EXTENSIONS_DIR=str(self.extensions_cache),
             TORCHINDUCTOR_CACHE_DIR=str(self.inductor_cache),
         )
+        env.update(deterministic_environment(self.task))  # the reference candidate runs ref_kernel
         if self.limits.cache_autotuning:
             env["TRITON_CACHE_AUTOTUNING"] = "1"  # in the Triton cache above (not under the interpreter)
         if self.device == "cpu":
@@ -301,6 +305,7 @@ class ChildProcess:
             unpacked_entry_points=self.task.unpacked_entry_points,
             output_index=self.task.output_index,
             input_indices=self.task.input_indices,
+            generator_takes_device=self.task.generator_takes_device,
             workdir=str(self.workdir),
             io_dir=str(self.io_dir),
             isolation=plan,

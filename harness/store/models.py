@@ -5,9 +5,11 @@ last one; tests/test_store.py fails while the migrations and the models differ.
 - `Blob`: the exact bytes of a file, keyed by sha256 (content addressing).
 - `Lineage`: one named candidate; `Revision`: one submitted version of it (a submission, as the
   CLI calls it).
-- `Run`: one evaluation of a revision for a task, of one run kind, in one environment.
+- `Run`: one evaluation of a revision for a task (and task version), of one run kind, in one
+  environment.
 - `ShapeResult`: per shape of a run: the check, both verdicts and, when timed, the timing
   statistics.
+- `TaskVersion`, `TaskFile`: tasks added from GPU MODE problem directories, by version.
 - `Secret`: values the candidate must never see (the leaderboard seed).
 - `Experiment`, `ExperimentStep`: evolution experiments and their generations (harness.evolve).
 
@@ -95,17 +97,49 @@ class Revision(Base):
     runs: Mapped[list[Run]] = relationship(back_populates="revision")
 
 
+class TaskVersion(Base):
+    """One version of a task added from a GPU MODE problem directory (`harness task add`): its
+    files (TaskFile, content-addressed in `blobs`) and their joint hash. Runs keep the version
+    they were judged by; a built-in task (harness/tasks/) is version 1 and not stored here."""
+
+    __tablename__ = "task_versions"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    version: Mapped[int]
+    files_sha256: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(Text, default="")  # the directory it was added from
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    files: Mapped[list[TaskFile]] = relationship(order_by="TaskFile.name", cascade="all, delete-orphan")
+
+
+class TaskFile(Base):
+    __tablename__ = "task_files"
+    __table_args__ = (UniqueConstraint("task_version_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    task_version_id: Mapped[int] = mapped_column(ForeignKey("task_versions.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))  # task.yml, reference.py, task.py, utils.py
+    sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256"))
+
+    blob: Mapped[Blob] = relationship()
+
+
 class Run(Base):
-    """One evaluation: (revision, task, run kind, environment) is unique; `state` is `claimed`
-    while a worker holds it and `done` once its result is complete (a claimed run is never a
-    result)."""
+    """One evaluation: (revision, task, task version, run kind, environment) is unique; `state`
+    is `claimed` while a worker holds it and `done` once its result is complete (a claimed run is
+    never a result)."""
 
     __tablename__ = "runs"
-    __table_args__ = (UniqueConstraint("revision_id", "task", "mode", "env_key"),)
+    __table_args__ = (UniqueConstraint("revision_id", "task", "task_version", "mode", "env_key"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id"))
     task: Mapped[str] = mapped_column(String(100))
+    # the task's files it was judged by (TaskVersion.version; 1 for a built-in task)
+    task_version: Mapped[int] = mapped_column(default=1, server_default="1")
     mode: Mapped[str] = mapped_column(String(20))  # the run kind: test | test-leaderboard | benchmark | leaderboard
     env_key: Mapped[str] = mapped_column(String(64))
     device: Mapped[str] = mapped_column(String(20))  # cpu | cuda

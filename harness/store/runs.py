@@ -1,6 +1,6 @@
 """Runs in the store: claimed before the work, written whole after it.
 
-A run is keyed by (revision, task, run kind, environment). A worker first claims the key (a row with
+A run is keyed by (revision, task, task version, run kind, environment). A worker first claims the key (a row with
 state `claimed`, its name `<host>:<pid>` and a claim expiry), commits, does the work outside any
 transaction, and then writes the status, the per-shape results and state `done` in one
 transaction. So a run is either complete or visibly in progress; a worker that died leaves a
@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from harness.environment import Environment, process_is_gone
 from harness.store.models import Run, ShapeResult, utcnow
+from harness.tasks import load_task
 from harness.verdicts import VERDICTS
 from harness.wire import TIMING_STATISTICS
 
@@ -63,7 +64,14 @@ def _claim_is_live(run: Run, now) -> bool:
 
 
 def _key(revision_id: int, task: str, mode: str, env_key: str):
-    return (Run.revision_id == revision_id, Run.task == task, Run.mode == mode, Run.env_key == env_key)
+    """The run's key; the task's version is the one of its files in use (harness.tasks.load_task)."""
+    return (
+        Run.revision_id == revision_id,
+        Run.task == task,
+        Run.task_version == load_task(task).version,
+        Run.mode == mode,
+        Run.env_key == env_key,
+    )
 
 
 def find_run(session: Session, revision_id: int, task: str, mode: str, env_key: str) -> Run | None:
@@ -105,6 +113,7 @@ def claim_run(
         run = Run(
             revision_id=revision_id,
             task=task,
+            task_version=load_task(task).version,
             mode=mode,
             env_key=environment.env_key,
             device=environment.device,

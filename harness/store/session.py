@@ -110,7 +110,16 @@ def open_store(url: str | None = None) -> Store:
         if created_file:
             _remove_sqlite_files(sqlite_file)
         raise
-    return Store(engine=engine, url=shown, schema_revision=head, previous_revision=previous)
+    store = Store(engine=engine, url=shown, schema_revision=head, previous_revision=previous)
+    from harness.store.tasks import use_stored_tasks
+
+    try:
+        with store.session() as session:
+            use_stored_tasks(session)
+    except BaseException:
+        store.close()
+        raise
+    return store
 
 
 def _remove_sqlite_files(path: Path) -> None:

@@ -9,6 +9,7 @@ from harness.tasks.spec import (
     load_reference,
     load_task,
     revision_secret,
+    use_task,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "load_reference",
     "load_task",
     "revision_secret",
+    "use_task",
 ]

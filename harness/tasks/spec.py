@@ -1,19 +1,25 @@
-"""Task specs: a YAML file per task in harness/tasks/, in the style of GPU MODE's task.yml.
+"""Tasks: what the rest of the harness knows of one (`TaskSpec`), and where tasks come from.
 
-A task is its YAML file plus two Python files next to it, both named in the file:
-- `reference`: a module with `generate_input(**shape, seed, device) -> data` (the one place inputs
-  come from) and `ref_kernel(data) -> output` (what candidates are checked against). The parent
-  loads it from its file; the sandbox copies it beside the candidate as reference.py (as GPU MODE
-  does), where the child uses only its generate_input;
-- `task_shim`: the file copied as task.py beside the candidate (`from task import input_t, output_t`).
-A second task is a new YAML file and those two files; the runner does not change. The tasks in
-harness/tasks/ are known by name (`load_task`); a task elsewhere loads with `load_task_file`.
+Every task is a GPU MODE problem directory (harness.tasks.problem reads one): the built-in ones in
+harness/tasks/problems/ (conv2d_v2), and those added to the store with `harness task add`, which
+the store makes known when it is opened (`use_task`). `load_task(name)` is the one lookup.
+
+A task's reference module (reference.py) has `generate_input(**shape, seed[, device])` (the one
+place inputs come from), `ref_kernel(data)` and `check_implementation(data, output)`. The parent
+loads it from its file (`load_reference`) and alone computes the reference and the verdicts. The
+sandbox copies task.py (the types a submission imports), reference.py and utils.py beside the
+candidate, as GPU MODE does, where the child calls only generate_input (and the parent checks
+each input it made bit for bit against its own). `load_task_file` reads a task written in the
+harness's older single-YAML form (a spec naming its reference module and shim), kept for tests.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import inspect
+import json
+import os
 import sys
 from functools import cache
 from pathlib import Path
@@ -26,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from harness.errors import HarnessError
 
 TASKS_DIR = Path(__file__).resolve().parent
+PROBLEMS_DIR = TASKS_DIR / "problems"  # the built-in tasks, GPU MODE problem directories
 SHAPE_SETS = ("tests", "benchmarks", "smoke")
 
 
@@ -62,8 +69,20 @@ class TaskSpec(BaseModel):
     data: list[str]
     output_buffer: str | None = None
     dtype: str = "float32"
-    rtol: float
-    atol: float
+    # GPU MODE's elementwise rule at these tolerances (harness.checking.compare_output); None: the
+    # problem's own check_implementation(data, output) decides the `gpumode` verdict.
+    rtol: float | None = None
+    atol: float | None = None
+    # The exact answer (the float64 computation behind the `accurate` verdict): the name of the
+    # reference module's function computed on the inputs cast to float64 (`ref_kernel`), or None:
+    # the task has only the `gpumode` verdict.
+    exact_answer: str | None = "ref_kernel"
+    # whether generate_input takes `device` (a CPU-capable task); GPU MODE's make CUDA inputs only
+    generator_takes_device: bool = True
+    # The stored version of the task's files (harness task add); results are tied to it. A built-in
+    # task's files ship with the harness (its version is in every run's environment): version 1.
+    version: int = 1
+    files_sha256: str | None = None
     ranking_by: Literal["geom", "mean", "last"] = "geom"
     # Which verdict ranks (harness.checking): `gpumode`, GPU MODE's rule against the reference, or
     # `accurate`, the exact answer's tolerance or GPU MODE's rule; `--verdict` overrides it.
@@ -84,7 +103,35 @@ class TaskSpec(BaseModel):
             raise ValueError(f"task_shim {self.task_shim!r} is not a file in {self.directory}")
         if not self.reference_file.is_file():
             raise ValueError(f"reference module {self.reference!r} is not a file in {self.directory}")
+        if (self.rtol is None) != (self.atol is None):
+            raise ValueError("give both rtol and atol, or neither")
+        if self.exact_answer is not None and self.rtol is None:
+            raise ValueError("an exact answer needs the tolerances (rtol, atol) that the accurate verdict uses")
+        if self.verdict == "accurate" and self.exact_answer is None:
+            raise ValueError("verdict accurate needs an exact answer")
         return self
+
+    @property
+    def verdicts(self) -> tuple[str, ...]:
+        """The verdicts this task has: `accurate` only with an exact answer."""
+        return ("gpumode", "accurate") if self.exact_answer is not None else ("gpumode",)
+
+    @property
+    def utils_file(self) -> Path | None:
+        """The utils.py beside the reference or one folder above it (GPU MODE keeps one per set)."""
+        for folder in (self.directory, self.directory.parent):
+            if (folder / "utils.py").is_file():
+                return folder / "utils.py"
+        return None
+
+    def cpu_unsupported_reason(self, device: str) -> str | None:
+        """Why this task cannot run on `device`, or None."""
+        if device != "cuda" and not self.generator_takes_device:
+            return (
+                f"task {self.name} makes its inputs on CUDA only (its generate_input takes no `device`): "
+                f"unsupported on {device}"
+            )
+        return None
 
     @property
     def reference_file(self) -> Path:
@@ -110,17 +157,70 @@ class TaskSpec(BaseModel):
         return list(getattr(self, set_name))
 
 
+# Tasks added to the store (harness task add), made known to this process by the store when it
+# is opened (harness.store.tasks.use_stored_tasks); the environment variable carries them to the
+# processes this one starts (the tournament's GPU workers).
+_stored_tasks: dict[str, TaskSpec] = {}
+_unusable_tasks: dict[str, str] = {}  # stored tasks whose files this harness cannot use: why
+STORED_TASKS_ENV = "HARNESS_STORED_TASKS"
+
+
+def builtin_tasks() -> list[str]:
+    """The problem directories shipped in harness/tasks/problems/ (`<name>_py`)."""
+    return sorted(path.name.removesuffix("_py") for path in PROBLEMS_DIR.glob("*_py") if path.is_dir())
+
+
 def known_tasks() -> list[str]:
-    return sorted(path.stem for path in TASKS_DIR.glob("*.yml"))
+    return sorted({*builtin_tasks(), *_stored_tasks, *_tasks_from_environment()})
+
+
+def use_task(spec: TaskSpec) -> None:
+    """Make a task from the store known to `load_task` here and in the processes started from here."""
+    _stored_tasks[spec.name] = spec
+    carried = _tasks_from_environment()
+    carried[spec.name] = {"directory": str(spec.directory), "version": spec.version, "files_sha256": spec.files_sha256}
+    os.environ[STORED_TASKS_ENV] = json.dumps(carried)
+
+
+def use_task_error(name: str, reason: str) -> None:
+    """A stored task that cannot be used: `load_task(name)` raises HarnessError(reason)."""
+    _unusable_tasks[name] = reason
+
+
+def _tasks_from_environment() -> dict[str, dict]:
+    try:
+        carried = json.loads(os.environ.get(STORED_TASKS_ENV, "{}"))
+    except ValueError:
+        return {}
+    return carried if isinstance(carried, dict) else {}
+
+
+def load_task(name: str) -> TaskSpec:
+    """The task named `name`: a built-in one (harness/tasks/) or one added to the store; unknown
+    or malformed -> HarnessError."""
+    if name in _stored_tasks:
+        return _stored_tasks[name]
+    if name in _unusable_tasks:
+        raise HarnessError(_unusable_tasks[name])
+    carried = _tasks_from_environment().get(name)
+    if carried is not None:
+        from harness.tasks.problem import load_problem
+
+        spec = load_problem(
+            Path(carried["directory"]), name, version=carried["version"], files_sha256=carried["files_sha256"]
+        )
+        _stored_tasks[name] = spec
+        return spec
+    return _load_builtin(name)
 
 
 @cache
-def load_task(name: str) -> TaskSpec:
-    """The task named `name` (harness/tasks/<name>.yml); unknown or malformed -> HarnessError."""
-    path = TASKS_DIR / f"{name}.yml"
-    if "/" in name or not path.is_file():
+def _load_builtin(name: str) -> TaskSpec:
+    if name not in builtin_tasks():
         raise HarnessError(f"unknown task {name!r}; known: {', '.join(known_tasks()) or 'none'}")
-    return load_task_file(path)
+    from harness.tasks.problem import load_problem
+
+    return load_problem(PROBLEMS_DIR / f"{name}_py", name)
 
 
 def load_task_file(path: Path) -> TaskSpec:
@@ -138,19 +238,66 @@ def load_task_file(path: Path) -> TaskSpec:
         raise HarnessError(f"task file {path.name} is malformed: {' '.join(first[:3])}") from exc
 
 
+# GPU MODE's references compute under torch.use_deterministic_algorithms(True) (their utils'
+# DeterministicContext), which refuses cuBLAS matrix products unless this is set.
+DETERMINISTIC_CUBLAS = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
+
+def deterministic_environment(task: TaskSpec) -> dict[str, str]:
+    """What a process that runs this task's reference needs in its environment: for a problem
+    judged by its own check_implementation, cuBLAS's deterministic workspace (unless set)."""
+    if task.rtol is not None:
+        return {}
+    return {key: os.environ.get(key, value) for key, value in DETERMINISTIC_CUBLAS.items()}
+
+
 def load_reference(task: TaskSpec) -> ModuleType:
     """The task's reference module (generate_input, ref_kernel), loaded from its file; imports torch."""
+    os.environ.update(deterministic_environment(task))
     return _load_module_file(task.reference_file)
+
+
+# The modules a GPU MODE reference imports from its own folder: each task's are its own.
+TASK_LOCAL_MODULES = ("task", "utils")
 
 
 @cache
 def _load_module_file(path: Path) -> ModuleType:
+    """Load a reference module with its folder first on the path, so that its `from task import`
+    and `from utils import` find the task's own files (and the utils.py one folder up, as GPU
+    MODE's sets keep it); those modules are then taken out of sys.modules again, so that the next
+    task's reference imports its own."""
     name = f"harness_task_reference_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    folders = [str(path.parent), str(path.parent.parent)]
+    saved = {module: sys.modules.pop(module) for module in TASK_LOCAL_MODULES if module in sys.modules}
+    sys.path[:0] = folders
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    finally:
+        del sys.path[: len(folders)]
+        for local in TASK_LOCAL_MODULES:
+            sys.modules.pop(local, None)
+        sys.modules.update(saved)
     return module
+
+
+def generator_takes_device(reference: ModuleType) -> bool:
+    parameters = inspect.signature(reference.generate_input).parameters.values()
+    return any(p.name == "device" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def generate_inputs(reference: ModuleType, parameters: dict, seed: int, device: str):
+    """The task's inputs for one shape and seed, on `device`: the one call of generate_input in
+    the parent (the child has the same call in harness.sandbox.child). A GPU MODE generator
+    without a `device` parameter makes CUDA tensors and is called without it."""
+    if generator_takes_device(reference):
+        return reference.generate_input(**parameters, seed=seed, device=device)
+    if device != "cuda":
+        raise HarnessError(f"the task's generate_input takes no `device`: its inputs are made on CUDA only, not {device}")
+    return reference.generate_input(**parameters, seed=seed)
 
 
 def combine_seeds(seed: int, secret: int) -> int:

@@ -1,0 +1,287 @@
+"""GPU MODE problem directories as tasks (issue 18), through the `harness` command line: add,
+list, show, re-add, a changed file, every kind of bad directory, a tournament and a leaderboard
+per task on the CPU, a task whose inputs are made on CUDA only.
+
+The problems in tests/data/gpumode_problems/ were written for these tests in GPU MODE's format
+(task.yml, reference.py with generate_input/ref_kernel/check_implementation, task.py, a shared
+../utils.py), each with a correct and a wrong submission in solutions/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import rows
+
+PROBLEMS = Path(__file__).parent / "data" / "gpumode_problems"
+
+
+@pytest.fixture
+def harness(run_cli, tmp_path):
+    """run_cli with the harness's caches (the stored tasks' files among them) in the test's tmp dir."""
+    cache = tmp_path / "cache"
+
+    def run(*args, **options):
+        return run_cli(*args, env={"HARNESS_CACHE_DIR": str(cache)}, **options)
+
+    return run
+
+
+def ok(result) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def copy_problem(tmp_path: Path, name: str) -> Path:
+    """A copy of a test problem with the set's utils.py one folder up, as GPU MODE keeps it."""
+    problems = tmp_path / "problems"
+    problems.mkdir(exist_ok=True)
+    shutil.copy(PROBLEMS / "utils.py", problems / "utils.py")
+    return Path(shutil.copytree(PROBLEMS / name, problems / name))
+
+
+def test_add_list_show_and_the_same_files_again(harness, store_url, dump_store):
+    out = ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
+    assert out.startswith("added task vectoradd version 1 (reference.py, task.py, task.yml, utils.py; files ")
+    assert "registered submission 1: vectoradd_reference r1" in out
+    before = dump_store(store_url)
+    again = ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
+    assert again.strip() == "unchanged: these files are already task vectoradd version 1"
+    assert dump_store(store_url) == before
+
+    listed = ok(harness("task", "list")).splitlines()
+    assert listed[0].startswith("conv2d_v2  built in  verdicts: gpumode, accurate  CPU and CUDA")
+    assert listed[1].startswith("vectoradd  version 1 of ")
+    assert listed[1].endswith("verdicts: gpumode  CPU and CUDA")
+
+    shown = ok(harness("task", "show", "vectoradd"))
+    assert "shapes: 2 tests, 2 benchmarks, 2 smoke (CPU)" in shown
+    assert "data: a, b, out (output buffer: out)" in shown
+    assert "no exact answer, so no accurate verdict" in shown
+    assert "v1  files " in shown and "runs: 0" in shown
+    builtin = ok(harness("task", "show", "conv2d_v2"))
+    assert builtin.startswith("task conv2d_v2: built in")
+    assert "accurate (exact answer: ref_kernel in float64); ranked by accurate" in builtin
+
+    # the files are blobs, content-addressed like candidate code
+    stored = rows(store_url, "SELECT f.name, b.content FROM task_files f JOIN blobs b ON b.sha256 = f.sha256")
+    assert dict(stored)["reference.py"] == (PROBLEMS / "vectoradd_py" / "reference.py").read_bytes()
+    assert dict(stored)["utils.py"] == (PROBLEMS / "utils.py").read_bytes()
+
+
+def test_a_changed_file_is_a_new_version_and_old_results_stay_with_the_old_one(harness, store_url, tmp_path):
+    problem = copy_problem(tmp_path, "prefixsum_py")
+    ok(harness("task", "add", problem, "--name", "scan"))
+    out = ok(harness("register", problem / "solutions" / "correct.py", "--task", "scan"))
+    submission = out.split()[2].rstrip(":")
+    ok(harness("test", submission, "--device", "cpu"))
+    assert rows(store_url, "SELECT task, task_version, status FROM runs") == [("scan", 1, "pass")]
+
+    (problem / "reference.py").write_text((problem / "reference.py").read_text() + "\n# a second version\n")
+    out = ok(harness("task", "add", problem, "--name", "scan"))
+    assert out.startswith("added task scan version 2 ")
+    assert "registered submission" not in out  # the reference candidate is the same file
+    shown = ok(harness("task", "show", "scan"))
+    assert "task scan: version 2" in shown
+    assert [line.split("runs: ")[1] for line in shown.splitlines() if "runs: " in line] == ["1", "0"]
+
+    ok(harness("test", submission, "--device", "cpu"))  # judged again under version 2
+    assert rows(store_url, "SELECT task_version, status FROM runs ORDER BY task_version") == [(1, "pass"), (2, "pass")]
+    # the utils.py one folder up is part of the task: changing it is a new version too
+    (tmp_path / "problems" / "utils.py").write_text((PROBLEMS / "utils.py").read_text() + "\n")
+    assert ok(harness("task", "add", problem, "--name", "scan")).startswith("added task scan version 3 ")
+
+
+def _break(problem: Path, case: str) -> Path:
+    reference = problem / "reference.py"
+    if case == "not a directory":
+        return problem / "task.yml"
+    if case == "no task.yml":
+        (problem / "task.yml").unlink()
+    elif case == "task.yml not a mapping":
+        (problem / "task.yml").write_text("- just\n- a list\n")
+    elif case == "no tests":
+        text = (problem / "task.yml").read_text()
+        (problem / "task.yml").write_text(text.replace("tests:", "old_tests:"))
+    elif case == "no benchmarks":
+        text = (problem / "task.yml").read_text()
+        (problem / "task.yml").write_text(text.replace("benchmarks:", "old_benchmarks:"))
+    elif case == "a shape without a seed":
+        text = (problem / "task.yml").read_text()
+        (problem / "task.yml").write_text(text.replace('"seed": 11', '"seeds": 11'))
+    elif case == "a shape key generate_input does not take":
+        text = (problem / "task.yml").read_text()
+        (problem / "task.yml").write_text(text.replace('{"size": 8,', '{"size": 8, "width": 3,'))
+    elif case == "no check_implementation":
+        reference.write_text(reference.read_text().replace("check_implementation =", "check ="))
+    elif case == "no ref_kernel":
+        reference.write_text(reference.read_text().replace("def ref_kernel", "def reference_kernel"))
+    elif case == "no generate_input":
+        reference.write_text(reference.read_text().replace("def generate_input", "def make_input"))
+    elif case == "a syntax error":
+        reference.write_text(reference.read_text() + "\ndef broken(:\n")
+    elif case == "no task.py":
+        (problem / "task.py").unlink()
+    elif case == "no utils.py":
+        (problem.parent / "utils.py").unlink()
+    elif case == "not a Python problem":
+        text = (problem / "task.yml").read_text()
+        (problem / "task.yml").write_text(text.replace('lang: "py"', 'lang: "cu"'))
+    elif case == "an unknown harness key":
+        (problem / "task.yml").write_text((problem / "task.yml").read_text() + "harness:\n  smoky: []\n")
+    return problem
+
+
+BAD = {
+    "not a directory": "not a directory",
+    "no task.yml": "no task.yml: not a GPU MODE problem directory",
+    "task.yml not a mapping": "task.yml: not a mapping",
+    "no tests": "task.yml: no tests shapes",
+    "no benchmarks": "task.yml: no benchmarks shapes",
+    "a shape without a seed": "tests[0] is not a mapping with an integer seed",
+    "a shape key generate_input does not take": "tests[0] has width, which generate_input does not take",
+    "no check_implementation": "reference.py: defines no check_implementation",
+    "no ref_kernel": "reference.py: defines no ref_kernel",
+    "no generate_input": "reference.py: defines no generate_input",
+    "a syntax error": "reference.py: syntax error on line",
+    "no task.py": "no task.py",
+    "no utils.py": "imports utils, but there is no utils.py beside it or above it",
+    "not a Python problem": "only Python problems (lang: py) are tasks",
+    "an unknown harness key": "harness: smoky: Extra inputs are not permitted",
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_directory_that_is_not_a_problem_is_one_line_and_exit_2_and_nothing_written(
+    harness, store_url, dump_store, tmp_path, case
+):
+    ok(harness("init"))
+    before = dump_store(store_url)
+    problem = _break(copy_problem(tmp_path, "vectoradd_py"), case)
+    result = harness("task", "add", problem)
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert BAD[case] in result.stderr
+    assert dump_store(store_url) == before
+
+
+def test_a_bad_directory_creates_no_store(harness, store_url, tmp_path):
+    result = harness("task", "add", tmp_path)
+    assert result.returncode == 2 and "no task.yml" in result.stderr
+    assert not Path(store_url.removeprefix("sqlite:///")).exists()
+
+
+def test_a_built_in_name_is_refused(harness, store_url, dump_store):
+    ok(harness("init"))
+    before = dump_store(store_url)
+    result = harness("task", "add", PROBLEMS / "matmul_py", "--name", "conv2d_v2")
+    assert result.returncode == 2 and "task 'conv2d_v2' is built in" in result.stderr
+    assert dump_store(store_url) == before
+
+
+@pytest.mark.parametrize(
+    ("task", "mode", "reason"),
+    [
+        ("vectoradd", "leaderboard", "GPU MODE check: output differs from the reference: 64 elements differ; at (0, 0):"),
+        ("prefixsum", "benchmark", "GPU MODE check: output differs from the reference: 100 elements differ; at (0,): 0.0 vs"),
+        ("matmul", "benchmark", "GPU MODE check: output differs from the reference:"),
+    ],
+)
+def test_a_tournament_and_a_leaderboard_per_task_on_the_cpu(harness, task, mode, reason):
+    ok(harness("task", "add", PROBLEMS / f"{task}_py"))
+    for kind in ("correct", "wrong"):
+        ok(harness("register", PROBLEMS / f"{task}_py" / "solutions" / f"{kind}.py", "--task", task, "--lineage", f"{task}_{kind}"))
+    ok(harness("tournament", "--task", task, "--device", "cpu", "--mode", mode, timeout=600))
+    board = json.loads(ok(harness("leaderboard", "--task", task, "--format", "json")))
+    entries = {entry["lineage"]: entry for entry in board["entries"]}
+    assert board["verdict"] == "gpumode" and board["exact_answer"] is False and board["mode"] == mode
+    assert {name for name, entry in entries.items() if entry["rank"] is not None} == {f"{task}_reference", f"{task}_correct"}
+    assert entries[f"{task}_reference"]["speedup_vs_reference"] == 1.0
+    wrong = entries[f"{task}_wrong"]
+    assert wrong["rank"] is None and wrong["status"] == "wrong_answer"
+    assert reason in wrong["reason"]
+    table = ok(harness("leaderboard", "--task", task))
+    assert "[no exact answer: only GPU MODE's verdict]" in table
+    # the stored task's runs are its version 1's; a second tournament reuses all of them
+    again = ok(harness("tournament", "--task", task, "--device", "cpu", "--mode", mode, timeout=600))
+    assert "3 reused" in again
+    refused = harness("leaderboard", "--task", task, "--verdict", "accurate")
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == f"error: task {task} has no exact answer: it has only the gpumode verdict"
+
+
+def test_a_task_whose_inputs_are_made_on_cuda_only_is_unsupported_on_the_cpu(harness):
+    ok(harness("task", "add", PROBLEMS / "cudaonly_py"))
+    assert "CUDA only" in ok(harness("task", "list"))
+    out = ok(harness("register", PROBLEMS / "cudaonly_py" / "negate.py", "--task", "cudaonly"))
+    submission = out.split()[2].rstrip(":")
+    result = harness("test", submission, "--device", "cpu")
+    assert result.returncode == 0 and "unsupported" in result.stdout
+    line = "task cudaonly makes its inputs on CUDA only (its generate_input takes no `device`): unsupported on cpu"
+    board = json.loads(ok(harness("leaderboard", "--task", "cudaonly", "--format", "json")))
+    entry = next(entry for entry in board["entries"] if entry["lineage"] == "negate")
+    assert (entry["status"], entry["reason"]) == ("unsupported", line)
+
+
+def test_a_stored_task_whose_files_were_altered_is_refused_and_the_rest_works(harness, store_url):
+    import sqlite3
+
+    ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
+    ok(harness("task", "add", PROBLEMS / "matmul_py"))
+    connection = sqlite3.connect(store_url.removeprefix("sqlite:///"))
+    with connection:
+        connection.execute(
+            "UPDATE blobs SET content = CAST('def ref_kernel(data): pass' AS BLOB) WHERE sha256 = "
+            "(SELECT f.sha256 FROM task_files f JOIN task_versions v ON v.id = f.task_version_id "
+            "WHERE v.name = 'vectoradd' AND f.name = 'reference.py')"
+        )
+    connection.close()
+    listed = ok(harness("task", "list"))
+    assert "task vectoradd version 1 cannot be used: task vectoradd version 1: its stored files do not match" in listed
+    assert "matmul  version 1 of " in listed
+    refused = harness("leaderboard", "--task", "vectoradd")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "cannot be used" in refused.stderr
+    assert "matmul_reference" in ok(harness("list", "--task", "matmul"))
+
+
+def test_an_added_task_reaches_the_tournaments_gpu_workers(harness, store_url):
+    """`--gpus 2` evaluates in worker processes (harness.executors.worker): they know the added
+    task from the tournament's process, not from the store."""
+    ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
+    for kind in ("correct", "wrong"):
+        ok(harness("register", PROBLEMS / "vectoradd_py" / "solutions" / f"{kind}.py", "--task", "vectoradd"))
+    ok(harness("tournament", "--task", "vectoradd", "--device", "cpu", "--gpus", "2", "--mode", "test", timeout=600))
+    statuses = rows(store_url, "SELECT r.filename, u.status FROM runs u JOIN revisions r ON r.id = u.revision_id")
+    assert sorted(statuses) == [("correct.py", "pass"), ("vectoradd_reference.py", "pass"), ("wrong.py", "wrong_answer")]
+
+
+def test_the_child_of_a_gpu_mode_check_task_has_cublas_deterministic_workspace(harness, store_url, tmp_path):
+    """GPU MODE's references run under torch.use_deterministic_algorithms(True), which refuses
+    cuBLAS products without CUBLAS_WORKSPACE_CONFIG: the reference candidate's child gets it."""
+    ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os\n\n\ndef custom_kernel(data):\n"
+        "    assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'\n    return data[0] + data[1]\n"
+    )
+    submission = ok(harness("register", probe, "--task", "vectoradd")).split()[2].rstrip(":")
+    ok(harness("test", submission, "--device", "cpu"))
+    assert rows(store_url, "SELECT status, reason FROM runs") == [("pass", "")]
+
+
+def test_a_reference_that_fails_is_the_tasks_error_in_one_line_not_a_candidates_result(harness, store_url, tmp_path):
+    problem = copy_problem(tmp_path, "vectoradd_py")
+    reference = problem / "reference.py"
+    reference.write_text(reference.read_text().replace("    out[...] = a + b\n", "    raise RuntimeError('no answer')\n"))
+    ok(harness("task", "add", problem))
+    ok(harness("register", problem / "solutions" / "correct.py", "--task", "vectoradd"))
+    result = harness("tournament", "--task", "vectoradd", "--device", "cpu")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: the task's reference failed on size=8 (seed 11): RuntimeError: no answer"
+    )
+    assert rows(store_url, "SELECT count(*) FROM runs WHERE state = 'done'") == [(0,)]
