@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -187,3 +188,29 @@ def test_per_code_caches_over_the_limit_when_a_child_is_closed_are_removed(tmp_p
     (within.triton_cache / "kept.bin").write_bytes(b"\x01" * MIB)
     within.close()
     assert within.caches_trimmed is None and (within.triton_cache / "kept.bin").exists()
+
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_the_harness_exports_get_room_beyond_the_disk_limit(allowed):
+    """`disk_bytes` is the candidate's own room: the exchange directory holds the harness's export
+    of a checked output on top of it (`ChildProcess.allow_output`; GPU MODE's prefixsum has 1 GiB
+    outputs, and on the H200 its honest reference was killed under the default 1 GiB)."""
+    code = b"def custom_kernel(data):\n    return data[2]\n"
+    limits = SandboxLimits.from_settings(**{**SMALL, "disk_bytes": 1 * MIB})
+    child = ChildProcess(code, TASK, device="cpu", limits=limits, code_sha256=hashlib.sha256(code).hexdigest())
+    try:
+        child.spawn()
+        child.wait_ready()
+        if allowed:
+            child.allow_output(2 * MIB)
+        (child.io_dir / "output-1.bin").write_bytes(bytes(2 * MIB))  # as the child's export would
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and child.watch.problem is None:
+            time.sleep(0.05)
+        if allowed:
+            assert child.watch.problem is None and child.proc.poll() is None
+        else:
+            assert "over the limit of 1 MiB (disk_bytes)" in (child.watch.problem or ""), child.watch.problem
+    finally:
+        child.close()

@@ -157,6 +157,7 @@ def _check_shape(
     them above limits.max_checked_autotune_configs: `checked_configs`); fills `outcome` and
     returns the config count, which grows if a call created new autotuners."""
     case = checking.reference_case(task, reference, shape, seed, child.device)
+    child.allow_output(case.expected.nbytes)
     where = f"{outcome.set_name}[{outcome.index}]"
     cap = child.limits.max_checked_autotune_configs
     configs: list[dict] = []

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from time import monotonic
 from typing import Literal
@@ -466,6 +466,19 @@ class ChildProcess:
         in a failure's reason ("call on smoke[2]")."""
         self._send(request, phase)
         return self._receive(monotonic(), timeout_s, phase, (reply_type,), request.id)
+
+    def allow_output(self, nbytes: int) -> None:
+        """Room in the working directories for the harness's exported outputs of `nbytes` (a
+        checked call's output goes to a file there, as may a timed one that misses the shared
+        buffer) on top of `disk_bytes`, which stays the candidate's own room whatever the task's
+        outputs weigh (GPU MODE's prefixsum has 1 GiB outputs)."""
+        if self.watch is None:
+            return
+        wanted = self.limits.disk_bytes + 2 * nbytes
+        self.watch.directories = [
+            replace(group, limit=max(group.limit, wanted)) if group.setting == "disk_bytes" else group
+            for group in self.watch.directories
+        ]
 
     def check(
         self, shape: dict, seed: int, *, autotune_config: int | None, phase: str, forget_tuning: bool = False
