@@ -14,7 +14,6 @@ revision does not flatten every later one into the x axis.
 from __future__ import annotations
 
 import html
-import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from rich.console import Console
 from sqlalchemy.orm import Session
 
 from harness.errors import HarnessError
@@ -47,6 +45,7 @@ from harness.report.leaderboard import (
     shape_label,
     verdict_notes,
 )
+from harness.report.terminal import render_text
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -255,9 +254,18 @@ def revision_diffs(session: Session, board: Leaderboard) -> list[RevisionDiff]:
     ]
 
 
-def render_leaderboard(session: Session, board: Leaderboard, fmt: ReportFormat, *, color: bool = False, width: int = 160) -> str:
-    """The leaderboard as text in one of the formats, ending with a newline. `color` and `width`
-    apply to the table (ANSI colours for a terminal, plain text for a file)."""
+def render_leaderboard(
+    session: Session,
+    board: Leaderboard,
+    fmt: ReportFormat,
+    *,
+    color: bool = False,
+    width: int | None = None,
+    wide: bool | None = False,
+) -> str:
+    """The leaderboard as text in one of the formats, ending with a newline. `color`, `width`
+    (None: unbounded) and `wide` (the per-shape columns; None: when they fit) apply to the
+    table (ANSI colours for a terminal, plain text without trailing blanks otherwise)."""
     if fmt == "json":
         return board.model_dump_json(indent=2) + "\n"
     if fmt == "markdown":
@@ -266,9 +274,7 @@ def render_leaderboard(session: Session, board: Leaderboard, fmt: ReportFormat, 
         return render_html(session, board)
     if fmt != "table":
         raise HarnessError(f"unknown format {fmt!r} (choose from table, json, markdown, html)")
-    buffer = io.StringIO()
-    Console(file=buffer, force_terminal=color, no_color=not color, width=width).print(leaderboard_renderable(board))
-    return buffer.getvalue()
+    return render_text(leaderboard_renderable(board, wide=wide, width=width), width=width, color=color)
 
 
 def render_html(session: Session, board: Leaderboard) -> str:

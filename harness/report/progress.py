@@ -15,7 +15,18 @@ from rich.progress import (
 )
 from typing_extensions import Self
 
-from harness.tournament import TournamentProgress
+from harness.tournament import PhaseResult, TournamentProgress
+
+
+def phase_summary(phase: PhaseResult) -> str:
+    """`benchmark: 3 revisions, 3 evaluated now, ... (the task's reference included)`: the counts
+    cover every revision of the phase, the reference too when the phase timed it."""
+    total = phase.evaluated + phase.reused + phase.busy + len(phase.failures)
+    note = " (the task's reference included)" if total > len(phase.revision_ids) else ""
+    return (
+        f"{phase.phase}: {total} revisions, {phase.evaluated} evaluated now, {phase.reused} reused, "
+        f"{phase.busy} held by other workers, {len(phase.passed)} passed{note}"
+    )
 
 
 class RichTournamentProgress(TournamentProgress):
