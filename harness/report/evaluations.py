@@ -17,7 +17,7 @@ from rich.text import Text
 from harness.report.leaderboard import format_ms, format_speedup
 from harness.report.terminal import plain_table
 from harness.sandbox.devices import default_shape_set
-from harness.verdicts import VERDICT_WORDS
+from harness.verdicts import VERDICT_WORDS, VERDICTS
 
 if TYPE_CHECKING:
     from harness.environment import Environment
@@ -74,7 +74,7 @@ def shape_report(shape: ShapeResult) -> ShapeReport:
         shape=shape.shape,
         status=shape.check.get("status", ""),
         reason=shape.check.get("reason", "") or "",
-        verdicts={} if verdicts is None else {name: verdict.status for name, verdict in verdicts.items()},
+        verdicts={} if verdicts is None else {name: verdicts.get(name).status for name in VERDICTS},
         max_abs_err=shape.check.get("max_abs_err"),
         rel_l2=shape.check.get("rel_l2"),
         runs=shape.runs,
