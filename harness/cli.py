@@ -453,7 +453,14 @@ def tournament(
     if ray_address is not None and executor != "ray":
         raise HarnessError("--ray-address needs --executor ray")
     rule = StoppingRule(budget_s=budget) if budget is not None else None
-    store = open_store(db)
+    from harness.executors import make_executor
+
+    runner = make_executor(executor, gpus=gpus, ray_address=ray_address, device=device)  # bad --gpus: nothing opened
+    try:
+        store = open_store(db)
+    except BaseException:
+        runner.close()
+        raise
     if executor == "local" and gpus is None and device in (None, "cpu", "cuda"):
         # The sandbox's isolation probe (on a GPU, a process that starts CUDA: seconds) runs
         # while this process imports torch and claims its runs, not after.
@@ -463,16 +470,13 @@ def tournament(
         start_isolation_probe(device or likely_device())
     from rich.console import Console
 
-    from harness.executors import make_executor
     from harness.report.html import render_leaderboard
     from harness.report.leaderboard import build_leaderboard
     from harness.report.progress import RichTournamentProgress, phase_summary
     from harness.report.terminal import output_width, stdout_is_terminal
     from harness.tournament import run_tournament
 
-    runner = None
     try:
-        runner = make_executor(executor, gpus=gpus, ray_address=ray_address, device=device)
         with RichTournamentProgress(Console(stderr=True)) as progress:
             result = run_tournament(
                 store, task=task, device=device, mode=mode, only=only, force=force, rule=rule,
@@ -499,8 +503,7 @@ def tournament(
         if any(entry.status in FAILED_STATUSES for entry in board.entries if entry.submission_id in tournament_ids):
             raise Exit(EXIT_REVISION_FAILED)
     finally:
-        if runner is not None:
-            runner.close()
+        runner.close()
         store.close()
 
 
@@ -711,7 +714,7 @@ def main() -> None:
         # Without standalone mode, typer returns an exit code (130 after Ctrl-C) instead of exiting.
         code = app(standalone_mode=False)
     except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {str(exc).strip()}", file=sys.stderr)
         sys.exit(2)
     except Exit as exc:
         sys.exit(exc.exit_code)
@@ -719,7 +722,7 @@ def main() -> None:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
     except TyperException as exc:
-        message = exc.format_message()
+        message = exc.format_message().strip().replace("Value error, ", "")
         if message:  # an empty message follows the help text printed for a bare `harness`
             print(f"error: {message}", file=sys.stderr)
         sys.exit(2)

@@ -255,7 +255,9 @@ def test_html_is_self_contained_with_chart_and_coloured_diffs(board: Leaderboard
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<link" not in page and "<script" not in page and "src=" not in page
     assert page.count("<svg") == 1
-    assert page.count("<polyline") == 1  # conv2d_a100_ultra has three scored revisions; the others one
+    # A line from each scored parent to its scored child: 2 -> 99237 -> EXTRA_ID; siblings are not joined.
+    assert page.count('class="edge"') == 2 and "<polyline" not in page
+    assert page.count('<div class="scroll"><table>') == 2  # wide tables scroll inside the page
     assert 'class="reference"' in page and "stroke-dasharray" in page
     assert "× 99238" in page  # an unranked revision marked on the axis
     assert ".diff .added { background: #dafbe1" in page and ".diff .removed { background: #ffebe9" in page
@@ -269,13 +271,15 @@ def test_chart_places_points_by_revision_and_score(board: Leaderboard):
     chart = build_chart(board)
     assert chart is not None and not chart.log_scale  # scores span less than a factor of ten
     series = {s.lineage: s for s in chart.series}
-    assert set(series) == {"conv2d_a100_ultra", "conv2d_parallel_oh", "conv2d_cudnn_wrap"}
+    assert set(series) == {"conv2d_a100_ultra", "conv2d_parallel_oh"}  # conv2d_cudnn_wrap: no point, no legend
     a100 = series["conv2d_a100_ultra"].points
     assert [p.label for p in a100] == ["2", "99237", str(EXTRA_ID)]
     assert a100[0].x < a100[1].x < a100[2].x
     assert a100[0].y < a100[1].y  # SVG's y grows downwards: the slower r1 is drawn higher
     assert a100[1].y == pytest.approx(a100[2].y, abs=0.5)
-    assert series["conv2d_cudnn_wrap"].points == []  # both revisions failed
+    assert [(parent.label, child.label) for parent, child in series["conv2d_a100_ultra"].edges] == [
+        ("2", "99237"), ("99237", str(EXTRA_ID))
+    ]
     assert chart.top <= chart.reference_y <= chart.bottom
 
 
