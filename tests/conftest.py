@@ -33,16 +33,19 @@ HOME_VARIABLES = {
     "TORCHINDUCTOR_CACHE_DIR": "home/.cache/torchinductor",
     "TORCH_EXTENSIONS_DIR": "home/.cache/torch_extensions",
 }
+# The user's terminal size and pager: tables and history are tested at the sizes the tests set.
+TERMINAL_VARIABLES = ("COLUMNS", "LINES", "PAGER", "MANPAGER")
 _saved_environment: dict[str, str] = {}
 
 
 def hermetic_environment(root: Path, environment: dict[str, str]) -> dict[str, str]:
-    """`environment` without the user's HARNESS_* (but the test run's own) and RAY_* settings,
-    with HOME, the XDG folders and the compile caches under `root`."""
+    """`environment` without the user's HARNESS_* (but the test run's own), RAY_* and terminal
+    settings, with HOME, the XDG folders and the compile caches under `root`."""
     cleaned = {
         name: value
         for name, value in environment.items()
-        if not (name.startswith("RAY_") or (name.startswith("HARNESS_") and name not in KEPT_HARNESS_VARIABLES))
+        if name not in TERMINAL_VARIABLES
+        and not (name.startswith("RAY_") or (name.startswith("HARNESS_") and name not in KEPT_HARNESS_VARIABLES))
     }
     for name, relative in HOME_VARIABLES.items():
         folder = root / relative

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import pty
+import re
 import statistics
 import subprocess
 import tty
