@@ -294,9 +294,9 @@ def test_command(
     if output_format == "json":
         _print_json(checks_json(checked))
     else:
-        print(render_summary(checked, device))
+        print_renderable(render_summary(checked, device))
         print_renderable(render_checks(checked))
-    if any_failed([item.run for item in checked]):
+    if any_failed(checked):
         raise Exit(EXIT_REVISION_FAILED)
 
 
@@ -349,7 +349,7 @@ def bench(
         _print_json(bench_json(benched))
     else:
         print_renderable(render_bench(benched, environment))
-    if any_failed([item.run for item in benched]):
+    if any_failed(benched):
         raise Exit(EXIT_REVISION_FAILED)
 
 

@@ -145,9 +145,10 @@ def test_the_leaderboard_fits_80_columns_and_a_pipe_gets_plain_unpadded_text(boa
     assert max(map(len, lines)) <= 80
     header = next(line for line in lines if line.startswith("rank"))
     assert header.split()[:7] == ["rank", "id", "revision", "score", "ms", "speedup", "vs"]
-    assert "accurate" in narrow.stdout and "kernelsize" not in narrow.stdout  # per-shape columns on request
-    wide = harness("leaderboard", "--wide", db=board["db"], env={"COLUMNS": "80"})
-    assert "kernelsize" in wide.stdout and "author" in wide.stdout
+    # The per-shape columns (headed `kernelsize 2` and so on) come on request.
+    assert "accurate" in narrow.stdout and "kernelsize 2" not in narrow.stdout
+    wide = harness("leaderboard", "--wide", db=board["db"])
+    assert "kernelsize 2" in wide.stdout and "author" in wide.stdout
     piped = harness("leaderboard", db=board["db"])
     assert "\x1b[" not in piped.stdout
     assert all(line == line.rstrip() for line in piped.stdout.splitlines())
@@ -262,12 +263,12 @@ def test_a_store_in_a_read_only_folder_can_be_listed(board, tmp_path):
     # A read-only bind mount (in a user and mount namespace of its own) refuses writes even to root.
     script = (
         f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} && "
-        f"exec {HARNESS_SCRIPT} list --db sqlite:///{folder}/store.sqlite"
+        f"exec {HARNESS_SCRIPT} list --format json --db sqlite:///{folder}/store.sqlite"
     )
     done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
                           capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "conv2d_v2_reference" in done.stdout
+    assert board["ids"]["reference"] in {row["submission_id"] for row in json.loads(done.stdout)}
     assert sorted(path.name for path in folder.iterdir()) == ["store.sqlite"]
 
 
@@ -371,6 +372,8 @@ def test_setup_sh_is_not_quiet_and_installs_only_when_the_project_changed(tmp_pa
 def test_a_wheel_installs_into_a_fresh_venv_and_works_from_any_folder(tmp_path):
     """The wheel is built from a copy of the checkout with the venv's own setuptools (no network);
     the fresh venv takes the harness from the wheel alone and its dependencies from this venv."""
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "HARNESS_DB")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")
     source = tmp_path / "source"
     tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=PROJECT_ROOT,
                              capture_output=True, text=True, check=True).stdout.split()
@@ -380,7 +383,7 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_any_folder(tmp_path):
             shutil.copy2(PROJECT_ROOT / name, source / name)
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path / "dist")], capture_output=True, text=True, check=False, timeout=300,
+         "-w", str(tmp_path / "dist")], capture_output=True, text=True, check=False, timeout=300, env=env,
     )
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp_path / "dist").glob("harness-*.whl")
@@ -391,13 +394,11 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_any_folder(tmp_path):
     (site_packages / "deps-of-the-test-venv.pth").write_text(f"{deps}\n")
     installed = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps", "-q",
-         str(wheel)], capture_output=True, text=True, check=False, timeout=300,
+         str(wheel)], capture_output=True, text=True, check=False, timeout=300, env=env,
     )
     assert installed.returncode == 0, installed.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "HARNESS_DB")}
-    env["XDG_DATA_HOME"] = str(tmp_path / "data")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(venv / "bin" / "harness"), *args], cwd=elsewhere, env=env,
@@ -435,3 +436,32 @@ def test_numbers_and_messages_read_well(board):
     assert bad.returncode == 2 and bad.stderr == (
         "error: Invalid value for '--format': 'yaml' is not one of 'table', 'json'.\n"
     )
+
+
+# --- 15. the README -------------------------------------------------------------------------------------
+
+
+def test_the_readme_names_every_option_of_every_command():
+    import click
+    import typer
+
+    from harness.cli import app
+
+    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    rows = {line.split("`")[1].removeprefix("harness ").split(" ")[0]: line for line in readme.splitlines()
+            if line.startswith("| `harness ")}
+    missing = []
+
+    def walk(group: click.Group, prefix: str) -> None:
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                walk(command, f"{prefix}{name} ")
+                continue
+            row = rows.get((prefix + name).split(" ")[0], "")
+            options = [p for p in command.params if isinstance(p, click.Option) and p.opts[0] not in ("--db", "--help")]
+            missing.extend(
+                f"{prefix}{name} {option.opts[0]}" for option in options if not any(opt in row for opt in option.opts)
+            )
+
+    walk(typer.main.get_command(app), "")
+    assert missing == []

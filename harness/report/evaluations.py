@@ -103,10 +103,11 @@ def reports_json(reports: list[RunReport]) -> str:
     return "[" + ",\n".join(report.model_dump_json(indent=2) for report in reports) + "]\n"
 
 
-def any_failed(runs: list[Run | None]) -> bool:
+def any_failed(items: list[CheckedRevision] | list[BenchedRevision]) -> bool:
     """Whether a revision failed (exit code 1): a run whose status is neither a pass nor
-    `unsupported`, or no result at all."""
-    return any(run is None or run.status not in NOT_FAILED for run in runs)
+    `unsupported`, or a worker that failed to give a result (a claim held by another worker is
+    no failure)."""
+    return any(item.failed or (item.run is not None and item.run.status not in NOT_FAILED) for item in items)
 
 
 def verdict_reason(run: Run) -> str:
@@ -169,11 +170,11 @@ def render_checks(checked: list[CheckedRevision]) -> Group:
     return Group(table, *reasons)
 
 
-def render_summary(checked: list[CheckedRevision], device: str) -> str:
+def render_summary(checked: list[CheckedRevision], device: str) -> Text:
     """Which device and sandbox the results come from, and how many were stored already."""
     runs = [item.run for item in checked if item.run is not None]
     if not runs:
-        return f"device: {device}"
+        return Text(f"device: {device}")
     environment = runs[0].environment
     where = f"{device} ({environment.get('device_name', '')})"
     if device == "cpu":
@@ -185,7 +186,7 @@ def render_summary(checked: list[CheckedRevision], device: str) -> str:
     reused = sum(item.reused for item in checked)
     if reused:
         lines.append(f"{reused} of {len(checked)} stored from an earlier check here (--force checks again)")
-    return "\n".join(lines)
+    return Text("\n".join(lines))
 
 
 def checks_json(checked: list[CheckedRevision]) -> str:
