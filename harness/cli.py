@@ -160,6 +160,7 @@ def list_revisions_command(
 
     from rich.text import Text
 
+    from harness.report.evaluations import revision_record
     from harness.report.terminal import plain_table, print_renderable
     from harness.store.revisions import list_revisions
     from harness.store.session import open_store
@@ -180,12 +181,7 @@ def list_revisions_command(
                     f"{revision.created_at:%Y-%m-%d %H:%M}", ", ".join(revision.flags),
                 )
                 table.add_row(*(Text(str(cell)) for cell in cells))
-                records.append({
-                    "submission_id": revision.id, "lineage": revision.lineage.name, "revision": revision.number,
-                    "parent_id": revision.parent_id, "task": revision.task, "author": revision.author,
-                    "created_at": revision.created_at.isoformat(), "flags": list(revision.flags),
-                    "message": revision.message,
-                })
+                records.append(revision_record(revision))
     finally:
         store.close()
     if output_format == "json":
@@ -206,7 +202,7 @@ def show(
     shape), then its code."""
     import json
 
-    from harness.report.evaluations import render_runs, run_report
+    from harness.report.evaluations import render_runs, revision_record, run_report
     from harness.store.revisions import get_revision, revision_code
     from harness.store.session import open_store
 
@@ -235,13 +231,8 @@ def show(
             }
             header = f"submission {revision.id}: {label}"
             record = {
-                "submission_id": revision.id, "lineage": revision.lineage.name, "revision": revision.number,
-                "parent_id": revision.parent_id, "task": revision.task, "file": revision.filename,
-                "author": revision.author, "created_at": revision.created_at.isoformat(),
-                "sha256": revision.code_sha256, "directives": dict(revision.directives),
-                "entry_point": revision.entry_point, "flags": list(revision.flags),
-                "syntax_error": revision.syntax_error, "message": revision.message,
-                "results": [report.model_dump() for report in reports],
+                **revision_record(revision, full=True),
+                "results": [report.model_dump(mode="json") for report in reports],
                 "code": code.decode("utf-8", errors="replace"),
             }
     finally:

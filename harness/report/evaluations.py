@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from harness.environment import Environment
     from harness.sandbox.bench import BenchedRevision
     from harness.sandbox.checks import CheckedRevision
-    from harness.store.models import Run, ShapeResult
+    from harness.store.models import Revision, Run, ShapeResult
 
 STATUS_STYLE = {"pass": "green", "wrong_answer": "red", "unsupported": "yellow"}
 STATISTICS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
@@ -285,7 +285,23 @@ def bench_json(benched: list[BenchedRevision]) -> str:
     )
 
 
-# --- show -----------------------------------------------------------------------------------
+# --- list and show --------------------------------------------------------------------------
+
+
+def revision_record(revision: Revision, *, full: bool = False) -> dict[str, Any]:
+    """A revision's metadata for `--format json` (`full`: `show`'s file, hash, directives, entry
+    point and syntax error too)."""
+    record: dict[str, Any] = {
+        "submission_id": revision.id, "lineage": revision.lineage.name, "revision": revision.number,
+        "parent_id": revision.parent_id, "task": revision.task, "author": revision.author,
+        "created_at": revision.created_at.isoformat(), "flags": list(revision.flags), "message": revision.message,
+    }
+    if full:
+        record |= {
+            "file": revision.filename, "sha256": revision.code_sha256, "directives": dict(revision.directives),
+            "entry_point": revision.entry_point, "syntax_error": revision.syntax_error,
+        }
+    return record
 
 
 def render_runs(reports: list[RunReport]) -> str:

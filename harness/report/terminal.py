@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import sys
 
@@ -20,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 UNBOUNDED_WIDTH = 1000  # a pipe without COLUMNS: as wide as the widest row needs
+TRAILING_BLANKS = re.compile(r"\s+((?:\x1b\[[0-9;]*m)*)$")  # blanks at the end, before any closing colour codes
 
 
 def stdout_is_terminal() -> bool:
@@ -51,7 +53,7 @@ def render_text(renderable: RenderableType, *, width: int | None = None, color: 
     )
     console.print(renderable)
     lines = buffer.getvalue().splitlines()
-    return "".join(line.rstrip() + "\n" for line in lines)
+    return "".join(TRAILING_BLANKS.sub(r"\1", line) + "\n" for line in lines)
 
 
 def print_renderable(renderable: RenderableType) -> None:
