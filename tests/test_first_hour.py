@@ -436,6 +436,11 @@ def test_numbers_and_messages_read_well(board):
     assert bad.returncode == 2 and bad.stderr == (
         "error: Invalid value for '--format': 'yaml' is not one of 'table', 'json'.\n"
     )
+    unknown = harness("tournament", "--only", "424242", "--device", "cpu", db=board["db"])
+    assert (unknown.returncode, unknown.stdout) == (2, "")
+    assert unknown.stderr == "error: no revision 424242 of task conv2d_v2 in the store\n"  # no blank line above
+    mismatch = json.loads(harness("show", board["ids"]["fails"], "--format", "json", db=board["db"]).stdout)
+    assert mismatch["results"][0]["status"] == "runtime_error"
 
 
 # --- 15. the README -------------------------------------------------------------------------------------

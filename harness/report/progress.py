@@ -44,13 +44,21 @@ class RichTournamentProgress(TournamentProgress):
         self.current: TaskID | None = None
 
     def __enter__(self) -> Self:
-        self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.started:
+            self.progress.stop()
+
+    @property
+    def started(self) -> bool:
+        return bool(self.progress.tasks)
 
     def start_phase(self, phase: str, steps: int) -> None:
+        """The bars start with the first phase: a command refused before it prints nothing (no
+        empty line above its error)."""
+        if not self.started:
+            self.progress.start()
         self.current = self.progress.add_task("", total=steps, phase=phase)
 
     def step(self, description: str, advance: int = 1) -> None:
