@@ -48,6 +48,15 @@ def custom_kernel(data):
     raise RuntimeError("this kernel is not written yet")
 '''
 
+ZEROS = b'''"""Writes zeros: a wrong answer."""
+
+
+def custom_kernel(data):
+    output = data[2]
+    output.zero_()
+    return output
+'''
+
 HANGS = b'''"""Sleeps at import, to be interrupted."""
 import time
 
@@ -428,7 +437,8 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_any_folder(tmp_path):
 # --- 16. wording ----------------------------------------------------------------------------------------
 
 
-def test_numbers_and_messages_read_well(board):
+def test_numbers_and_messages_read_well(board, tmp_path):
+    (tmp_path / "zeros.py").write_bytes(ZEROS)
     assert [format_error_ms(value) for value in (17.3, 340.0, 2.84, 0.05, 0.00047, 9.97)] == [
         "17", "340", "2.8", "0.050", "0.00047", "10"
     ]
@@ -439,8 +449,11 @@ def test_numbers_and_messages_read_well(board):
     unknown = harness("tournament", "--only", "424242", "--device", "cpu", db=board["db"])
     assert (unknown.returncode, unknown.stdout) == (2, "")
     assert unknown.stderr == "error: no revision 424242 of task conv2d_v2 in the store\n"  # no blank line above
-    mismatch = json.loads(harness("show", board["ids"]["fails"], "--format", "json", db=board["db"]).stdout)
-    assert mismatch["results"][0]["status"] == "runtime_error"
+    wrong = registered_id(harness("register", tmp_path / "zeros.py", db=board["db"]))
+    checked = harness("test", wrong, "--device", "cpu", "--format", "json", db=board["db"])
+    assert checked.returncode == 1
+    reason = json.loads(checked.stdout)[0]["reason"]
+    assert re.search(r"first at \([0-9, ]+\): output 0, reference -?[0-9]", reason), reason  # which is which
 
 
 # --- 15. the README -------------------------------------------------------------------------------------
