@@ -196,12 +196,6 @@ def checks_json(checked: list[CheckedRevision]) -> str:
 # --- bench ----------------------------------------------------------------------------------
 
 
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4f}" if value < 1 else f"{value:.3f}" if value < 100 else f"{value:.1f}"
-
-
 def shape_keys(run: Run) -> list[str]:
     return [key for key in (run.shapes[0].shape if run.shapes else {}) if key != "seed"]
 
@@ -217,7 +211,7 @@ def bench_heading(item: BenchedRevision) -> Text:
     if run.reason:
         facts.append(run.reason)
     if run.score_ms is not None:
-        facts.append(f"score {_ms(run.score_ms)} ms")
+        facts.append(f"score {format_ms(run.score_ms)} ms")
         warmup_s = sum(shape.check.get("timing", {}).get("compile_s", 0.0) for shape in run.shapes)
         facts.append(f"import {run.compile_s or 0:.1f} s, warm-up {warmup_s:.1f} s")
     if item.speedup is not None and not item.is_reference:
@@ -250,7 +244,7 @@ def shape_table(item: BenchedRevision) -> Table | None:
         if shape.mean_ms is None:
             table.add_row(label, status or "-", *[""] * (len(STATISTICS) - 1))
             continue
-        table.add_row(label, str(shape.runs), *[_ms(getattr(shape, name)) for name in STATISTICS[1:]])
+        table.add_row(label, str(shape.runs), *[format_ms(getattr(shape, name)) for name in STATISTICS[1:]])
     return table
 
 

@@ -1,5 +1,5 @@
-"""`harness bench`: time stored revisions together with their task's reference, store the runs,
-and the tables it prints.
+"""`harness bench`: time stored revisions together with their task's reference, store the runs
+(the tables it prints: harness.report.evaluations).
 
 A run is keyed by (revision, task, mode, environment); a completed run is reused unless `force`.
 The others are claimed (committed), evaluated together in sandboxed children interleaved shape by
@@ -19,9 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -45,7 +42,6 @@ if TYPE_CHECKING:
     from harness.sandbox.evaluation import ShapeOutcome
 
 BENCH_MODES = {"benchmark": "test", "leaderboard": "leaderboard"}  # run mode -> the evaluation's seeds
-STATISTICS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
 
 
 @dataclass
@@ -233,67 +229,7 @@ def _compare(session: Session, benched: list[BenchedRevision], mode: str, env_ke
                 item.vs_parent = compare(own, _times(parent), ranking_by).verdict
 
 
-# --- rendering ------------------------------------------------------------------------------
-
-
 def _ms(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.4f}" if value < 1 else f"{value:.3f}" if value < 100 else f"{value:.1f}"
-
-
-def shape_table(item: BenchedRevision) -> Table:
-    """One revision's per-shape statistics (ms), titled with its status, score and comparisons."""
-    run = item.run
-    title = f"{item.revision_id} {item.label}" + (" (reference)" if item.is_reference else "")
-    if run is None:
-        what = item.busy_with if item.failed else f"busy, claimed by {item.busy_with}"
-        table = Table(title=Text(f"{title}: {what}"), title_justify="left")
-        return table
-    facts = [run.status]
-    if run.reason:
-        facts.append(run.reason)
-    if run.score_ms is not None:
-        facts.append(f"score {_ms(run.score_ms)} ms")
-        warmup_s = sum(shape.check.get("timing", {}).get("compile_s", 0.0) for shape in run.shapes)
-        facts.append(f"import {run.compile_s or 0:.1f} s, warm-up {warmup_s:.1f} s")
-    if item.speedup is not None and not item.is_reference:
-        facts.append(f"{item.speedup:.2f}x the reference ({item.vs_reference})")
-    if item.vs_parent is not None:
-        facts.append(f"vs parent: {item.vs_parent}")
-    if item.flags:
-        facts.append(f"flags: {', '.join(item.flags)}")
-    if item.reused:
-        facts.append("stored result")
-    heading = Text(f"{title}: ")
-    heading.append(facts[0], "bold")
-    heading.append("".join(f"; {fact}" for fact in facts[1:]))
-    table = Table(title=heading, title_justify="left")
-    keys = shape_keys(run)
-    table.add_column("shape", no_wrap=True)
-    for name in STATISTICS:
-        table.add_column(name.removesuffix("_ms") + (" ms" if name.endswith("_ms") else ""), justify="right")
-    for shape in run.shapes:
-        label = ",".join(str(shape.shape.get(key, "")) for key in keys)
-        status = shape.check.get("status", "")
-        if shape.mean_ms is None:
-            table.add_row(label, status or "-", *[""] * (len(STATISTICS) - 1))
-            continue
-        table.add_row(label, str(shape.runs), *[_ms(getattr(shape, name)) for name in STATISTICS[1:]])
-    return table
-
-
-def shape_keys(run: Run) -> list[str]:
-    return [key for key in (run.shapes[0].shape if run.shapes else {}) if key != "seed"]
-
-
-def render_bench(benched: list[BenchedRevision], environment: Environment) -> Group:
-    """The device line, the shape legend, then one table per revision."""
-    device = f"{environment.device} ({environment.device_name})"
-    if environment.device == "cpu":
-        device += ": host clock, Triton through the interpreter; never ranked with GPU results"
-    lines = [f"device: {device}"]
-    keys = next((shape_keys(item.run) for item in benched if item.run is not None and item.run.shapes), [])
-    if keys:
-        lines.append(f"shape: {','.join(keys)}; times in ms")
-    return Group(*(Text(line) for line in lines), *[shape_table(item) for item in benched])
