@@ -165,7 +165,7 @@ def format_speedup(value: float | None) -> str:
     interpreter against torch on the CPU), so that no speedup reads `0.00x`."""
     if value is None:
         return "-"
-    return f"{value:.2f}x" if value >= 0.095 else f"{value:.2g}x"
+    return f"{value:.2f}x" if value >= 0.095 else f"{value:#.2g}x"
 
 
 def format_verdict(verdict: VerdictSummary) -> str:
