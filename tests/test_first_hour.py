@@ -158,6 +158,10 @@ def test_the_leaderboard_fits_80_columns_and_a_pipe_gets_plain_unpadded_text(boa
     assert "accurate" in narrow.stdout and "kernelsize 2" not in narrow.stdout
     wide = harness("leaderboard", "--wide", db=board["db"])
     assert "kernelsize 2" in wide.stdout and "author" in wide.stdout
+    on_a_terminal = _on_a_terminal(["leaderboard"], {"HARNESS_DB": board["db"]})  # 80 columns: the pty has no size
+    assert "\x1b[" in on_a_terminal
+    plain_lines = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", on_a_terminal).replace("\r", "").splitlines()
+    assert max(map(len, plain_lines)) <= 80 and all(line == line.rstrip() for line in plain_lines)
     piped = harness("leaderboard", db=board["db"])
     assert "\x1b[" not in piped.stdout
     assert all(line == line.rstrip() for line in piped.stdout.splitlines())

@@ -21,7 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 UNBOUNDED_WIDTH = 1000  # a pipe without COLUMNS: as wide as the widest row needs
-TRAILING_BLANKS = re.compile(r"\s+((?:\x1b\[[0-9;]*m)*)$")  # blanks at the end, before any closing colour codes
+TRAILING_BLANKS = re.compile(r"(?:\s|\x1b\[[0-9;]*m)+$")  # blanks at the end, among any colour codes
+COLOUR_CODE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def stdout_is_terminal() -> bool:
@@ -53,7 +54,14 @@ def render_text(renderable: RenderableType, *, width: int | None = None, color: 
     )
     console.print(renderable)
     lines = buffer.getvalue().splitlines()
-    return "".join(TRAILING_BLANKS.sub(r"\1", line) + "\n" for line in lines)
+    return "".join(_without_trailing_blanks(line) + "\n" for line in lines)
+
+
+def _without_trailing_blanks(line: str) -> str:
+    """The line without blanks at its end; the colour codes among them are kept (they close
+    the line's styles)."""
+    tail = TRAILING_BLANKS.search(line)
+    return line if tail is None else line[: tail.start()] + "".join(COLOUR_CODE.findall(tail.group()))
 
 
 def print_renderable(renderable: RenderableType) -> None:
