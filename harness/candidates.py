@@ -52,7 +52,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.config import get_settings
-from harness.errors import HarnessError
+from harness.errors import HarnessError, validation_message
 
 ENTRY_POINTS = ("custom_kernel", "kernel_function")
 FLAGS = (
@@ -470,7 +470,7 @@ def read_manifest(path: str | Path) -> SeedManifest:
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"]) or "top level"
-        raise HarnessError(f"manifest {path}: {where}: {error['msg']}") from None
+        raise HarnessError(f"manifest {path}: {where}: {validation_message(error['msg'])}") from None
 
 
 @dataclass(frozen=True)

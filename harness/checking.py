@@ -440,7 +440,9 @@ def _gpumode_reason(
         text += f", {where_exact_fails} of them where the exact answer fails too"
     if not_finite:
         text += f"; {not_finite} NaN/Inf (unwritten elements stay NaN)"
-    shown = ", ".join(f"at {tuple(m.index)}: {_number(m.received)} vs {_number(m.expected)}" for m in first[:3])
+    shown = ", ".join(
+        f"at {tuple(m.index)}: output {_number(m.received)}, reference {_number(m.expected)}" for m in first[:3]
+    )
     return f"{text}; first {shown}" if shown else text
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 from typer.exceptions import Abort, Exit, TyperException
 
 from harness.errors import HarnessError
@@ -23,7 +22,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
 
 
 @app.callback()
@@ -32,7 +30,12 @@ def _root() -> None:
 
 DbOption = Annotated[
     str | None,
-    typer.Option("--db", envvar="HARNESS_DB", help="SQLAlchemy URL of the store (default: db/harness.sqlite)."),
+    typer.Option(
+        "--db",
+        envvar="HARNESS_DB",
+        help="SQLAlchemy URL of the store (default: db/harness.sqlite in a checkout, else "
+        "$XDG_DATA_HOME/harness/harness.sqlite; `harness init` prints it).",
+    ),
 ]
 DeviceOption = Annotated[
     str | None, typer.Option("--device", help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
@@ -53,6 +56,18 @@ def _stopping_rule(budget: float | None):
     return StoppingRule(budget_s=budget)
 
 
+DataFormat = Literal["table", "json"]
+FormatOption = Annotated[DataFormat, typer.Option("--format", help="table (for people) or json (for tools).")]
+# Exit codes (README, "Exit codes"): 0 all passed, 1 some revision failed, 2 bad input, 130 interrupted.
+EXIT_REVISION_FAILED = 1
+# Leaderboard statuses that fail the tournament's exit code (not `unsupported`, `not_run`, `flagged`).
+FAILED_STATUSES = ("wrong_answer", "compile_error", "runtime_error", "timeout", "crashed")
+
+
+def _print_json(text: str) -> None:
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
 # --- store and registration (issue 2) -------------------------------------------------------
 
 
@@ -61,7 +76,7 @@ def version() -> None:
     """Print the harness version."""
     from harness import __version__
 
-    console.print(__version__)
+    print(__version__)
 
 
 @app.command()
@@ -77,13 +92,23 @@ def init(db: DbOption = None) -> None:
         else:
             state = "already current"
     print(f"store {store.url}: schema {store.schema_revision} ({state})")
+    if db is None:
+        from harness.config import IN_CHECKOUT
+
+        where = "db/ of the checkout the harness runs from" if IN_CHECKOUT else "your data folder ($XDG_DATA_HOME/harness)"
+        print(f"the default store: {where}; --db URL or HARNESS_DB picks another")
 
 
 @app.command()
 def register(
     file: Annotated[Path, typer.Argument(help="The candidate file.", show_default=False)],
-    lineage: Annotated[str | None, typer.Option(help="Lineage name (default: the file name's stem).")] = None,
-    parent: Annotated[int | None, typer.Option(help="Parent submission id (default: the lineage's latest).")] = None,
+    lineage: Annotated[
+        str | None, typer.Option(help="Lineage name (default: the parent's lineage, else the file name's stem).")
+    ] = None,
+    parent: Annotated[
+        int | None,
+        typer.Option(help="Parent submission id (default: the lineage's latest); the child joins the parent's lineage."),
+    ] = None,
     submission_id: Annotated[int | None, typer.Option("--id", help="Keep this external submission id.")] = None,
     message: Annotated[str, typer.Option("--message", "-m", help="What changed.")] = "",
     author: Annotated[str, typer.Option(help="A person's or an agent's name.")] = "",
@@ -138,20 +163,25 @@ def seed(
 def list_revisions_command(
     task: Annotated[str | None, typer.Option(help="Only this task's revisions.")] = None,
     lineage: Annotated[str | None, typer.Option(help="Only this lineage's revisions.")] = None,
+    output_format: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
     """List registered revisions (submissions) in the order they were registered."""
-    from rich import box
-    from rich.table import Table
+    import json
+
     from rich.text import Text
 
+    from harness.report.evaluations import revision_record
+    from harness.report.terminal import plain_table, print_renderable
     from harness.store.revisions import list_revisions
     from harness.store.session import open_store
 
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
-    for column in ("id", "lineage", "rev", "parent", "task", "author", "created (UTC)", "flags"):
+    columns = ("id", "lineage", "rev", "parent", "task", "author", "created (UTC)", "flags")
+    table = plain_table()
+    for column in columns:
         table.add_column(column, overflow="fold", no_wrap=column in ("id", "rev", "parent", "created (UTC)"))
-    with open_store(db) as store, store.session() as session:
+    records = []
+    with open_store(db, read_only=True) as store, store.session() as session:
         revisions = list_revisions(session, task=task, lineage=lineage)
         for revision in revisions:
             cells = (
@@ -160,8 +190,11 @@ def list_revisions_command(
                 f"{revision.created_at:%Y-%m-%d %H:%M}", ", ".join(revision.flags),
             )
             table.add_row(*(Text(str(cell)) for cell in cells))
-    if revisions:
-        (console if console.is_terminal else Console(width=1000)).print(table)  # a pipe gets whole rows
+            records.append(revision_record(revision))
+    if output_format == "json":
+        _print_json(json.dumps(records, indent=2))
+    elif revisions:
+        print_renderable(table)
     else:
         print("no submissions" + (" match" if task or lineage else " yet: register one with `harness register FILE`"))
 
@@ -169,15 +202,25 @@ def list_revisions_command(
 @app.command()
 def show(
     submission_id: Annotated[int, typer.Argument(metavar="ID", help="Submission id.", show_default=False)],
+    output_format: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
-    """Show one revision: its metadata, flags, then its code."""
+    """Show one revision: its metadata, flags, its stored results (status, score, reason per
+    shape), then its code."""
+    import json
+
+    from harness.report.evaluations import render_runs, revision_record, run_report
     from harness.store.revisions import get_revision, revision_code
     from harness.store.session import open_store
 
-    with open_store(db) as store, store.session() as session:
+    with open_store(db, read_only=True) as store, store.session() as session:
         revision = get_revision(session, submission_id)
         code = revision_code(revision)
+        label = f"{revision.lineage.name} r{revision.number}"
+        runs = sorted(
+            (run for run in revision.runs if run.state == "done"), key=lambda run: (run.finished_at, run.id)
+        )
+        reports = [run_report(revision.id, label, run) for run in runs]
         fields = {
             "parent": "none" if revision.parent_id is None else revision.parent_id,
             "task": revision.task,
@@ -191,8 +234,17 @@ def show(
             **({"syntax error": revision.syntax_error} if revision.syntax_error else {}),
             "message": revision.message,
         }
-        header = f"submission {revision.id}: {revision.lineage.name} r{revision.number}"
+        header = f"submission {revision.id}: {label}"
+        record = {
+            **revision_record(revision, full=True),
+            "results": [report.model_dump(mode="json") for report in reports],
+            "code": code.decode("utf-8", errors="replace"),
+        }
+    if output_format == "json":
+        _print_json(json.dumps(record, indent=2))
+        return
     lines = [header] + [f"{name + ':':<12} {value}" for name, value in fields.items()]
+    lines.append(render_runs(reports))
     lines.append(f"--- {fields['file']} ({len(code)} bytes) ---")
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
@@ -212,11 +264,14 @@ def test_command(
     call_timeout: Annotated[
         float | None, typer.Option(help="Seconds allowed per call (default: settings).")
     ] = None,
+    output_format: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
-    """Check revisions against the task's reference in a sandbox; store one run per environment."""
+    """Check revisions against the task's reference in a sandbox; store one run per environment.
+    Exit code 1 when a revision fails (`unsupported` on this device is no failure)."""
     from harness.plan.checks import check_revisions
-    from harness.report.checks import render_checks, render_summary
+    from harness.report.evaluations import any_failed, checks_json, render_checks, render_summary
+    from harness.report.terminal import print_renderable
     from harness.sandbox.evaluation import resolve_device
     from harness.sandbox.limits import SandboxLimits
     from harness.store.session import open_store
@@ -225,8 +280,13 @@ def test_command(
     limits = SandboxLimits.from_settings(call_timeout_s=call_timeout)
     with open_store(db) as store:
         checked = check_revisions(store, ids, device=device, mode=mode, force=force, limits=limits)
-    console.print(render_summary(checked, device))
-    console.print(render_checks(checked))
+    if output_format == "json":
+        _print_json(checks_json(checked))
+    else:
+        print_renderable(render_summary(checked, device))
+        print_renderable(render_checks(checked))
+    if any_failed(checked):
+        raise Exit(EXIT_REVISION_FAILED)
 
 
 @app.command()
@@ -238,12 +298,15 @@ def bench(
     ] = "benchmark",
     force: Annotated[bool, typer.Option(help="Time again even if this environment has a result.")] = False,
     budget: BudgetOption = None,
+    output_format: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
-    """Time revisions with the task's reference in the same run; store and print per-shape tables."""
+    """Time revisions with the task's reference in the same run; store and print per-shape tables.
+    Exit code 1 when a revision fails (`unsupported` on this device is no failure)."""
     from harness.environment import probe_environment
     from harness.plan.bench import bench_revisions
-    from harness.report.bench import render_bench
+    from harness.report.evaluations import any_failed, bench_json, render_bench
+    from harness.report.terminal import print_renderable
     from harness.sandbox.evaluation import resolve_device
     from harness.store.session import open_store
 
@@ -261,7 +324,12 @@ def bench(
             environment=environment,
             progress=lambda line: typer.echo(line, err=True),
         )
-    console.print(render_bench(benched, environment))
+    if output_format == "json":
+        _print_json(bench_json(benched))
+    else:
+        print_renderable(render_bench(benched, environment))
+    if any_failed(benched):
+        raise Exit(EXIT_REVISION_FAILED)
 
 
 # --- tournament and reports (issue 5) -------------------------------------------------------
@@ -280,14 +348,28 @@ def _write_report(text: str, out: Path | None) -> None:
         raise HarnessError(f"cannot write {out}: {exc.strerror}") from None
 
 
-def _print_exact(text: str) -> None:
-    """Write text byte for byte (UTF-8, no markup, no wrapping). The diff text ends without a
-    newline; one is added only when stdout is a terminal, so that the prompt starts on its own
-    line while `harness diff ID > file` gets the exact text."""
-    sys.stdout.buffer.write(text.encode("utf-8"))
-    if sys.stdout.isatty():
-        sys.stdout.buffer.write(b"\n")
-    sys.stdout.flush()
+def _print_exact(text: str, *, page: bool = False) -> None:
+    """Write text byte for byte (UTF-8, no markup, no wrapping) and a final newline (the diff
+    text ends without one). On a terminal, diff lines are coloured, and with `page` a text
+    longer than the screen goes through the pager (rich's: $PAGER, else `less -R`)."""
+    from harness.report.terminal import stdout_is_terminal
+
+    if not stdout_is_terminal():
+        sys.stdout.buffer.write(text.encode("utf-8") + b"\n")
+        sys.stdout.flush()
+        return
+    import shutil
+
+    from rich.console import Console
+
+    from harness.report.terminal import colored_diff
+
+    console = Console(highlight=False, soft_wrap=True)
+    if page and text.count("\n") + 1 > shutil.get_terminal_size().lines:
+        with console.pager(styles=True):
+            console.print(colored_diff(text))
+    else:
+        console.print(colored_diff(text))
 
 
 VerdictOption = Annotated[
@@ -295,6 +377,16 @@ VerdictOption = Annotated[
     typer.Option(
         "--verdict",
         help="The verdict that ranks: gpumode (GPU MODE's rule) or accurate (the exact answer); default: the task's.",
+    ),
+]
+
+
+WideOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--wide/--narrow",
+        help="Per-shape timings, author, accuracy figures and flags in the table (default: when they fit).",
+        show_default=False,
     ),
 ]
 
@@ -323,44 +415,43 @@ def tournament(
         str | None, typer.Option(help="The Ray cluster to join (default: RAY_ADDRESS or a local one).")
     ] = None,
     verdict: VerdictOption = None,
+    wide: WideOption = None,
     db: DbOption = None,
 ) -> None:
-    """Check, time and rank every revision of the task that has no result in this environment yet."""
+    """Check, time and rank every revision of the task that has no result in this environment yet.
+    Exit code 1 when a revision fails (`unsupported` on this device is no failure)."""
     from harness.store.session import open_store
 
     rule = _stopping_rule(budget)
     if ray_address is not None and executor != "ray":
         raise HarnessError("--ray-address needs --executor ray")
-    with open_store(db) as store:
-        if executor == "local" and gpus is None and device in (None, "cpu", "cuda"):
-            # The sandbox's isolation probe (on a GPU, a process that starts CUDA: seconds) runs
-            # while this process imports torch and claims its runs, not after.
-            from harness.environment import likely_device
-            from harness.sandbox.isolation import start_isolation_probe
+    from harness.executors import make_executor
 
-            start_isolation_probe(device or likely_device())
-        from rich.console import Console
+    runner = make_executor(executor, gpus=gpus, ray_address=ray_address, device=device)  # bad --gpus: nothing opened
+    try:
+        with open_store(db) as store:
+            if executor == "local" and gpus is None and device in (None, "cpu", "cuda"):
+                # The sandbox's isolation probe (on a GPU, a process that starts CUDA: seconds) runs
+                # while this process imports torch and claims its runs, not after.
+                from harness.environment import likely_device
+                from harness.sandbox.isolation import start_isolation_probe
 
-        from harness.executors import make_executor
-        from harness.plan.tournament import run_tournament
-        from harness.report.html import render_leaderboard
-        from harness.report.leaderboard import build_leaderboard
-        from harness.report.progress import RichTournamentProgress
+                start_isolation_probe(device or likely_device())
+            from rich.console import Console
 
-        runner = None
-        try:
-            runner = make_executor(executor, gpus=gpus, ray_address=ray_address)
+            from harness.plan.tournament import run_tournament
+            from harness.report.html import render_leaderboard
+            from harness.report.leaderboard import build_leaderboard
+            from harness.report.progress import RichTournamentProgress, phase_summary
+            from harness.report.terminal import output_width, stdout_is_terminal
+
             with RichTournamentProgress(Console(stderr=True)) as progress:
                 result = run_tournament(
                     store, task=task, device=device, mode=mode, only=only, force=force, rule=rule,
                     progress=progress, executor=runner,
                 )
             for phase in result.phases:
-                console.print(
-                    f"{phase.phase}: {len(phase.revision_ids)} revisions, {phase.evaluated} evaluated now, "
-                    f"{phase.reused} reused, {phase.busy} held by other workers, {len(phase.passed)} passed",
-                    soft_wrap=True,
-                )
+                print(phase_summary(phase))
             busy = sum(phase.busy for phase in result.phases)
             with store.session() as session:
                 try:
@@ -370,16 +461,17 @@ def tournament(
                 except HarnessError:
                     if not busy:
                         raise
-                    console.print(f"no finished runs here yet: {busy} held by other workers; `harness leaderboard` later")
+                    print(f"no finished runs here yet: {busy} held by other workers; `harness leaderboard` later")
                     return
-                to_terminal = console.is_terminal
                 text = render_leaderboard(
-                    session, board, "table", color=to_terminal, width=console.width if to_terminal else 200
+                    session, board, "table", color=stdout_is_terminal(), width=output_width(), wide=wide
                 )
             _write_report(text, None)
-        finally:
-            if runner is not None:
-                runner.close()
+            tournament_ids = set(result.phases[0].revision_ids) if result.phases else set()
+            if any(entry.status in FAILED_STATUSES for entry in board.entries if entry.submission_id in tournament_ids):
+                raise Exit(EXIT_REVISION_FAILED)
+    finally:
+        runner.close()
 
 
 @app.command()
@@ -395,17 +487,20 @@ def leaderboard(
     ] = "table",
     out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of stdout.")] = None,
     verdict: VerdictOption = None,
+    wide: WideOption = None,
     db: DbOption = None,
 ) -> None:
     """Ranked revisions of a task in one environment; failing revisions below with their reason."""
     from harness.report.html import render_leaderboard
     from harness.report.leaderboard import build_leaderboard
+    from harness.report.terminal import output_width, stdout_is_terminal
     from harness.store.session import open_store
 
-    with open_store(db) as store, store.session() as session:
+    with open_store(db, read_only=True) as store, store.session() as session:
         board = build_leaderboard(session, task, device, verdict)
-        to_terminal = out is None and console.is_terminal
-        text = render_leaderboard(session, board, output_format, color=to_terminal, width=console.width if to_terminal else 200)
+        to_terminal = out is None and stdout_is_terminal()
+        width = output_width() if out is None else None
+        text = render_leaderboard(session, board, output_format, color=to_terminal, width=width, wide=wide)
     _write_report(text, out)
 
 
@@ -417,12 +512,12 @@ def diff(
     ] = None,
     db: DbOption = None,
 ) -> None:
-    """A revision's diff against its parent, in the seeds' format (exact bytes; the text has no
-    final newline, and one is added only when stdout is a terminal)."""
+    """A revision's diff against its parent, in the seeds' format (exact bytes, then a newline;
+    coloured on a terminal)."""
     from harness.report.history import revision_diff
     from harness.store.session import open_store
 
-    with open_store(db) as store, store.session() as session:
+    with open_store(db, read_only=True) as store, store.session() as session:
         text = revision_diff(session, submission_id, against)
     _print_exact(text)
 
@@ -434,16 +529,25 @@ def history(
     task: TaskOption = "conv2d_v2",
     device: Annotated[str | None, typer.Option("--device", help="Device or device name of the results shown.")] = None,
     verdict: VerdictOption = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", "-n", min=1, help="Only the first N revisions (the latest N without --rank).")
+    ] = None,
+    output_format: FormatOption = "table",
     db: DbOption = None,
 ) -> None:
     """Every revision as `harness diff` shows it, under a line with its status, score and
-    comparison with its parent."""
-    from harness.report.history import build_history, render_history
+    comparison with its parent; on a terminal, a long history goes through the pager."""
+    from harness.report.history import build_history, history_json, render_history
     from harness.store.session import open_store
 
-    with open_store(db) as store, store.session() as session:
-        text = render_history(build_history(session, task, lineage, rank=rank, device=device, verdict=verdict))
-    _print_exact(text)
+    with open_store(db, read_only=True) as store, store.session() as session:
+        items = build_history(session, task, lineage, rank=rank, device=device, verdict=verdict)
+    if limit is not None:
+        items = items[:limit] if rank else items[-limit:]
+    if output_format == "json":
+        _print_json(history_json(items))
+        return
+    _print_exact(render_history(items), page=True)
 
 
 
@@ -524,23 +628,29 @@ def prompt_render(
     from harness.store.session import open_store
 
     name = check_template(template)
-    with open_store(db) as store, store.session() as session:
+    with open_store(db, read_only=True) as store, store.session() as session:
         text = render_template(name, prompt_context(session, get_revision(session, from_id), device=device))
     sys.stdout.write(text)
 
 
 @experiments_app.callback(invoke_without_command=True)
-def experiments_list(ctx: typer.Context, db: DbOption = None) -> None:
+def experiments_list(ctx: typer.Context, output_format: FormatOption = "table", db: DbOption = None) -> None:
     """List experiments (`harness experiments show ID` tells one step by step)."""
     if ctx.invoked_subcommand is not None:
         return
     from harness.evolve.story import experiments_table, list_experiments
+    from harness.report.terminal import print_renderable
     from harness.store.session import open_store
 
-    with open_store(db) as store, store.session() as session:
+    with open_store(db, read_only=True) as store, store.session() as session:
         summaries = list_experiments(session)
-    if summaries:
-        (console if console.is_terminal else Console(width=1000)).print(experiments_table(summaries))
+    if output_format == "json":
+        import dataclasses
+        import json
+
+        _print_json(json.dumps([dataclasses.asdict(summary) for summary in summaries], indent=2))
+    elif summaries:
+        print_renderable(experiments_table(summaries))
     else:
         print("no experiments yet: start one with `harness evolve --from ID --generations N --proposer P`")
 
@@ -555,7 +665,7 @@ def experiments_show(
     from harness.evolve.story import render_story
     from harness.store.session import open_store
 
-    with open_store(db) as store, store.session() as session:
+    with open_store(db, read_only=True) as store, store.session() as session:
         text = render_story(session, experiment_id, full=full)
     print(text)
 
@@ -565,7 +675,7 @@ def main() -> None:
         # Without standalone mode, typer returns an exit code (130 after Ctrl-C) instead of exiting.
         code = app(standalone_mode=False)
     except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {str(exc).strip()}", file=sys.stderr)
         sys.exit(2)
     except Exit as exc:
         sys.exit(exc.exit_code)
@@ -573,7 +683,7 @@ def main() -> None:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
     except TyperException as exc:
-        message = exc.format_message()
+        message = exc.format_message().strip().replace("Value error, ", "")
         if message:  # an empty message follows the help text printed for a bare `harness`
             print(f"error: {message}", file=sys.stderr)
         sys.exit(2)

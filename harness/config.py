@@ -6,22 +6,53 @@ Every setting can be given in the environment with the `HARNESS_` prefix (for ex
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import unquote
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DB_DIR = PROJECT_ROOT / "db"
-CANDIDATES_DIR = PROJECT_ROOT / "candidates"
-PROMPTS_DIR = PROJECT_ROOT / "prompts"
+PACKAGE_DIR = Path(__file__).resolve().parent
+PROJECT_ROOT = PACKAGE_DIR.parent  # the checkout, when the harness runs from one
+# A wheel carries the checkout's top-level data folders here (setup.py: BuildPyWithData).
+SHIPPED_DATA_DIR = PACKAGE_DIR / "_data"
+IN_CHECKOUT = not SHIPPED_DATA_DIR.is_dir()
+_DATA_ROOT = PROJECT_ROOT if IN_CHECKOUT else SHIPPED_DATA_DIR
+CANDIDATES_DIR = _DATA_ROOT / "candidates"
+PROMPTS_DIR = _DATA_ROOT / "prompts"
+MIGRATIONS_DIR = PROJECT_ROOT / "db" / "migrations" if IN_CHECKOUT else SHIPPED_DATA_DIR / "migrations"
+
+
+def user_data_dir() -> Path:
+    """$XDG_DATA_HOME/harness (default ~/.local/share/harness)."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "harness"
+
+
+def user_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/harness (default ~/.cache/harness)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness"
+
+
+def default_store_dir() -> Path:
+    """Where the default SQLite store lives: db/ of the checkout the harness runs from (an
+    editable install), else the user's data folder (an installed wheel), never site-packages."""
+    return PROJECT_ROOT / "db" if IN_CHECKOUT else user_data_dir()
+
+
+def default_store_url() -> str:
+    return f"sqlite:///{default_store_dir() / 'harness.sqlite'}"
+
+
+# Kept for the sandbox, which hides it from the child: the default store's folder.
+DB_DIR = default_store_dir()
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HARNESS_", extra="ignore")
 
-    db: str = f"sqlite:///{DB_DIR / 'harness.sqlite'}"
-    cache_dir: Path = Path.home() / ".cache" / "harness"
+    db: str = Field(default_factory=default_store_url)
+    cache_dir: Path = Field(default_factory=user_cache_dir)
     import_timeout_s: float = 300.0
     call_timeout_s: float = 120.0
     shape_budget_s: float = 10.0  # timing: host seconds of timed calls per shape (GPU MODE: 10 s)

@@ -6,3 +6,11 @@ class HarnessError(Exception):
 
     Raise it before anything is written, so that a rejected command leaves the store as it was.
     """
+
+
+def validation_message(message: str) -> str:
+    """A pydantic error message without the error type pydantic puts before a validator's own
+    words ("Value error, ", "Assertion failed, ")."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return message

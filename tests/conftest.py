@@ -1,6 +1,10 @@
 """Fixtures shared by the test modules: a fresh SQLite store URL, the CLI in a subprocess, a
 dump of a store's rows (to check that a rejected command wrote nothing), and a fresh PostgreSQL
-database (or each kind of store in turn) on the server that HARNESS_TEST_POSTGRES_URL names."""
+database (or each kind of store in turn) on the server that HARNESS_TEST_POSTGRES_URL names.
+
+Every test runs in a hermetic environment (`pytest_configure` below): HOME, the XDG folders and
+the compile caches point into a fresh folder, and the user's HARNESS_* and RAY_* settings are
+gone, for the tests and every process they start."""
 
 from __future__ import annotations
 
@@ -14,6 +18,63 @@ from pathlib import Path
 import pytest
 
 HARNESS_SCRIPT = Path(sys.executable).parent / "harness"
+
+# Settings of the test run itself, kept: where the PostgreSQL tests find their server.
+KEPT_HARNESS_VARIABLES = ("HARNESS_TEST_POSTGRES_URL", "HARNESS_REQUIRE_POSTGRES")
+# The user's state that a test must not read: Ray's (~/.ray/auth_token, RAY_ADDRESS), the
+# harness's settings and caches, compile caches, configuration and data folders.
+HOME_VARIABLES = {
+    "HOME": "home",
+    "XDG_CONFIG_HOME": "home/.config",
+    "XDG_CACHE_HOME": "home/.cache",
+    "XDG_DATA_HOME": "home/.local/share",
+    "XDG_STATE_HOME": "home/.local/state",
+    "TRITON_CACHE_DIR": "home/.triton/cache",
+    "TORCHINDUCTOR_CACHE_DIR": "home/.cache/torchinductor",
+    "TORCH_EXTENSIONS_DIR": "home/.cache/torch_extensions",
+}
+# The user's terminal size and pager: tables and history are tested at the sizes the tests set.
+TERMINAL_VARIABLES = ("COLUMNS", "LINES", "PAGER", "MANPAGER")
+_saved_environment: dict[str, str] = {}
+
+
+def hermetic_environment(root: Path, environment: dict[str, str]) -> dict[str, str]:
+    """`environment` without the user's HARNESS_* (but the test run's own), RAY_* and terminal
+    settings, with HOME, the XDG folders and the compile caches under `root`."""
+    cleaned = {
+        name: value
+        for name, value in environment.items()
+        if name not in TERMINAL_VARIABLES
+        and not (name.startswith("RAY_") or (name.startswith("HARNESS_") and name not in KEPT_HARNESS_VARIABLES))
+    }
+    for name, relative in HOME_VARIABLES.items():
+        folder = root / relative
+        folder.mkdir(parents=True, exist_ok=True)
+        cleaned[name] = str(folder)
+    return cleaned
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test module is imported (harness.config reads HOME when it is imported), the
+    environment of this process, and so of every subprocess, becomes hermetic."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="harness-tests-"))
+    _saved_environment.update(os.environ)
+    _saved_environment["_HARNESS_TESTS_ROOT"] = str(root)
+    os.environ.clear()
+    os.environ.update(hermetic_environment(root, _saved_environment))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    root = _saved_environment.pop("_HARNESS_TESTS_ROOT", None)
+    if root is None:
+        return
+    os.environ.clear()
+    os.environ.update(_saved_environment)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def rows(store_url: str, query: str, *parameters: object) -> list[tuple]:

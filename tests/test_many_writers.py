@@ -265,6 +265,9 @@ def test_two_tournaments_at_once_evaluate_each_revision_once(any_store_url):
     assert statuses[:2] == ["pass", "runtime_error"]
     if FULL_ISOLATION:
         assert statuses[2] == "pass", "the candidate in the sandbox saw the store"
-    # Last: a tournament that found every revision held by the other one still succeeds.
+    # Last: a tournament that found every revision held by the other one still succeeds. Exit
+    # code 1 says a revision failed (the one that raises): surely for the tournament that
+    # evaluated it, and for the other one when that result was stored before its leaderboard.
     errors = [stderr.strip().splitlines()[-1:] for _, stderr in outputs]
-    assert [process.returncode for process in tournaments] == [0, 0], errors
+    codes = [process.returncode for process in tournaments]
+    assert set(codes) <= {0, 1} and 1 in codes, errors

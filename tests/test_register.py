@@ -86,8 +86,14 @@ def test_the_same_bytes_in_another_lineage_are_a_new_revision_sharing_the_blob(s
 def test_an_explicit_parent_may_come_from_another_lineage(store):
     base = register(store, ENTRY, "base.py")[0]
     register(store, ENTRY + b"# a\n", "fork.py")
-    forked = register(store, ENTRY + b"# b\n", "fork.py", parent_id=base)
+    forked = register(store, ENTRY + b"# b\n", "fork.py", parent_id=base, lineage="fork")
     assert forked[1:4] == ("fork", 2, base)
+
+
+def test_a_parent_without_a_lineage_keeps_the_parents_lineage(store):
+    base = register(store, ENTRY, "base.py")[0]
+    child = register(store, ENTRY + b"# b\n", "tweaked_copy.py", parent_id=base)
+    assert child[1:4] == ("base", 2, base)
 
 
 def test_an_external_id_is_kept_and_generated_ids_continue_after_it(store):
@@ -250,10 +256,12 @@ def test_seed_twice(run_cli, tmp_path):
 
 
 def test_python_dash_m_harness_runs_the_cli(store_url):
-    result = subprocess.run(
-        [sys.executable, "-m", "harness", "list", "--db", store_url], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0 and result.stdout.startswith("no submissions yet"), result.stderr
+    for command in ("init", "list"):
+        result = subprocess.run(
+            [sys.executable, "-m", "harness", command, "--db", store_url], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("no submissions yet")
 
 
 def _rejections(tmp_path: Path) -> list[tuple[list[object], str]]:

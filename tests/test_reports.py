@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import statistics
 import subprocess
 import tty
@@ -223,9 +224,10 @@ def test_table_marks_the_reference_and_shows_failures_with_reasons(store_url: st
     assert "conv2d_v2_reference r1" in text and "(reference)" in text
     assert "conv2d_a100_ultra r2" in text and "faster" in text and "same within noise" in text
     ranked_part, unranked_part = text.split("not ranked")
-    rows = [[cell.strip() for cell in line.split("│")[1:3]] for line in ranked_part.splitlines() if line.startswith("│")]
-    rows = [row for row in rows if row != ["", ""]]  # a cell wrapped onto a second line
+    cells = [line.split()[:2] for line in ranked_part.splitlines()]
+    rows = [row for row in cells if len(row) == 2 and row[0].isdigit() and row[1].isdigit()]  # not a wrapped line
     assert rows == [["1", "512024"], ["2", "1"], ["3", "99237"], ["3", str(EXTRA_ID)], ["5", "2"]]
+    assert all(line == line.rstrip() for line in text.splitlines())  # piped: no padding
     assert "timeout" in unranked_part and "shape 3: the call ran past 120 s" in unranked_part
     assert "[first at (0, 1, 2, 3)]" in unranked_part  # brackets are text, not rich markup
     assert "\x1b[" not in text  # no colour codes when stdout is not a terminal
@@ -253,7 +255,9 @@ def test_html_is_self_contained_with_chart_and_coloured_diffs(board: Leaderboard
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "<link" not in page and "<script" not in page and "src=" not in page
     assert page.count("<svg") == 1
-    assert page.count("<polyline") == 1  # conv2d_a100_ultra has three scored revisions; the others one
+    # A line from each scored parent to its scored child: 2 -> 99237 -> EXTRA_ID; siblings are not joined.
+    assert page.count('class="edge"') == 2 and "<polyline" not in page
+    assert page.count('<div class="scroll"><table>') == 2  # wide tables scroll inside the page
     assert 'class="reference"' in page and "stroke-dasharray" in page
     assert "× 99238" in page  # an unranked revision marked on the axis
     assert ".diff .added { background: #dafbe1" in page and ".diff .removed { background: #ffebe9" in page
@@ -267,13 +271,15 @@ def test_chart_places_points_by_revision_and_score(board: Leaderboard):
     chart = build_chart(board)
     assert chart is not None and not chart.log_scale  # scores span less than a factor of ten
     series = {s.lineage: s for s in chart.series}
-    assert set(series) == {"conv2d_a100_ultra", "conv2d_parallel_oh", "conv2d_cudnn_wrap"}
+    assert set(series) == {"conv2d_a100_ultra", "conv2d_parallel_oh"}  # conv2d_cudnn_wrap: no point, no legend
     a100 = series["conv2d_a100_ultra"].points
     assert [p.label for p in a100] == ["2", "99237", str(EXTRA_ID)]
     assert a100[0].x < a100[1].x < a100[2].x
     assert a100[0].y < a100[1].y  # SVG's y grows downwards: the slower r1 is drawn higher
     assert a100[1].y == pytest.approx(a100[2].y, abs=0.5)
-    assert series["conv2d_cudnn_wrap"].points == []  # both revisions failed
+    assert [(parent.label, child.label) for parent, child in series["conv2d_a100_ultra"].edges] == [
+        ("2", "99237"), ("99237", str(EXTRA_ID))
+    ]
     assert chart.top <= chart.reference_y <= chart.bottom
 
 
@@ -294,7 +300,7 @@ def test_bad_leaderboard_requests_are_one_line_errors(store_url: str, tmp_path: 
 def test_diff_cli_reproduces_the_seed(store_url: str, seed_name: str, submission_id: int):
     result = _cli(store_url, "diff", submission_id)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (SEEDS_DIR / seed_name).read_bytes()
+    assert result.stdout == (SEEDS_DIR / seed_name).read_bytes() + b"\n"  # the seed's text, then a final newline
 
 
 def test_diff_against_another_revision_equals_render_diff(store_url: str):
@@ -302,12 +308,12 @@ def test_diff_against_another_revision_equals_render_diff(store_url: str):
     with open_store(store_url).session() as session:
         expected = render_diff(revision_code(get_revision(session, 2)), revision_code(get_revision(session, EXTRA_ID)), EXTRA_ID)
     assert result.returncode == 0
-    assert result.stdout == expected.encode("utf-8")
-    assert result.stdout.endswith(b"+ # same kernel, new comment")
+    assert result.stdout == expected.encode("utf-8") + b"\n"
+    assert result.stdout.endswith(b"+ # same kernel, new comment\n")
 
 
-def test_diff_on_a_terminal_ends_with_a_newline(store_url: str):
-    """The text itself ends without a newline; on a terminal the CLI adds one."""
+def test_diff_on_a_terminal_is_coloured_and_ends_with_a_newline(store_url: str):
+    """The text itself ends without a newline; the CLI adds one, and colours it on a terminal."""
     primary, secondary = pty.openpty()
     tty.setraw(secondary)  # no newline translation: read back the exact bytes
     process = subprocess.Popen(
@@ -326,7 +332,9 @@ def test_diff_on_a_terminal_ends_with_a_newline(store_url: str):
         output += chunk
     os.close(primary)
     assert process.wait(timeout=60) == 0
-    assert output == (SEEDS_DIR / "000_f2b8471f63303882.txt").read_bytes() + b"\n"
+    assert b"\x1b[32m+ " in output and b"\x1b[31m- " in output  # added lines green, removed red
+    plain = re.sub(rb"\x1b\[[0-9;]*m", b"", output)
+    assert plain == (SEEDS_DIR / "000_f2b8471f63303882.txt").read_bytes() + b"\n"
 
 
 @pytest.mark.parametrize("args", [("diff", "424242"), ("diff", "99237", "--against", "424242"), ("history", "no_such_lineage")])
@@ -371,7 +379,7 @@ def test_history_shows_each_diff_exactly(store_url: str):
     for diff in diffs:
         assert f"\n{diff}" in text
     result = _cli(store_url, "history", "conv2d_a100_ultra")
-    assert result.stdout == text.encode("utf-8")
+    assert result.stdout == text.encode("utf-8") + b"\n"
 
 
 def test_chart_turns_logarithmic_when_scores_span_more_than_ten_times(board: Leaderboard):

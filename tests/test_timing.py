@@ -13,6 +13,7 @@ import torch
 from conftest import rows
 
 from harness.config import CANDIDATES_DIR
+from harness.report.leaderboard import format_speedup
 from harness.sandbox.evaluation import Evaluator, evaluate, evaluate_interleaved
 from harness.sandbox.limits import SandboxLimits
 from harness.scoring import score
@@ -344,7 +345,8 @@ def test_bench_stores_prints_reuses_and_forces(run_cli, store_url, tiny_and_refe
     reference_score, tiny_score = stored[0][4], stored[1][4]
     for text in ("shape: size,kernelsize,channels,batch", "mean ms", "median ms", "err ms", "(reference)"):
         assert text in first.stdout
-    assert f"{reference_score / tiny_score:.2f}x the reference" in first.stdout
+    assert f"{format_speedup(reference_score / tiny_score)} the reference's speed" in first.stdout
+    assert "0.00x" not in first.stdout  # the interpreter against torch: far below 1, never rounded to 0
     shapes = rows(store_url, "select runs, mean_ms, times_ms from shape_results")
     assert shapes and all(
         runs >= 3 and mean > 0 and len(json.loads(times)) == runs for runs, mean, times in shapes

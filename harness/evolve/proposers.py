@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, validation_message
 from harness.evolve.mutate import mutate_candidate
 from harness.evolve.outcomes import ProposerFailed, ProposerTimeout
 
@@ -198,7 +198,8 @@ def split_meta(stdout: str, stderr: str) -> tuple[str, ProposerMeta]:
     except ValidationError as exc:
         problem = exc.errors()[0]
         where = ".".join(str(part) for part in problem["loc"])
-        detail = f"{where}: {problem['msg']}" if where else problem["msg"]
+        message = validation_message(problem["msg"])
+        detail = f"{where}: {message}" if where else message
         raise ProposerFailed(f"the proposer's HARNESS-META line is not valid ({detail})") from None
 
 

@@ -246,14 +246,17 @@ class InProcess:
             CHILD_POOL.close_waiting()
 
 
-def make_executor(executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None) -> Executor:
-    """`local` (with `gpus`: one worker per GPU, "all" or a count) or `ray`."""
+def make_executor(
+    executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None, device: str | None = None
+) -> Executor:
+    """`local` (with `gpus`: one worker per GPU, "all" or a count; CPU workers with device "cpu")
+    or `ray`."""
     if executor == "local":
         if gpus is None:
             return InProcess()
         from harness.executors.local import GpuWorkers
 
-        return GpuWorkers.for_gpus(gpus)
+        return GpuWorkers.for_gpus(gpus, device)
     if executor == "ray":
         if gpus is not None:
             raise HarnessError("--gpus is for the local executor; Ray gives each job one GPU of the cluster")

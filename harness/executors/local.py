@@ -131,9 +131,9 @@ class GpuWorkers:
         self._workers: dict[str, GpuWorker] = {}
 
     @classmethod
-    def for_gpus(cls, gpus: str) -> GpuWorkers:
-        """`gpus`: "all" (every visible GPU) or a count. A count above the visible GPUs is an error
-        on a GPU node; with no GPU at all it names CPU workers (see the module's docstring)."""
+    def for_gpus(cls, gpus: str, device: str | None = None) -> GpuWorkers:
+        """`gpus`: "all" (every visible GPU) or a count. A count above the visible GPUs is an
+        error, unless `device` is "cpu": then it names CPU workers (see the module's docstring)."""
         visible = visible_gpus()
         if gpus == "all":
             if not visible:
@@ -145,8 +145,10 @@ class GpuWorkers:
             raise HarnessError(f"--gpus takes a count or 'all', got {gpus!r}") from None
         if count < 1:
             raise HarnessError(f"--gpus must be at least 1, got {count}")
-        if visible and count > len(visible):
-            raise HarnessError(f"--gpus {count}, but only {len(visible)} GPUs are visible here")
+        if count > len(visible) and (visible or device != "cpu"):
+            seen = f"only {len(visible)} GPUs are" if visible else "no GPU is"
+            hint = "" if visible else " (--device cpu runs that many CPU workers instead)"
+            raise HarnessError(f"--gpus {count}, but {seen} visible here{hint}")
         return cls(visible[:count] if visible else [str(index) for index in range(count)])
 
     def start(self, device: str | None = None) -> None:

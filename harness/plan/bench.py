@@ -1,5 +1,5 @@
 """`harness bench`: time stored revisions together with their task's reference and store the
-runs (the timed phase, harness.plan.phases; its tables are harness.report.bench).
+runs (the timed phase, harness.plan.phases; its tables are harness.report.evaluations).
 
 A run is keyed by (revision, task, run kind, environment); a completed run is reused unless
 `force`. The others are claimed (committed), evaluated together in sandboxed children interleaved

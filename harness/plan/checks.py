@@ -1,5 +1,5 @@
 """`harness test`: check stored revisions, one run per revision per environment (the checked
-phase, harness.plan.phases; its table is harness.report.checks).
+phase, harness.plan.phases; its table is harness.report.evaluations).
 
 Per revision: a completed run for (revision, task, run kind, environment) is reused unless
 `force`; otherwise the run is claimed (committed). The claimed revisions are evaluated outside any

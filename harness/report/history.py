@@ -7,6 +7,7 @@ tabs, non-ASCII), so nothing here wraps or styles them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -105,3 +106,8 @@ def history_header(entry: LeaderboardEntry) -> str:
 def render_history(items: list[HistoryItem]) -> str:
     """The items, each a header line above its diff, separated by an empty line; no final newline."""
     return "\n\n".join(f"{history_header(item.entry)}\n{item.diff}" for item in items)
+
+
+def history_json(items: list[HistoryItem]) -> str:
+    """`harness history --format json`: each revision's leaderboard entry with its diff."""
+    return json.dumps([{**item.entry.model_dump(mode="json"), "diff": item.diff} for item in items], indent=2) + "\n"

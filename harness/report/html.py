@@ -5,16 +5,16 @@ The HTML is one self-contained page (inline CSS and SVG, no external assets): th
 chart of score per revision for each lineage, and each revision's diff against its parent with
 added and removed lines coloured.
 
-The chart is plain SVG laid out here (x = revision number, y = score in ms, one polyline per
-lineage, each point labelled with its submission id, the reference as a dashed horizontal line).
-When the scores span more than a factor of ten the y axis is logarithmic, so that a slow first
+The chart is plain SVG laid out here (x = revision number, y = score in ms, a line from each
+scored parent to its scored child, each point labelled with its submission id where the label
+overlaps nothing, the reference as a dashed horizontal line; the legend lists the lineages that
+have points). When the scores span more than a factor of ten the y axis is logarithmic, so that a slow first
 revision does not flatten every later one into the x axis.
 """
 
 from __future__ import annotations
 
 import html
-import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from rich.console import Console
 from sqlalchemy.orm import Session
 
 from harness.errors import HarnessError
@@ -47,6 +46,7 @@ from harness.report.leaderboard import (
     shape_label,
     verdict_notes,
 )
+from harness.report.terminal import render_text
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -112,17 +112,63 @@ class ChartPoint:
     y: float
     label: str
     title: str
+    # Where its label goes (place_labels): an offset from the point and the text's anchor.
+    label_dx: float = 8.0
+    label_dy: float = -8.0
+    label_anchor: str = "start"
 
 
 @dataclass
 class ChartSeries:
+    """One lineage's scored revisions, and a line from each parent to its child when both are
+    scored (siblings are not joined: each hangs from its parent)."""
+
     lineage: str
     color: str
     points: list[ChartPoint] = field(default_factory=list)
+    edges: list[tuple[ChartPoint, ChartPoint]] = field(default_factory=list)
 
-    @property
-    def polyline(self) -> str:
-        return " ".join(f"{point.x:.1f},{point.y:.1f}" for point in self.points)
+
+LABEL_CHAR_PX = 7.5  # a generous width of one character of the 12px bold label font
+LABEL_HEIGHT_PX = 13
+# Label positions tried in turn: (dx, dy, anchor), then the same further up or down.
+LABEL_SPOTS = ((8, -8, "start"), (8, 16, "start"), (-8, -8, "end"), (-8, 16, "end"))
+
+
+def _label_box(point: ChartPoint, dx: float, dy: float, anchor: str) -> tuple[float, float, float, float]:
+    width = LABEL_CHAR_PX * len(point.label)
+    x = point.x + dx - (width if anchor == "end" else 0)
+    baseline = point.y + dy
+    return x, baseline - LABEL_HEIGHT_PX + 3, x + width, baseline + 3
+
+
+def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def place_labels(points: list[ChartPoint], edges: list[tuple[ChartPoint, ChartPoint]]) -> None:
+    """Give each point a label position that overlaps no other label, no point and no line
+    (greedy, in order of x then y: the first free spot of LABEL_SPOTS, then those moved away step
+    by step; a spot that is never free falls back to the first)."""
+    taken = [(p.x - 6, p.y - 6, p.x + 6, p.y + 6) for p in points]
+    for start, end in edges:  # a line as small boxes along it
+        steps = max(1, int(math.hypot(end.x - start.x, end.y - start.y) / 4))
+        for step in range(steps + 1):
+            x = start.x + (end.x - start.x) * step / steps
+            y = start.y + (end.y - start.y) * step / steps
+            taken.append((x - 1.5, y - 1.5, x + 1.5, y + 1.5))
+    for point in sorted(points, key=lambda p: (p.x, p.y)):
+        spots = [
+            (dx, dy + direction * step * LABEL_HEIGHT_PX, anchor)
+            for step in range(6)
+            for dx, dy, anchor in LABEL_SPOTS
+            for direction in ((-1 if dy < 0 else 1),)
+        ]
+        chosen = next(
+            (spot for spot in spots if not any(_overlaps(_label_box(point, *spot), box) for box in taken)), spots[0]
+        )
+        point.label_dx, point.label_dy, point.label_anchor = chosen
+        taken.append(_label_box(point, *chosen))
 
 
 @dataclass
@@ -184,7 +230,7 @@ def build_chart(board: Leaderboard, width: int = 1100, height: int = 440) -> Cha
     if not values:
         return None
     log_scale, y_low, y_high, y_tick_values = _y_scale(values)
-    lineages = sorted({entry.lineage for entry in board.entries if entry.lineage != reference})
+    lineages = sorted({entry.lineage for entry in scored})  # the legend lists lineages with points
     legend_chars = max(len(label) for label in [*lineages, reference, UNRANKED_LEGEND])
     left, right, top, bottom = 80, width - 60 - LEGEND_CHAR_PX * legend_chars, 30, height - 60
     max_revision = max([entry.revision for entry in board.entries if entry.lineage != reference] or [1])
@@ -201,16 +247,27 @@ def build_chart(board: Leaderboard, width: int = 1100, height: int = 440) -> Cha
 
     colors = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(lineages)}
     points: dict[str, list[tuple[int, ChartPoint]]] = defaultdict(list)
+    point_of: dict[int, ChartPoint] = {}
     for entry in scored:
         assert entry.score_ms is not None
         title = f"{entry.lineage} r{entry.revision}: submission {entry.submission_id}, {format_ms(entry.score_ms)} ms"
-        points[entry.lineage].append(
-            (entry.revision, ChartPoint(x_of(entry.revision), y_of(entry.score_ms), str(entry.submission_id), title))
-        )
+        point = ChartPoint(x_of(entry.revision), y_of(entry.score_ms), str(entry.submission_id), title)
+        points[entry.lineage].append((entry.revision, point))
+        point_of[entry.submission_id] = point
     series = [
-        ChartSeries(name, colors[name], [point for _, point in sorted(points[name], key=lambda item: item[0])])
+        ChartSeries(
+            name,
+            colors[name],
+            [point for _, point in sorted(points[name], key=lambda item: item[0])],
+            [
+                (point_of[entry.parent_id], point_of[entry.submission_id])
+                for entry in scored
+                if entry.lineage == name and entry.parent_id in point_of
+            ],
+        )
         for name in lineages
     ]
+    place_labels([point for item in series for point in item.points], [edge for item in series for edge in item.edges])
     unranked: list[ChartPoint] = []
     marks_at: dict[int, int] = defaultdict(int)  # revision number -> marks already stacked there
     for entry in board.unranked():
@@ -255,9 +312,18 @@ def revision_diffs(session: Session, board: Leaderboard) -> list[RevisionDiff]:
     ]
 
 
-def render_leaderboard(session: Session, board: Leaderboard, fmt: ReportFormat, *, color: bool = False, width: int = 160) -> str:
-    """The leaderboard as text in one of the formats, ending with a newline. `color` and `width`
-    apply to the table (ANSI colours for a terminal, plain text for a file)."""
+def render_leaderboard(
+    session: Session,
+    board: Leaderboard,
+    fmt: ReportFormat,
+    *,
+    color: bool = False,
+    width: int | None = None,
+    wide: bool | None = False,
+) -> str:
+    """The leaderboard as text in one of the formats, ending with a newline. `color`, `width`
+    (None: unbounded) and `wide` (the per-shape columns; None: when they fit) apply to the
+    table (ANSI colours for a terminal, plain text without trailing blanks otherwise)."""
     if fmt == "json":
         return board.model_dump_json(indent=2) + "\n"
     if fmt == "markdown":
@@ -266,9 +332,7 @@ def render_leaderboard(session: Session, board: Leaderboard, fmt: ReportFormat, 
         return render_html(session, board)
     if fmt != "table":
         raise HarnessError(f"unknown format {fmt!r} (choose from table, json, markdown, html)")
-    buffer = io.StringIO()
-    Console(file=buffer, force_terminal=color, no_color=not color, width=width).print(leaderboard_renderable(board))
-    return buffer.getvalue()
+    return render_text(leaderboard_renderable(board, wide=wide, width=width), width=width, color=color)
 
 
 def render_html(session: Session, board: Leaderboard) -> str:

@@ -40,6 +40,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
+from harness.report.terminal import plain_table
 from harness.scoring import compare, rank_by_score, speedup
 from harness.store.models import Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions, reference_lineage_name
@@ -144,14 +145,20 @@ def format_ms(value: float | None) -> str:
 
 
 def format_error_ms(value: float | None) -> str:
-    """A standard error: two significant digits are all it has."""
-    return "-" if value is None else f"{value:#.2g}"
+    """A standard error: two significant digits are all it has (`0.050`, `2.8`, `17`, `340`)."""
+    if value is None:
+        return "-"
+    if value >= 9.95:
+        return f"{value:.0f}"
+    return f"{value:#.2g}"
 
 
 def format_speedup(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
+    """Two decimals (`1.52x`), or two significant digits below 0.1 (`0.0013x`: the Triton
+    interpreter against torch on the CPU), so that no speedup reads `0.00x`."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" if value >= 0.095 else f"{value:#.2g}x"
 
 
 def format_verdict(verdict: VerdictSummary) -> str:
@@ -422,56 +429,97 @@ def _compare_with_parent(standing: _Standing, parent: _Standing | None, ranking_
 VS_PARENT_STYLES = {"faster": "green", "slower": "red"}
 
 
-def leaderboard_renderable(board: Leaderboard) -> Group:
-    """The terminal view: the ranked table with both verdicts and the accuracy figures, why a
-    ranked revision fails the other verdict, then the unranked revisions with status and reason.
-    Text from the store goes in as `Text`, so that brackets in a reason are not read as markup."""
+def leaderboard_renderable(board: Leaderboard, *, wide: bool | None = False, width: int | None = None) -> Group:
+    """The terminal view: the title, the ranked table, why a ranked revision fails the other
+    verdict, then the unranked revisions with status and reason.
+
+    The ranked table shows rank, id, lineage and revision, score, speedup, the comparison with
+    the parent and both verdicts; `wide` adds the author, a column per benchmark shape, the
+    accuracy figures and the flags (None: wide when that table fits in `width`). Text from the
+    store goes in as `Text`, so that brackets in a reason are not read as markup."""
+    if wide is None:
+        wide = width is not None and _table_width(_ranked_table(board, wide=True)) <= width
     title = board_title(board)
-    shapes = board.shapes()
-    ranked = Table(title=Text(title), title_justify="left")
-    for header in ("rank", "submission", "lineage", "author", "score ms"):
-        ranked.add_column(header, justify="right" if header in ("rank", "submission", "score ms") else "left")
+    parts: list[Table | Text] = [Text(title)]
+    if board.ranked():
+        parts.append(_ranked_table(board, wide=wide, width=width))
+    else:
+        parts.append(Text("no revision has a score here yet"))
+    for entry, label, reason in verdict_notes(board):
+        parts.append(Text(f"submission {entry.submission_id} ({lineage_label(board, entry)}) fails {label}: {reason}"))
+    if board.unranked():
+        parts.append(Text("\nnot ranked:"))
+        unranked = plain_table()
+        for header in ("id", "revision", "status", "GPU MODE/\naccurate"):
+            unranked.add_column(
+                header, justify="right" if header == "id" else "left", no_wrap=header != "revision", overflow="fold"
+            )
+        if wide:
+            unranked.add_column("author", overflow="fold")
+        unranked.add_column("reason", overflow="fold")
+        for entry in board.unranked():
+            unranked.add_row(
+                str(entry.submission_id),
+                Text(lineage_label(board, entry)),
+                Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
+                _verdicts_text(entry.verdicts),
+                *([Text(entry.author)] if wide else []),
+                Text(entry.reason),
+            )
+        parts.append(unranked)
+    return Group(*parts)
+
+
+def _table_width(table: Table) -> int:
+    from rich.console import Console
+
+    console = Console(width=10_000)
+    return console.measure(table).maximum
+
+
+def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -> Table:
+    shapes = board.shapes() if wide else []
+    ranked = plain_table()
+    ranked.add_column("rank", justify="right", no_wrap=True)
+    ranked.add_column("id", justify="right", no_wrap=True)
+    # Wide enough for every `lineage rN`, so that narrow terminals wrap other columns first.
+    names = max((len(f"{entry.lineage} r{entry.revision}") for entry in board.ranked()), default=8)
+    ranked.add_column("revision", overflow="fold", min_width=min(names, 30))
+    if wide:
+        ranked.add_column("author", overflow="fold")
+    ranked.add_column("score ms", justify="right", no_wrap=True)
     for shape in shapes:
         ranked.add_column("\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed"), justify="right")
-    ranked.add_column("speedup", justify="right")
-    ranked.add_column("vs parent")
-    ranked.add_column("GPU MODE/\naccurate")
-    ranked.add_column("rel L2/\nerr÷scale", justify="right")
-    ranked.add_column("flags")
+    ranked.add_column("speedup", justify="right", no_wrap=True)
+    # "same within noise" on two lines in a narrow terminal (rich would crop a later column).
+    ranked.add_column("vs parent", max_width=None if wide or width is None or width >= 100 else 11)
+    ranked.add_column("GPU MODE/\naccurate", no_wrap=True)
+    if wide:
+        ranked.add_column("rel L2/\nerr÷scale", justify="right")
+        ranked.add_column("flags")
     for entry in board.ranked():
         timings = {shape_key(timing.shape): timing for timing in entry.benchmarks}
         ranked.add_row(
             str(entry.rank),
             str(entry.submission_id),
             Text(lineage_label(board, entry)),
-            Text(entry.author),
+            *([Text(entry.author)] if wide else []),
             format_ms(entry.score_ms),
             *[format_timing(timings.get(shape_key(shape))) for shape in shapes],
             format_speedup(entry.speedup_vs_reference),
             Text(entry.vs_parent or "-", style=VS_PARENT_STYLES.get(entry.vs_parent or "", "")),
             _verdicts_text(entry.verdicts),
-            f"{format_figure(entry.accuracy.rel_l2)}/{format_figure(entry.accuracy.max_err_over_scale)}",
-            Text(", ".join(entry.flags)),
+            *(
+                [
+                    f"{format_figure(entry.accuracy.rel_l2)}/{format_figure(entry.accuracy.max_err_over_scale)}",
+                    Text(", ".join(entry.flags)),
+                ]
+                if wide
+                else []
+            ),
             style="cyan" if entry.lineage == board.reference_lineage() else None,
         )
-    parts: list[Table | Text] = [ranked] if board.ranked() else [Text(f"{title}\nno revision has a score here yet")]
-    for entry, label, reason in verdict_notes(board):
-        parts.append(Text(f"submission {entry.submission_id} ({lineage_label(board, entry)}) fails {label}: {reason}"))
-    if board.unranked():
-        unranked = Table(title="not ranked", title_justify="left")
-        for header in ("submission", "lineage", "author", "status", "GPU MODE/\naccurate", "reason"):
-            unranked.add_column(header, justify="right" if header == "submission" else "left")
-        for entry in board.unranked():
-            unranked.add_row(
-                str(entry.submission_id),
-                Text(lineage_label(board, entry)),
-                Text(entry.author),
-                Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
-                _verdicts_text(entry.verdicts),
-                Text(entry.reason),
-            )
-        parts.append(unranked)
-    return Group(*parts)
+    return ranked
 
 
 def _verdicts_text(verdicts: dict[VerdictName, VerdictSummary]) -> Text:

@@ -15,7 +15,18 @@ from rich.progress import (
 )
 from typing_extensions import Self
 
-from harness.plan.tournament import TournamentProgress
+from harness.plan.tournament import PhaseResult, TournamentProgress
+
+
+def phase_summary(phase: PhaseResult) -> str:
+    """`benchmark: 3 revisions, 3 evaluated now, ... (the task's reference included)`: the counts
+    cover every revision of the phase, the reference too when the phase timed it."""
+    total = phase.evaluated + phase.reused + phase.busy + len(phase.failures)
+    note = " (the task's reference included)" if total > len(phase.revision_ids) else ""
+    return (
+        f"{phase.phase}: {total} revisions, {phase.evaluated} evaluated now, {phase.reused} reused, "
+        f"{phase.busy} held by other workers, {len(phase.passed)} passed{note}"
+    )
 
 
 class RichTournamentProgress(TournamentProgress):
@@ -33,13 +44,21 @@ class RichTournamentProgress(TournamentProgress):
         self.current: TaskID | None = None
 
     def __enter__(self) -> Self:
-        self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.started:
+            self.progress.stop()
+
+    @property
+    def started(self) -> bool:
+        return bool(self.progress.tasks)
 
     def start_phase(self, phase: str, steps: int) -> None:
+        """The bars start with the first phase: a command refused before it prints nothing (no
+        empty line above its error)."""
+        if not self.started:
+            self.progress.start()
         self.current = self.progress.add_task("", total=steps, phase=phase)
 
     def step(self, description: str, advance: int = 1) -> None:

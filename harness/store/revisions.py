@@ -60,7 +60,8 @@ def register_revision(
     author: str = "",
     task: str | None = None,
 ) -> RegisterOutcome:
-    """Add `content` as the next revision of `lineage` (default: the file name's stem).
+    """Add `content` as the next revision of `lineage` (default: the parent's lineage when
+    `parent_id` is given, else the file name's stem).
 
     Defaults: parent = the lineage's latest revision; task = the `#!POPCORN leaderboard`
     directive, else conv2d_v2. `submission_id` keeps an external id. Bytes already in the
@@ -70,15 +71,23 @@ def register_revision(
     basename = Path(filename).name
     check_candidate_content(content, basename or filename)
     facts = parse_candidate(content)
-    lineage_name = lineage if lineage is not None else Path(basename).stem
-    _check_lineage_name(lineage_name, given=lineage is not None)
+    parent = None
+    if parent_id is not None:
+        parent = session.get(Revision, parent_id) if 0 < parent_id <= _MAX_ID else None
+        if parent is None:
+            raise HarnessError(f"unknown parent: there is no submission {parent_id}")
+    if lineage is not None:
+        lineage_name = lineage
+    elif parent is not None:
+        lineage_name = parent.lineage.name
+    else:
+        lineage_name = Path(basename).stem
+    _check_lineage_name(lineage_name, given=lineage is not None or parent is not None)
     if len(author) > _MAX_NAME:
         raise HarnessError(f"author name is longer than {_MAX_NAME} characters")
     task = task or facts.directives.get("leaderboard") or DEFAULT_TASK
     if task not in known_tasks():
         raise HarnessError(f"unknown task {task!r} (known: {', '.join(known_tasks()) or 'none'})")
-    if parent_id is not None and (not 0 < parent_id <= _MAX_ID or session.get(Revision, parent_id) is None):
-        raise HarnessError(f"unknown parent: there is no submission {parent_id}")
     if submission_id is not None and not 0 < submission_id <= _MAX_ID:
         raise HarnessError(f"submission id must be an integer from 1 to {_MAX_ID}, not {submission_id}")
 

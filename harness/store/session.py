@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from alembic import command
 from alembic.config import Config
@@ -33,10 +33,9 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 from typing_extensions import Self
 
-from harness.config import DB_DIR, get_settings
+from harness.config import MIGRATIONS_DIR, default_store_dir, get_settings
 from harness.errors import HarnessError
 
-MIGRATIONS_DIR = DB_DIR / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # Arbitrary constant: the key of the PostgreSQL advisory lock held while checking and migrating.
 POSTGRES_MIGRATION_LOCK = 0x6861726E657373
@@ -89,22 +88,35 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def open_store(url: str | None = None) -> Store:
-    """Open the store at `url` (None: settings.db, SQLite under db/), creating or upgrading its
-    schema. Raises HarnessError, leaving no new file behind, when it cannot be opened."""
+def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
+    """Open the store at `url` (None: settings.db, by default harness.config.default_store_dir),
+    creating or upgrading its schema. Raises HarnessError, leaving no new file behind, when it
+    cannot be opened.
+
+    `read_only` (the commands that only read): a SQLite file must exist already (a mistyped URL
+    creates nothing), and one whose folder or file this process cannot write is opened read-only
+    (SQLite's `mode=ro`, `immutable` when the folder cannot hold WAL's companion files)."""
     url = url or get_settings().db
     parsed = _parse_url(url)
     shown = parsed.render_as_string(hide_password=True)
     sqlite_file = _sqlite_file(parsed)
     created_file = False
+    unwritable = False
     if sqlite_file is not None:
-        if sqlite_file.parent == DB_DIR:
-            DB_DIR.mkdir(exist_ok=True)
+        if sqlite_file.parent == default_store_dir() and not read_only:
+            sqlite_file.parent.mkdir(parents=True, exist_ok=True)
         _check_sqlite_path(sqlite_file, shown)
+        if read_only and not sqlite_file.exists():
+            raise HarnessError(
+                f"no store at {sqlite_file}: check --db/HARNESS_DB, or create one with `harness init`"
+            )
         created_file = not sqlite_file.exists()
-    engine = _create_engine(parsed, shown)
+        unwritable = read_only and not (os.access(sqlite_file.parent, os.W_OK) and os.access(sqlite_file, os.W_OK))
+        if unwritable:
+            parsed = _read_only_sqlite_url(sqlite_file)
+    engine = _create_engine(parsed, shown, read_only=unwritable)
     try:
-        previous, head = _upgrade_to_head(engine, shown)
+        previous, head = _upgrade_to_head(engine, shown, read_only=unwritable)
     except BaseException:
         engine.dispose()
         if created_file:
@@ -154,9 +166,16 @@ def _check_sqlite_path(path: Path, shown: str) -> None:
         raise HarnessError(f"cannot open store {shown}: {path} is a directory")
 
 
-def _create_engine(url: URL, shown: str) -> Engine:
+def _read_only_sqlite_url(path: Path) -> URL:
+    """A URI filename that SQLite opens without writing: WAL needs its -shm file beside the
+    store, so where the folder is not writable the file is read as immutable."""
+    flags = "mode=ro" if os.access(path.parent, os.W_OK) else "mode=ro&immutable=1"
+    return make_url(f"sqlite:///file:{quote(str(path.resolve()))}?{flags}&uri=true")
+
+
+def _create_engine(url: URL, shown: str, *, read_only: bool = False) -> Engine:
     options = {}
-    if url.get_backend_name() == "sqlite" and _sqlite_file(url) is None:
+    if url.get_backend_name() == "sqlite" and _sqlite_file(url) is None and not read_only:
         options["poolclass"] = StaticPool  # one in-memory database shared by all sessions
     try:
         engine = create_engine(url, **options)
@@ -166,10 +185,17 @@ def _create_engine(url: URL, shown: str) -> Engine:
         raise HarnessError(f"cannot open store {shown}: its driver is not installed ({exc})") from None
     except (ArgumentError, TypeError, ValueError) as exc:
         raise HarnessError(f"cannot open store {shown}: {_first_line(exc)}") from None
-    if engine.dialect.name == "sqlite":
+    if engine.dialect.name == "sqlite" and read_only:
+        event.listen(engine, "connect", _configure_read_only_sqlite_connection)
+    elif engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _configure_sqlite_connection)
         event.listen(engine, "begin", _begin_immediate)
     return engine
+
+
+def _configure_read_only_sqlite_connection(dbapi_connection, _record) -> None:
+    dbapi_connection.isolation_level = None
+    dbapi_connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
 
 def _configure_sqlite_connection(dbapi_connection, _record) -> None:
@@ -185,8 +211,9 @@ def _begin_immediate(connection: Connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def _upgrade_to_head(engine: Engine, shown: str) -> tuple[str | None, str]:
-    """Bring the schema to head; returns (revision found, head)."""
+def _upgrade_to_head(engine: Engine, shown: str, *, read_only: bool = False) -> tuple[str | None, str]:
+    """Bring the schema to head; returns (revision found, head). A read-only store must be at
+    head already."""
     config = alembic_config()
     scripts = ScriptDirectory.from_config(config)
     head = scripts.get_current_head()
@@ -201,6 +228,11 @@ def _upgrade_to_head(engine: Engine, shown: str) -> tuple[str | None, str]:
                         f"store schema is newer than this harness: {shown} is at schema revision "
                         f"{revision}, this harness knows up to {head}; upgrade the harness"
                     )
+            if tuple(found) != (head,) and read_only:
+                raise HarnessError(
+                    f"store {shown} is read-only here and at schema {', '.join(found) or 'none'}, not {head}: "
+                    "run `harness init` where it can be written"
+                )
             if tuple(found) != (head,):
                 command.upgrade(alembic_config(connection), "head")
     except HarnessError:

@@ -1,0 +1,85 @@
+"""Printing rich renderables so that they fit where they go.
+
+- Width: COLUMNS when it is set, else the terminal's width; a pipe without COLUMNS gets whole
+  rows (nothing cut, nothing wrapped that need not be).
+- A terminal gets colour; a pipe or a file gets plain text: no escape codes, no trailing blanks.
+- Tables are drawn in one plain style (`plain_table`): a rule under the header, no frame, so that
+  more columns fit in 80.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import sys
+
+from rich import box
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+UNBOUNDED_WIDTH = 1000  # a pipe without COLUMNS: as wide as the widest row needs
+TRAILING_BLANKS = re.compile(r"(?:\s|\x1b\[[0-9;]*m)+$")  # blanks at the end, among any colour codes
+COLOUR_CODE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def output_width() -> int | None:
+    """COLUMNS when set to a number, else the terminal's width, else None (a pipe: unbounded)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if stdout_is_terminal():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def plain_table(**options) -> Table:
+    """A rule under the header, two blanks between columns, no frame."""
+    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), **options)
+
+
+def render_text(renderable: RenderableType, *, width: int | None = None, color: bool = False) -> str:
+    """The renderable as text, `width` columns at most (None: unbounded), each line without
+    trailing blanks, ending with a newline."""
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, width=width or UNBOUNDED_WIDTH, force_terminal=color, no_color=not color,
+        color_system="standard" if color else None, highlight=False, emoji=False,
+    )
+    console.print(renderable)
+    lines = buffer.getvalue().splitlines()
+    return "".join(_without_trailing_blanks(line) + "\n" for line in lines)
+
+
+def _without_trailing_blanks(line: str) -> str:
+    """The line without blanks at its end; the colour codes among them are kept (they close
+    the line's styles)."""
+    tail = TRAILING_BLANKS.search(line)
+    return line if tail is None else line[: tail.start()] + "".join(COLOUR_CODE.findall(tail.group()))
+
+
+def print_renderable(renderable: RenderableType) -> None:
+    """Print to stdout at its width, in colour only on a terminal."""
+    sys.stdout.write(render_text(renderable, width=output_width(), color=stdout_is_terminal()))
+    sys.stdout.flush()
+
+
+DIFF_LINE_STYLES = (("+ ", "green"), ("- ", "red"), ("== ", "bold"), ("submission ", "bold"), ("  ⋯", "dim"))
+
+
+def colored_diff(text: str) -> Text:
+    """A diff or history text for a terminal: added lines green, removed red, headers bold.
+    The characters are the text's own (no markup is read from it)."""
+    colored = Text()
+    for number, line in enumerate(text.split("\n")):
+        if number:
+            colored.append("\n")
+        style = next((style for prefix, style in DIFF_LINE_STYLES if line.startswith(prefix)), "")
+        colored.append(line, style=style)
+    return colored
