@@ -498,6 +498,7 @@ def evolve(
     budget: Annotated[
         float | None, typer.Option(help="Seconds of timed calls per shape (default: settings, 10).")
     ] = None,
+    parallel: Annotated[int, typer.Option(help="Steps in flight at once (proposals asked together).")] = 1,
     db: DbOption = None,
 ) -> None:
     """Evolve revisions: choose a parent, prompt a proposer, register and evaluate the child."""
@@ -507,7 +508,7 @@ def evolve(
     if resume is not None:
         own_settings = {
             "--from": from_id, "--lineage": lineage, "--generations": generations, "--proposer": proposer,
-            "--device": device, "--budget": budget,
+            "--device": device, "--budget": budget, "--parallel": parallel if parallel != 1 else None,
         }
         given = [name for name, value in own_settings.items() if value is not None]
         if given:
@@ -521,18 +522,32 @@ def evolve(
                 store, proposer=proposer, device=device, generations=generations,
                 from_id=from_id, lineage=lineage, population=population, seed=seed,
                 proposer_timeout_s=proposer_timeout, max_fix_attempts=max_fix_attempts, budget_s=budget,
+                parallel=parallel,
             )
             print(f"experiment {experiment_id}")
         else:
             experiment_id = resume
         try:
-            status = run_experiment(store, experiment_id, report=print)
+            status = _run_experiment_live(store, experiment_id, run_experiment)
         except KeyboardInterrupt:  # typer would turn it into a return value, and exit 0
             print(f"error: interrupted; `harness evolve --resume {experiment_id}` continues it", file=sys.stderr)
             sys.exit(130)
     finally:
         store.close()
     print(f"experiment {experiment_id}: {status}; `harness experiments show {experiment_id}` tells the story")
+
+
+def _run_experiment_live(store, experiment_id: int, run_experiment) -> str:
+    """A live line per step in flight on a terminal; one line per event otherwise."""
+    if not console.is_terminal:
+        return run_experiment(store, experiment_id, report=print)
+    from harness.evolve.experiment import ExperimentSettings, get_experiment
+    from harness.evolve.live import LiveEvents
+
+    with store.session() as session:
+        total = ExperimentSettings.model_validate(get_experiment(session, experiment_id).settings).generations
+    with LiveEvents(console, total) as events:
+        return run_experiment(store, experiment_id, events=events)
 
 
 @prompt_app.command("render")

@@ -389,7 +389,6 @@ class _SiteFinder(ast.NodeVisitor):
         elif _is_power_of_two(literal) and literal >= 2:
             self.add("block", label, value)
 
-
     def tile_constant(self, statement: ast.AST) -> None:
         if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
             return

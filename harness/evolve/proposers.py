@@ -256,7 +256,11 @@ def split_meta(stdout: str, stderr: str) -> tuple[str, ProposerMeta]:
 
 def _tail(stderr: bytes) -> str:
     text = stderr[-MAX_STDERR_BYTES:].decode("utf-8", "replace")
-    return text if len(stderr) <= MAX_STDERR_BYTES else f"[... {len(stderr) - MAX_STDERR_BYTES} bytes cut]\n{text}"
+    return (
+        text
+        if len(stderr) <= MAX_STDERR_BYTES
+        else f"[... {len(stderr) - MAX_STDERR_BYTES} bytes cut]\n{text}"
+    )
 
 
 def _last_line(text: str) -> str:

@@ -280,7 +280,7 @@ def evaluate_and_record(
     each job's results as the job ends, one transaction per job. The claims of a job whose worker
     failed are released (the next tournament does them); on an interruption every claim not yet
     written is released and the exception goes on."""
-    from harness.store.runs import record_run, release_claim
+    from harness.store.runs import new_batch, record_run, release_claim
 
     dispatched = Dispatched()
     open_claims = {request.key for request in requests}
@@ -292,9 +292,12 @@ def evaluate_and_record(
         open_claims.difference_update(keys)
 
     def done(job: Job, evaluations: list[Evaluation]) -> None:
+        batch = new_batch()
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
-                run = record_run(session, request.key, worker, evaluation, score_ms=evaluation.score_ms)
+                run = record_run(
+                    session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch
+                )
                 dispatched.recorded[request.key] = run
         open_claims.difference_update(request.key for request in job.requests)
         if on_recorded is not None:

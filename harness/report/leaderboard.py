@@ -21,6 +21,11 @@ What it reads, and why:
   `conv2d_v2_reference`) is ranked like any revision, marked in the table, markdown and HTML,
   and gives `reference_ms`, the score every speedup is measured against.
 
+- `vs_parent` (faster, slower, same within noise) compares timings from one interleaved run only
+  (a job: `Run.batch`): the parent's run of the child's batch, or the parent timed again beside
+  the child in it (`retimings`, written by `harness evolve`); two runs are never compared, since
+  drift between runs is not in the per-call variance the test uses.
+
 `Leaderboard.model_dump_json()` is the `--format json` contract of issue 5, field for field; the
 per-call times behind `vs_parent` stay out of it.
 """
@@ -42,7 +47,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
 from harness.scoring import compare, rank_by_score, speedup
-from harness.store.models import Revision, Run, ShapeResult
+from harness.store.models import Retiming, Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions
 from harness.tasks import load_task
 from harness.verdicts import VERDICT_WORDS, VERDICTS, Accuracy, VerdictName
@@ -206,6 +211,7 @@ class _Standing:
     verdicts: dict[VerdictName, VerdictSummary] = field(default_factory=lambda: dict.fromkeys(VERDICTS, NOT_CHECKED))
     accuracy: Accuracy = field(default_factory=Accuracy)
     flags: list[str] = field(default_factory=list)
+    batch: str | None = None  # the interleaved run its timing came from (Run.batch)
 
 
 def _most_recent(runs: list[Run]) -> Run:
@@ -277,7 +283,8 @@ def _standing(
     timed_run = next((run for run in by_priority if run.mode == mode and run.score_ms is not None), None)
     timed = [shape for shape in timed_run.shapes if shape.mean_ms is not None] if timed_run is not None else []
     flags = sorted({flag for shape in timed for flag in shape.check.get("timing", {}).get("flags", [])})
-    standing = _Standing(revision, env_key, "pass", "", None, timed, verdicts, accuracy, flags)
+    batch = timed_run.batch if timed_run is not None else None
+    standing = _Standing(revision, env_key, "pass", "", None, timed, verdicts, accuracy, flags, batch)
     failed = next((run for run in by_priority if run.status != "pass"), None)
     if failed is not None:
         standing.status, standing.reason = failed.status or "unknown", failed.reason
@@ -327,6 +334,7 @@ def build_leaderboard(
         revision.id: _standing(revision, runs_by_revision[revision.id], environment, verdict, mode)
         for revision in revisions
     }
+    retimed = _retimings(session, task, mode, environment.env_key) if environment is not None else {}
 
     reference_name = reference_lineage_name(task)
     reference_scores = [
@@ -339,9 +347,9 @@ def build_leaderboard(
     rankable = sorted((s for s in standings.values() if s.status == "pass" and s.score_ms is not None), key=lambda s: s.revision.id)
     ranked = rank_by_score(rankable)
     ranked_ids = {s.revision.id for _rank, s in ranked}
-    entries = [_entry(s, rank, reference_ms, standings, spec.ranking_by) for rank, s in ranked]
+    entries = [_entry(s, rank, reference_ms, standings, retimed, spec.ranking_by) for rank, s in ranked]
     entries += [
-        _entry(s, None, reference_ms, standings, spec.ranking_by)
+        _entry(s, None, reference_ms, standings, retimed, spec.ranking_by)
         for s in standings.values()
         if s.revision.id not in ranked_ids
     ]
@@ -360,6 +368,7 @@ def _entry(
     rank: int | None,
     reference_ms: float | None,
     standings: dict[int, _Standing],
+    retimed: dict[tuple[str, int], dict[str, list[float]]],
     ranking_by: str,
 ) -> LeaderboardEntry:
     revision = standing.revision
@@ -378,7 +387,7 @@ def _entry(
         reason=standing.reason,
         score_ms=standing.score_ms,
         speedup_vs_reference=speedup_vs_reference,
-        vs_parent=_compare_with_parent(standing, parent, ranking_by),
+        vs_parent=_compare_with_parent(standing, parent, retimed, ranking_by),
         flags=[str(flag) for flag in revision.flags] + standing.flags,
         benchmarks=[
             ShapeTiming(
@@ -396,14 +405,37 @@ def _entry(
     )
 
 
-def _compare_with_parent(standing: _Standing, parent: _Standing | None, ranking_by: str) -> str | None:
-    """scoring.compare on the per-call times of the shapes both were timed on; None when either
-    has no timings or they were timed on different shapes."""
-    if parent is None or not standing.timed_shapes or not parent.timed_shapes:
+def _retimings(session: Session, task: str, mode: str | None, env_key: str) -> dict[tuple[str, int], dict[str, list[float]]]:
+    """(batch, revision id) -> per-call times by shape key of each revision timed again beside
+    others (harness.store.models.Retiming) in this environment and mode."""
+    rows = session.scalars(
+        select(Retiming).where(Retiming.task == task, Retiming.env_key == env_key, Retiming.mode == (mode or ""))
+    )
+    return {
+        (row.batch, row.revision_id): {shape_key(item["shape"]): item["times_ms"] for item in row.shapes}
+        for row in rows
+    }
+
+
+def _compare_with_parent(
+    standing: _Standing,
+    parent: _Standing | None,
+    retimed: dict[tuple[str, int], dict[str, list[float]]],
+    ranking_by: str,
+) -> str | None:
+    """scoring.compare on the per-call times of the shapes both were timed on, in one
+    interleaved run only: the parent's run of the same batch, or the parent timed again in that
+    batch beside it (a Retiming). Drift between runs is not in the per-call variance the test
+    uses, so two runs are never compared: None then, and when either has no timings or they were
+    timed on different shapes."""
+    if parent is None or not standing.timed_shapes or standing.batch is None:
         return None
-    parent_times = {shape_key(shape.shape): shape.times_ms for shape in parent.timed_shapes}
+    if parent.batch == standing.batch and parent.timed_shapes:
+        parent_times = {shape_key(shape.shape): shape.times_ms for shape in parent.timed_shapes}
+    else:
+        parent_times = retimed.get((standing.batch, parent.revision.id), {})
     own_keys = [shape_key(shape.shape) for shape in standing.timed_shapes]
-    if sorted(own_keys) != sorted(parent_times):
+    if not parent_times or sorted(own_keys) != sorted(parent_times):
         return None
     own_times = [shape.times_ms for shape in standing.timed_shapes]
     if not all(own_times) or not all(parent_times.values()):
