@@ -589,16 +589,27 @@ def experiments_list(ctx: typer.Context, db: DbOption = None) -> None:
 @experiments_app.command("show")
 def experiments_show(
     experiment_id: Annotated[int, typer.Argument(metavar="ID", help="Experiment id.")],
-    full: Annotated[bool, typer.Option("--full", help="Print every prompt and reply in full.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Print every prompt, reply and proposer stderr in full.")] = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="text (the story) or html (the tree of revisions, one page).")
+    ] = "text",
+    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of stdout.")] = None,
     db: DbOption = None,
 ) -> None:
     """Tell an experiment's story: each generation's parent, prompt, reply, cost and outcome."""
     from harness.evolve.story import render_story
     from harness.store.session import open_store
 
+    if fmt not in ("text", "html"):
+        raise HarnessError(f"unknown format {fmt!r} (choose from text, html)")
     with open_store(db).session() as session:
-        text = render_story(session, experiment_id, full=full)
-    print(text)
+        if fmt == "html":
+            from harness.evolve.tree import render_experiment_html
+
+            text = render_experiment_html(session, experiment_id)
+        else:
+            text = render_story(session, experiment_id, full=full) + "\n"
+    _write_report(text, out)
 
 
 def main() -> None:

@@ -601,10 +601,12 @@ def evaluate_starting_pool(
         evaluate_revisions(store, missing, settings)
 
 
-def _prepare(
+def _choose(
     session: Session, experiment_id: int, settings: ExperimentSettings, generation: int, sees: int
-) -> _Prepared | None:
-    started_at = utcnow()
+) -> ParentChoice | None:
+    """The parent and template of `generation`, from the pool it sees (the children of the first
+    `sees` arrivals) and the parents of the earlier generations: a function of the store's
+    recorded arrivals, so `replay_parent_choices` finds it again."""
     standings = _standings(session, settings)
     pool = [
         PoolMember(
@@ -623,7 +625,7 @@ def _prepare(
     )
     tried = Counter(step.parent_id for step in steps)
     fix_attempts = Counter(step.parent_id for step in steps if step.template == "fix")
-    choice: ParentChoice | None = choose_parent(
+    return choose_parent(
         pool,
         population=settings.population,
         tried=tried,
@@ -631,6 +633,34 @@ def _prepare(
         max_fix_attempts=settings.max_fix_attempts,
         rng=random.Random(f"{settings.seed}:{generation}:select"),
     )
+
+
+def replay_parent_choices(session: Session, experiment_id: int) -> list[tuple[int, int, int, str, str]]:
+    """Each step's choice made again from the store: (generation, recorded parent, replayed
+    parent, recorded template, replayed template). Every step sees the arrivals it saw, so the
+    replay equals the record: the experiment is exact given its seed and its arrival order."""
+    experiment = get_experiment(session, experiment_id)
+    settings = ExperimentSettings.model_validate(experiment.settings)
+    replayed = []
+    for step in experiment.steps:
+        choice = _choose(session, experiment_id, settings, step.generation, step.sees)
+        replayed.append(
+            (
+                step.generation,
+                step.parent_id,
+                choice.revision_id if choice else 0,
+                step.template,
+                choice.template if choice else "",
+            )
+        )
+    return replayed
+
+
+def _prepare(
+    session: Session, experiment_id: int, settings: ExperimentSettings, generation: int, sees: int
+) -> _Prepared | None:
+    started_at = utcnow()
+    choice = _choose(session, experiment_id, settings, generation, sees)
     if choice is None:
         return None
     parent = get_revision(session, choice.revision_id)
@@ -725,7 +755,8 @@ def _register_child(
 
 
 def describe_outcome(step: ExperimentStep) -> str:
-    """One line: what the generation produced."""
+    """One line: what the generation produced, and how the child compares with its parent in
+    the interleaved run that timed them together."""
     if step.child_id is None or step.status in (outcomes.DUPLICATE,):
         return f"{step.status}: {step.reason}"
     text = f"submission {step.child_id}: {step.status}"
@@ -737,6 +768,11 @@ def describe_outcome(step: ExperimentStep) -> str:
             if step.vs_parent != "same within noise"
             else ", same as its parent within noise"
         )
+        if step.compared_in:
+            parent = f", the parent {format_ms(step.parent_score_ms)} ms" if step.parent_score_ms is not None else ""
+            text += f" (timed together in run {step.compared_in}{parent})"
+    elif step.score_ms is not None:
+        text += ", not compared with its parent in one run"
     if step.status != "pass" and step.reason:
         text += f" ({step.reason})"
     return text

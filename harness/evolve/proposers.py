@@ -148,8 +148,11 @@ class CommandProposer:
         with self._lock:
             self._cancelled = True
             running = list(self._running)
-        for process in running:
-            _kill_group(process)
+        for process in running:  # the thread that waits on it reaps it
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def propose(self, request: ProposalRequest) -> Proposal:
         stdout, stderr_bytes, returncode = self._run(request.prompt, request.seed)
