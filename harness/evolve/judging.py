@@ -7,8 +7,12 @@ are in this module.
   does (check, then time the passing ones with the task's reference).
 - `evaluate_children`: the children that arrived together are checked together (the test
   phase, interleaved shape by shape); then the passing ones are timed in one interleaved job per
-  parent: the parent first, then its children, shape by shape (A B C A B C ...), so that drift
-  hits the parent and its children alike and siblings share the cost of the parent's timing.
+  parent: the parent first and last, its children between, shape by shape (P B C P' P B C P'
+  ...), so that drift hits the parent and its children alike and siblings share the cost of the
+  parent's timing. The parent's two timings are taken together (their per-call times joined):
+  its mean stands for the middle of the run, and drift between the first and the last timing
+  shows in its spread, so that it widens the comparison's noise instead of passing for a
+  difference (an A-B-A design).
   Each child's timing is its benchmark run (recorded with the job's batch); the parent's is a
   `Retiming` of the same batch, so that the leaderboard, the story and `harness history` compare
   the child with its parent inside that run only (harness.report.leaderboard). A child whose run
@@ -129,6 +133,7 @@ def evaluate_children(
             families.setdefault(parent, _Family(parent, False, [])).children.append(child)
 
     jobs: list[Job] = []
+    next_parent_key = -1  # parents' requests get negative keys: they are not runs
     timed_already: list[int] = []
     open_claims: set[int] = set()
     labels: dict[int, int] = {}  # request key -> revision id
@@ -160,12 +165,15 @@ def evaluate_children(
                 labels[found.run.id] = child
             parent_run = find_run(session, family.parent_id, task.name, TIMED_MODE, environment.env_key)
             family.parent_timed = parent_run is not None and parent_run.score_ms is not None
-            if requests and family.parent_timed:
-                key = -family.parent_id  # not a run: the parent's timing becomes a Retiming
-                requests.insert(
-                    0, _request(session, key, family.parent_id, environment, limits, rule, EvaluationRequest)
-                )
-                labels[key] = family.parent_id
+            if requests and family.parent_timed:  # first and last; together they become a Retiming
+                first, last = next_parent_key, next_parent_key - 1
+                next_parent_key -= 2
+                for key, at in ((first, 0), (last, len(requests) + 1)):
+                    request = _request(
+                        session, key, family.parent_id, environment, limits, rule, EvaluationRequest
+                    )
+                    requests.insert(at, request)
+                    labels[key] = family.parent_id
             if requests:
                 jobs.append(Job(device=environment.device, env_key=environment.env_key, requests=requests))
     landed(timed_already)
@@ -179,16 +187,18 @@ def evaluate_children(
 
     def done(job: Job, evaluations: list[Evaluation]) -> None:
         batch = new_batch()
+        parent_timings = [
+            evaluation for request, evaluation in zip(job.requests, evaluations) if request.key < 0
+        ]
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
-                if request.key < 0:
-                    session.add(
-                        _retiming(batch, -request.key, environment.env_key, settings.task, evaluation)
-                    )
-                else:
+                if request.key > 0:
                     record_run(
                         session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch
                     )
+            if parent_timings:
+                parent_id = labels[job.requests[0].key]
+                session.add(_retiming(batch, parent_id, environment.env_key, task, parent_timings))
         open_claims.difference_update(request.key for request in job.requests)
         landed([labels[request.key] for request in job.requests if request.key > 0])
 
@@ -230,22 +240,33 @@ def _request(session, key: int, revision_id: int, environment, limits, rule, req
     )
 
 
-def _retiming(batch: str, revision_id: int, env_key: str, task: str, evaluation: Evaluation) -> Retiming:
+def _retiming(batch: str, revision_id: int, env_key: str, task, timings: list[Evaluation]) -> Retiming:
+    """The parent's timings of one job taken together: per shape, the per-call times of every
+    timing joined; its score from the joined means. Not passing when any timing failed."""
+    from harness.scoring import score
+
+    failed = next((evaluation for evaluation in timings if evaluation.status != "pass"), None)
+    shapes: list[dict] = []
+    if failed is None:
+        by_shape: dict[tuple[str, int], dict] = {}
+        for evaluation in timings:
+            for outcome in evaluation.shapes:
+                if outcome.times_ms and outcome.mean_ms is not None:
+                    item = by_shape.setdefault(
+                        (outcome.set_name, outcome.index), {"shape": outcome.shape, "times_ms": []}
+                    )
+                    item["times_ms"] += list(outcome.times_ms)
+        shapes = [by_shape[key] for key in sorted(by_shape)]
+    means = [sum(item["times_ms"]) / len(item["times_ms"]) for item in shapes]
     return Retiming(
         batch=batch,
         revision_id=revision_id,
-        task=task,
+        task=task.name,
         mode=TIMED_MODE,
         env_key=env_key,
-        status=evaluation.status,
-        score_ms=evaluation.score_ms if evaluation.status == "pass" else None,
-        shapes=[
-            {"shape": outcome.shape, "times_ms": list(outcome.times_ms)}
-            for outcome in evaluation.shapes
-            if outcome.times_ms and outcome.mean_ms is not None
-        ]
-        if evaluation.status == "pass"
-        else [],
+        status=failed.status if failed is not None else "pass",
+        score_ms=score(means, task.ranking_by) if means else None,
+        shapes=shapes,
     )
 
 
