@@ -30,7 +30,9 @@ def custom_kernel(data):
     output.copy_(F.conv2d(input_tensor, kernel))
     return output
 """
-TINY_BLOCK = TINY + b"\n\nBLOCK_SIZE = 2  # a tunable constant the kernel does not use\n"
+# tunable constants the kernel does not use: every child behaves as its parent, and always has
+# something left to mutate (warp counts always have neighbours)
+TINY_BLOCK = TINY + b"\n\nBLOCK_SIZE = 2\nNUM_WARPS = 4\n"
 
 
 def harness(db: str, *args: object, timeout: float = 600) -> subprocess.CompletedProcess[str]:

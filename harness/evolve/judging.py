@@ -12,7 +12,8 @@ are in this module.
   parent's timing. The parent's two timings are taken together (their per-call times joined):
   its mean stands for the middle of the run, and drift between the first and the last timing
   shows in its spread, so that it widens the comparison's noise instead of passing for a
-  difference (an A-B-A design).
+  difference (an A-B-A design); and a child is faster or slower than its parent only by more
+  than the parent's first and last timings differ from each other (harness.report.leaderboard).
   Each child's timing is its benchmark run (recorded with the job's batch); the parent's is a
   `Retiming` of the same batch, so that the leaderboard, the story and `harness history` compare
   the child with its parent inside that run only (harness.report.leaderboard). A child whose run
@@ -253,9 +254,10 @@ def _retiming(batch: str, revision_id: int, env_key: str, task, timings: list[Ev
             for outcome in evaluation.shapes:
                 if outcome.times_ms and outcome.mean_ms is not None:
                     item = by_shape.setdefault(
-                        (outcome.set_name, outcome.index), {"shape": outcome.shape, "times_ms": []}
+                        (outcome.set_name, outcome.index), {"shape": outcome.shape, "times_ms": [], "means_ms": []}
                     )
                     item["times_ms"] += list(outcome.times_ms)
+                    item["means_ms"].append(outcome.mean_ms)  # each timing's own: the run's drift
         shapes = [by_shape[key] for key in sorted(by_shape)]
     means = [sum(item["times_ms"]) / len(item["times_ms"]) for item in shapes]
     return Retiming(

@@ -23,8 +23,9 @@ What it reads, and why:
 
 - `vs_parent` (faster, slower, same within noise) compares timings from one interleaved run only
   (a job: `Run.batch`): the parent's run of the child's batch, or the parent timed again beside
-  the child in it (`retimings`, written by `harness evolve`); two runs are never compared, since
-  drift between runs is not in the per-call variance the test uses.
+  the child in it (`retimings`, written by `harness evolve`: the parent first and last, so a
+  difference within its own drift in that run is `same within noise`); two runs are never
+  compared, since drift between runs is not in the per-call variance the test uses.
 
 `Leaderboard.model_dump_json()` is the `--format json` contract of issue 5, field for field; the
 per-call times behind `vs_parent` stay out of it.
@@ -33,6 +34,7 @@ per-call times behind `vs_parent` stay out of it.
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +48,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
-from harness.scoring import compare, rank_by_score, speedup
+from harness.scoring import SAME, compare, rank_by_score, score, speedup
 from harness.store.models import Retiming, Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions
 from harness.tasks import load_task
@@ -368,7 +370,7 @@ def _entry(
     rank: int | None,
     reference_ms: float | None,
     standings: dict[int, _Standing],
-    retimed: dict[tuple[str, int], dict[str, list[float]]],
+    retimed: dict[tuple[str, int], _Retimed],
     ranking_by: str,
 ) -> LeaderboardEntry:
     revision = standing.revision
@@ -405,42 +407,65 @@ def _entry(
     )
 
 
-def _retimings(session: Session, task: str, mode: str | None, env_key: str) -> dict[tuple[str, int], dict[str, list[float]]]:
-    """(batch, revision id) -> per-call times by shape key of each revision timed again beside
-    others (harness.store.models.Retiming) in this environment and mode."""
+@dataclass
+class _Retimed:
+    """A revision timed again beside others in one run (harness.store.models.Retiming): its
+    per-call times by shape key, and how far apart its own timings in that run were (the log of
+    the ratio of their scores; 0 with one timing), the run's own drift."""
+
+    times: dict[str, list[float]]
+    drift: float
+
+
+def _retimings(session: Session, task: str, mode: str | None, env_key: str) -> dict[tuple[str, int], _Retimed]:
+    """(batch, revision id) -> each revision timed again beside others in this environment and mode."""
+    ranking_by = load_task(task).ranking_by
     rows = session.scalars(
         select(Retiming).where(Retiming.task == task, Retiming.env_key == env_key, Retiming.mode == (mode or ""))
     )
-    return {
-        (row.batch, row.revision_id): {shape_key(item["shape"]): item["times_ms"] for item in row.shapes}
-        for row in rows
-    }
+    retimed = {}
+    for row in rows:
+        timings = list(zip(*(item.get("means_ms") or [] for item in row.shapes)))
+        scores = [score(list(means), ranking_by) for means in timings if len(means) == len(row.shapes)]
+        drift = math.log(max(scores) / min(scores)) if len(scores) > 1 and min(scores) > 0 else 0.0
+        retimed[(row.batch, row.revision_id)] = _Retimed(
+            {shape_key(item["shape"]): item["times_ms"] for item in row.shapes}, drift
+        )
+    return retimed
 
 
 def _compare_with_parent(
     standing: _Standing,
     parent: _Standing | None,
-    retimed: dict[tuple[str, int], dict[str, list[float]]],
+    retimed: dict[tuple[str, int], _Retimed],
     ranking_by: str,
 ) -> str | None:
     """scoring.compare on the per-call times of the shapes both were timed on, in one
     interleaved run only: the parent's run of the same batch, or the parent timed again in that
-    batch beside it (a Retiming). Drift between runs is not in the per-call variance the test
-    uses, so two runs are never compared: None then, and when either has no timings or they were
-    timed on different shapes."""
+    batch beside it (a Retiming; then a difference within the parent's own drift in that run,
+    between its first and its last timing, is `same within noise`). Drift between runs is not in
+    the per-call variance the test uses, so two runs are never compared: None then, and when
+    either has no timings or they were timed on different shapes."""
     if parent is None or not standing.timed_shapes or standing.batch is None:
         return None
+    drift = 0.0
     if parent.batch == standing.batch and parent.timed_shapes:
         parent_times = {shape_key(shape.shape): shape.times_ms for shape in parent.timed_shapes}
+    elif (standing.batch, parent.revision.id) in retimed:
+        found = retimed[(standing.batch, parent.revision.id)]
+        parent_times, drift = found.times, found.drift
     else:
-        parent_times = retimed.get((standing.batch, parent.revision.id), {})
+        return None
     own_keys = [shape_key(shape.shape) for shape in standing.timed_shapes]
     if not parent_times or sorted(own_keys) != sorted(parent_times):
         return None
     own_times = [shape.times_ms for shape in standing.timed_shapes]
     if not all(own_times) or not all(parent_times.values()):
         return None
-    return compare(own_times, [parent_times[key] for key in own_keys], ranking_by).verdict
+    comparison = compare(own_times, [parent_times[key] for key in own_keys], ranking_by)
+    if comparison.verdict != SAME and abs(math.log(comparison.ratio)) <= drift:
+        return SAME
+    return comparison.verdict
 
 
 # --- rendering ------------------------------------------------------------------------------
