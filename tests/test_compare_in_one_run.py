@@ -1,6 +1,6 @@
 """A faster/slower verdict against the parent is drawn from one interleaved run only: the
-parent's run of the same batch, or the parent re-timed in it (a Retiming, within whose own drift
-a difference is `same within noise`); two runs are never compared (the leaderboard, and so
+parent's run of the same batch, or the parent re-timed in it (a Retiming, whose two timings'
+drift widens the test); two runs are never compared (the leaderboard, and so
 `harness history` and the evolution story)."""
 
 from __future__ import annotations
@@ -97,8 +97,8 @@ def test_a_parent_retimed_in_the_childs_run_is_compared_within_its_own_drift(sto
         _retime(session, parent, "run-c", 1.98, 2.02)  # steady: 1 % apart
     assert _vs_parent(store, child)[0] == FASTER
     # The same child against a parent whose first and last timings in that run are 30 % apart:
-    # 9 % faster than their joined mean (1.10 ms), significant by the z-test alone (the joined
-    # times' spread makes z about 6), but within the run's own drift.
+    # 9 % faster than their joined mean (1.10 ms), significant by the per-call variance alone (z
+    # about 6), not once the drift between the parent's two timings is in the variance.
     with store.session() as session:
         session.query(Retiming).delete()
         _retime(session, parent, "run-c", 0.95, 1.25)

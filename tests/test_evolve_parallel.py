@@ -248,3 +248,20 @@ def test_a_duplicate_is_never_evaluated_and_an_all_failed_experiment_fails(store
     ((status, reason),) = rows(db, "select status, reason from experiments where id = ?", failed_id)
     assert status == "failed"
     assert reason == "every generation failed; 2 of 2: proposer_failed: the proposer exited with status 3: no idea"
+
+
+def test_a_slower_child_is_slower_than_its_parent_in_the_same_run(store, tmp_path: Path):
+    """The counterpart of the identical children above: the comparison can tell."""
+    db, folder = store
+    parent = register(db, folder, "tiny_slower", TINY)
+    result = harness(
+        db, "evolve", "--from", parent, "--generations", 1, "--proposer", sleepy(tmp_path, 0, "slower"),
+        "--device", "cpu", "--budget", 0.3,
+    )
+    assert result.returncode == 0, result.stderr
+    experiment_id = int(result.stdout.splitlines()[0].split()[1])
+    ((status, vs_parent, compared_in, score_ms, parent_score_ms),) = experiment_steps(
+        db, experiment_id, "status, vs_parent, compared_in, score_ms, parent_score_ms"
+    )
+    assert (status, vs_parent) == ("pass", "slower") and compared_in is not None
+    assert score_ms > parent_score_ms + 1.0  # 2 ms more per call

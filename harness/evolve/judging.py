@@ -12,8 +12,9 @@ are in this module.
   parent's timing. The parent's two timings are taken together (their per-call times joined):
   its mean stands for the middle of the run, and drift between the first and the last timing
   shows in its spread, so that it widens the comparison's noise instead of passing for a
-  difference (an A-B-A design); and a child is faster or slower than its parent only by more
-  than the parent's first and last timings differ from each other (harness.report.leaderboard).
+  difference (an A-B-A design); the difference between its first and last timing measures the
+  run's drift between blocks of calls, which the comparison adds to its variance
+  (harness.scoring.timing_variance).
   Each child's timing is its benchmark run (recorded with the job's batch); the parent's is a
   `Retiming` of the same batch, so that the leaderboard, the story and `harness history` compare
   the child with its parent inside that run only (harness.report.leaderboard). A child whose run

@@ -23,8 +23,8 @@ What it reads, and why:
 
 - `vs_parent` (faster, slower, same within noise) compares timings from one interleaved run only
   (a job: `Run.batch`): the parent's run of the child's batch, or the parent timed again beside
-  the child in it (`retimings`, written by `harness evolve`: the parent first and last, so a
-  difference within its own drift in that run is `same within noise`); two runs are never
+  the child in it (`retimings`, written by `harness evolve`: the parent first and last, the drift
+  between its two timings widening the test, scoring.timing_variance); two runs are never
   compared, since drift between runs is not in the per-call variance the test uses.
 
 `Leaderboard.model_dump_json()` is the `--format json` contract of issue 5, field for field; the
@@ -34,7 +34,6 @@ per-call times behind `vs_parent` stay out of it.
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
-from harness.scoring import SAME, compare, rank_by_score, score, speedup
+from harness.scoring import compare, rank_by_score, speedup, timing_variance
 from harness.store.models import Retiming, Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions
 from harness.tasks import load_task
@@ -410,11 +409,11 @@ def _entry(
 @dataclass
 class _Retimed:
     """A revision timed again beside others in one run (harness.store.models.Retiming): its
-    per-call times by shape key, and how far apart its own timings in that run were (the log of
-    the ratio of their scores; 0 with one timing), the run's own drift."""
+    per-call times by shape key, and the variance that the run's drift between its first and
+    last timing adds to a comparison with it (scoring.timing_variance; 0 with one timing)."""
 
     times: dict[str, list[float]]
-    drift: float
+    extra_variance: float
 
 
 def _retimings(session: Session, task: str, mode: str | None, env_key: str) -> dict[tuple[str, int], _Retimed]:
@@ -425,11 +424,11 @@ def _retimings(session: Session, task: str, mode: str | None, env_key: str) -> d
     )
     retimed = {}
     for row in rows:
-        timings = list(zip(*(item.get("means_ms") or [] for item in row.shapes)))
-        scores = [score(list(means), ranking_by) for means in timings if len(means) == len(row.shapes)]
-        drift = math.log(max(scores) / min(scores)) if len(scores) > 1 and min(scores) > 0 else 0.0
+        means = [item.get("means_ms") or [] for item in row.shapes]
+        two = all(len(pair) == 2 for pair in means) and means
+        extra = timing_variance([a for a, _ in means], [b for _, b in means], ranking_by) if two else 0.0
         retimed[(row.batch, row.revision_id)] = _Retimed(
-            {shape_key(item["shape"]): item["times_ms"] for item in row.shapes}, drift
+            {shape_key(item["shape"]): item["times_ms"] for item in row.shapes}, extra
         )
     return retimed
 
@@ -442,18 +441,18 @@ def _compare_with_parent(
 ) -> str | None:
     """scoring.compare on the per-call times of the shapes both were timed on, in one
     interleaved run only: the parent's run of the same batch, or the parent timed again in that
-    batch beside it (a Retiming; then a difference within the parent's own drift in that run,
-    between its first and its last timing, is `same within noise`). Drift between runs is not in
+    batch beside it (a Retiming; then the drift between its first and last timing in that run
+    widens the test: scoring.timing_variance). Drift between runs is not in
     the per-call variance the test uses, so two runs are never compared: None then, and when
     either has no timings or they were timed on different shapes."""
     if parent is None or not standing.timed_shapes or standing.batch is None:
         return None
-    drift = 0.0
+    extra_variance = 0.0
     if parent.batch == standing.batch and parent.timed_shapes:
         parent_times = {shape_key(shape.shape): shape.times_ms for shape in parent.timed_shapes}
     elif (standing.batch, parent.revision.id) in retimed:
         found = retimed[(standing.batch, parent.revision.id)]
-        parent_times, drift = found.times, found.drift
+        parent_times, extra_variance = found.times, found.extra_variance
     else:
         return None
     own_keys = [shape_key(shape.shape) for shape in standing.timed_shapes]
@@ -462,10 +461,8 @@ def _compare_with_parent(
     own_times = [shape.times_ms for shape in standing.timed_shapes]
     if not all(own_times) or not all(parent_times.values()):
         return None
-    comparison = compare(own_times, [parent_times[key] for key in own_keys], ranking_by)
-    if comparison.verdict != SAME and abs(math.log(comparison.ratio)) <= drift:
-        return SAME
-    return comparison.verdict
+    parent_in_order = [parent_times[key] for key in own_keys]
+    return compare(own_times, parent_in_order, ranking_by, extra_variance=extra_variance).verdict
 
 
 # --- rendering ------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 the parent's code plus one comment line naming its step (a child that behaves exactly as its
 parent), and says something on stderr.
 
-    python tests/proposers/sleepy.py STATE_DIR SECONDS [fixed-comment | fail]
+    python tests/proposers/sleepy.py STATE_DIR SECONDS [fixed-comment | fail | slower]
 
 `fixed-comment`: the same comment whatever the step (so two steps from one parent propose the
-same bytes); `fail`: exit with status 3 after saying "no idea" on stderr.
+same bytes); `fail`: exit with status 3 after saying "no idea" on stderr; `slower`: the parent
+with a 2 ms sleep in every call.
 
 Each call appends one line `{"seed": ..., "start": ..., "end": ...}` (wall-clock seconds) to
 STATE_DIR/calls.jsonl; the seed is HARNESS_STEP_SEED, which the harness sets per step.
@@ -31,6 +32,8 @@ if mode == "fail":
     print("no idea", file=sys.stderr)
     sys.exit(3)
 code = parent_code(prompt)
+if mode == "slower":
+    code = "import time\n" + code.replace("    return output", "    time.sleep(0.002)\n    return output")
 comment = "# a fixed comment" if mode == "fixed-comment" else f"# step {seed}"
 print(f"```python\n{code.rstrip()}\n{comment}\n```")
 print(meta(f"comment for step {seed}"))
