@@ -51,7 +51,9 @@ def register(db: str, folder: Path, name: str, content: bytes) -> int:
     path.write_bytes(content)
     result = harness(db, "register", path)
     assert result.returncode == 0, result.stderr
-    return rows(db, "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = ?", name)[0][0]
+    return rows(
+        db, "select max(r.id) from revisions r join lineages l on l.id = r.lineage_id where l.name = ?", name
+    )[0][0]
 
 
 def sleepy(state: Path, seconds: float, *mode: str) -> str:

@@ -30,10 +30,11 @@ from harness.report.leaderboard import format_ms
 from harness.store.models import ExperimentStep
 from harness.store.revisions import get_revision
 
-SLOT_PX = 78
+SLOT_PX = 120
 LEVEL_PX = 96
 MARGIN_PX = 40
-RADIUS_PX = 15
+SCORE_LABEL_PX = 100  # room for the score written right of the last node
+RADIUS_PX = 22
 PROMPT_SUMMARY_LINES = 8
 FAILED_COLOUR = "#d73027"
 NO_CHILD_COLOUR = "#9e9e9e"
@@ -143,7 +144,7 @@ def build_tree(session: Session, experiment_id: int) -> ExperimentTree:
     best = _colour(list(nodes.values()))
     return ExperimentTree(
         nodes=sorted(nodes.values(), key=lambda node: (node.y, node.x)),
-        width=int(2 * MARGIN_PX + max(slots - 1, 0) * SLOT_PX),
+        width=int(2 * MARGIN_PX + max(slots - 1, 0) * SLOT_PX + SCORE_LABEL_PX),
         height=int(2 * MARGIN_PX + depth),
         best=best,
     )
