@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -46,13 +45,14 @@ def prepare(workdir: Path, lineage: str, device: str, budget: float) -> Path:
     seeded = harness(store, "seed")
     if seeded.returncode != 0:
         sys.exit(f"harness seed failed:\n{seeded.stdout}{seeded.stderr}")
-    with sqlite3.connect(store) as db:
-        ids = [
-            row[0]
-            for row in db.execute(
-                "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = ?", (lineage,)
-            )
-        ]
+    db = sqlite3.connect(store)
+    ids = [
+        row[0]
+        for row in db.execute(
+            "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = ?", (lineage,)
+        )
+    ]
+    db.close()
     if not ids:
         sys.exit(f"no lineage {lineage!r} among the seeds")
     only = [arg for revision_id in ids for arg in ("--only", revision_id)]
@@ -67,7 +67,11 @@ def prepare(workdir: Path, lineage: str, device: str, budget: float) -> Path:
 
 def run(workdir: Path, start: Path, parallel: int, args: argparse.Namespace) -> dict:
     store = workdir / f"parallel-{parallel}.sqlite"
-    shutil.copyfile(start, store)
+    store.unlink(missing_ok=True)
+    source, target = sqlite3.connect(start), sqlite3.connect(store)
+    source.backup(target)  # WAL included
+    source.close()
+    target.close()
     proposer = shlex.join([sys.executable, str(ROOT / "benchmarks" / "sleepy_mutate.py"), str(args.sleep)])
     log = workdir / f"parallel-{parallel}.log"
     started = time.perf_counter()
@@ -81,14 +85,15 @@ def run(workdir: Path, start: Path, parallel: int, args: argparse.Namespace) -> 
     story = harness(store, "experiments", "show", "1")
     (workdir / f"parallel-{parallel}-story.txt").write_text(story.stdout)
     harness(store, "experiments", "show", "1", "--format", "html", "--out", workdir / f"parallel-{parallel}.html")
-    with sqlite3.connect(store) as db:
-        status = db.execute("select status, reason from experiments where id = 1").fetchone()
-        best = db.execute(
-            "select generation, child_id, parent_id, score_ms, parent_score_ms, vs_parent, compared_in "
-            "from experiment_steps where experiment_id = 1 and status = 'pass' and score_ms is not null "
-            "order by score_ms limit 1"
-        ).fetchone()
-        counts = dict(db.execute("select status, count(*) from experiment_steps where experiment_id = 1 group by status"))
+    db = sqlite3.connect(store)
+    status = db.execute("select status, reason from experiments where id = 1").fetchone()
+    best = db.execute(
+        "select generation, child_id, parent_id, score_ms, parent_score_ms, vs_parent, compared_in "
+        "from experiment_steps where experiment_id = 1 and status = 'pass' and score_ms is not null "
+        "order by score_ms limit 1"
+    ).fetchone()
+    counts = dict(db.execute("select status, count(*) from experiment_steps where experiment_id = 1 group by status"))
+    db.close()
     return {"parallel": parallel, "wall_s": round(wall_s, 1), "status": status, "steps": counts, "best": best}
 
 
