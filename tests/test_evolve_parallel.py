@@ -15,35 +15,15 @@ from pathlib import Path
 
 import pytest
 from conftest import rows
+from test_evolve_loop import TINY, harness
 
 from harness.evolve.experiment import replay_parent_choices
 from harness.store.session import open_store
 
-HARNESS = Path(sys.executable).parent / "harness"
 SLEEPY = Path(__file__).parent / "proposers" / "sleepy.py"
-TINY = b"""import torch
-import torch.nn.functional as F
-
-
-def custom_kernel(data):
-    input_tensor, kernel, output = data
-    output.copy_(F.conv2d(input_tensor, kernel))
-    return output
-"""
 # tunable constants the kernel does not use: every child behaves as its parent, and always has
 # something left to mutate (warp counts always have neighbours)
 TINY_BLOCK = TINY + b"\n\nBLOCK_SIZE = 2\nNUM_WARPS = 4\n"
-
-
-def harness(db: str, *args: object, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(HARNESS), *(str(arg) for arg in args)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HARNESS_DB": db},
-        timeout=timeout,
-        check=False,
-    )
 
 
 def register(db: str, folder: Path, name: str, content: bytes) -> int:
