@@ -153,7 +153,7 @@ def assert_tree_page(text: str, root: int, children: list[int]) -> None:
     assert text.count('class="edge') == len(children)  # one edge parent -> child per child
     # the best path is marked: from the root to the fastest revision (the root itself, when none
     # of its children beat it on this noisy CPU)
-    best = int(text.split('best: <a href="#panel-r')[1].split('"')[0])
+    best = int(text.split('fastest in the tree: <a href="#panel-r')[1].split('"')[0])
     assert best in (root, *children) and 'class="node best"' in text
     assert ('class="edge best"' in text) == (best != root)
     assert "diff against its parent" in text and "prompt summary (improve)" in text
