@@ -499,6 +499,9 @@ def evolve(
         float | None, typer.Option(help="Seconds of timed calls per shape (default: settings, 10).")
     ] = None,
     parallel: Annotated[int, typer.Option(help="Steps in flight at once (proposals asked together).")] = 1,
+    gpus: Annotated[
+        str | None, typer.Option(help="Evaluate on one worker per GPU: a count or 'all' (default: this process).")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Evolve revisions: choose a parent, prompt a proposer, register and evaluate the child."""
@@ -509,6 +512,7 @@ def evolve(
         own_settings = {
             "--from": from_id, "--lineage": lineage, "--generations": generations, "--proposer": proposer,
             "--device": device, "--budget": budget, "--parallel": parallel if parallel != 1 else None,
+            "--gpus": gpus,
         }
         given = [name for name, value in own_settings.items() if value is not None]
         if given:
@@ -522,7 +526,7 @@ def evolve(
                 store, proposer=proposer, device=device, generations=generations,
                 from_id=from_id, lineage=lineage, population=population, seed=seed,
                 proposer_timeout_s=proposer_timeout, max_fix_attempts=max_fix_attempts, budget_s=budget,
-                parallel=parallel,
+                parallel=parallel, gpus=gpus,
             )
             print(f"experiment {experiment_id}")
         else:

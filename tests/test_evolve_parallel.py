@@ -251,3 +251,27 @@ def test_a_slower_child_is_slower_than_its_parent_in_the_same_run(store, tmp_pat
     )
     assert (status, vs_parent) == ("pass", "slower") and compared_in is not None
     assert score_ms > parent_score_ms + 1.0  # 2 ms more per call
+
+
+def test_children_evaluated_on_one_worker_per_gpu(store, tmp_path: Path):
+    """`--gpus 2` on the CPU: two worker processes (CPU workers, harness.executors.local) check
+    and time the children, each family's job on one worker; the judgement comes from that run."""
+    db, folder = store
+    parent = register(db, folder, "tiny_workers", TINY)
+    bad = harness(db, "evolve", "--from", parent, "--generations", 1, "--proposer", "builtin:mutate", "--gpus", "x")
+    assert bad.returncode == 2 and bad.stderr == "error: --gpus takes a count or 'all', got 'x'\n"
+    result = harness(
+        db, "evolve", "--from", parent, "--generations", 2, "--parallel", 2, "--gpus", 2,
+        "--proposer", sleepy(tmp_path, 0.5), "--device", "cpu", "--budget", 0.2,
+    )
+    assert result.returncode == 0, result.stderr
+    experiment_id = int(result.stdout.splitlines()[0].split()[1])
+    steps = experiment_steps(db, experiment_id, "status, compared_in, child_id")
+    assert [status for status, *_ in steps] == ["pass", "pass"]
+    for _, compared_in, child_id in steps:
+        assert compared_in is not None
+        assert rows(db, "select count(*) from retimings where batch = ? and revision_id = ?", compared_in, parent) == [
+            (1,)
+        ]
+    story = harness(db, "experiments", "show", experiment_id)
+    assert "parallel 2, gpus 2" in story.stdout

@@ -15,7 +15,7 @@ Each generation (one `ExperimentStep` row):
    its parent from that run.
 A proposer or edit failure ends the step with its status and reason and the loop goes on.
 
-Asynchronous (`--parallel K`): K proposal threads each take the next generation, choose its
+Asynchronous (`--parallel K`, evaluations on `--gpus N` workers): K proposal threads each take the next generation, choose its
 parent, ask the proposer and register the child; the main thread evaluates the children that
 have arrived, together, and folds each result back (the step *lands*: it gets its `arrival`
 number) as soon as its evaluation is recorded. A generation is launched only while fewer than K
@@ -124,6 +124,7 @@ class ExperimentSettings(BaseModel):
     max_fix_attempts: int = Field(default=DEFAULT_MAX_FIX_ATTEMPTS, ge=0)
     budget_s: float | None = Field(default=None, gt=0)  # timed seconds per shape (None: settings)
     parallel: int = Field(default=1, ge=1)  # steps launched and not landed, at most
+    gpus: str | None = None  # one evaluation worker per GPU ("all" or a count); None: this process
 
 
 def create_experiment(
@@ -140,6 +141,7 @@ def create_experiment(
     max_fix_attempts: int = DEFAULT_MAX_FIX_ATTEMPTS,
     budget_s: float | None = None,
     parallel: int = 1,
+    gpus: str | None = None,
 ) -> int:
     """Check everything, then add the experiment row; returns its id. HarnessError, with nothing
     written, for a bad start point, a bad number, an unusable proposer or device (None: cuda when
@@ -158,6 +160,10 @@ def create_experiment(
     if budget_s is not None and budget_s <= 0:
         raise HarnessError(f"--budget must be positive, not {budget_s:g}")
     make_proposer(proposer, proposer_timeout_s)  # an unknown builtin or a missing command fails here
+    if gpus is not None:
+        from harness.executors import make_executor
+
+        make_executor(gpus=gpus).close()  # a bad count, or more GPUs than there are, fails here
     with store.session() as session:
         if from_id is not None:
             start = get_revision(session, from_id)
@@ -185,6 +191,7 @@ def create_experiment(
             max_fix_attempts=max_fix_attempts,
             budget_s=budget_s,
             parallel=parallel,
+            gpus=gpus,
         )
         experiment = Experiment(
             task=task,
@@ -290,11 +297,22 @@ class _Loop:
         self.stop_reason: str | None = None
         self.error: BaseException | None = None
         self.cancelled = False
+        self.executor = None  # the evaluation workers (--gpus), for the whole run
 
     # --- the main thread ---------------------------------------------------------------------
 
     def run(self) -> tuple[str, str]:
-        evaluate_starting_pool(self.store, self.experiment_id, self.settings, self.events)
+        from harness.executors import make_executor
+
+        self.executor = make_executor(gpus=self.settings.gpus) if self.settings.gpus else None
+        try:
+            return self._run()
+        finally:
+            if self.executor is not None:
+                self.executor.close()
+
+    def _run(self) -> tuple[str, str]:
+        evaluate_starting_pool(self.store, self.experiment_id, self.settings, self.events, self.executor)
         self._load()
         workers = [
             threading.Thread(target=self._propose_steps, name=f"proposer-{index}", daemon=True)
@@ -384,6 +402,7 @@ class _Loop:
             self.settings,
             landed=landed,
             progress=progress,
+            executor=self.executor,
         )
 
     def _land(self, generation: int) -> None:
@@ -582,7 +601,7 @@ def _lineage_files(session: Session, lineage: str) -> frozenset[str]:
 
 
 def evaluate_starting_pool(
-    store: Store, experiment_id: int, settings: ExperimentSettings, events: ExperimentEvents
+    store: Store, experiment_id: int, settings: ExperimentSettings, events: ExperimentEvents, executor=None
 ) -> None:
     """Give every pool member without a result on the device one, so that selection can rank it."""
     with store.session() as session:
@@ -598,7 +617,7 @@ def evaluate_starting_pool(
             f"evaluating submission(s) {', '.join(map(str, missing))} on {settings.device} "
             "(parent candidates without a result)"
         )
-        evaluate_revisions(store, missing, settings)
+        evaluate_revisions(store, missing, settings, executor)
 
 
 def _choose(

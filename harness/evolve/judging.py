@@ -35,7 +35,7 @@ from harness.store.session import Store
 
 if TYPE_CHECKING:
     from harness.evolve.experiment import ExperimentSettings
-    from harness.executors import Job
+    from harness.executors import Executor, Job
     from harness.sandbox.evaluation import Evaluation, ShapeOutcome
 
 TIMED_MODE = "benchmark"  # the run mode an experiment times in (the evaluation's public seeds)
@@ -54,7 +54,9 @@ def _stopping_rule(settings: ExperimentSettings):
     return StoppingRule(budget_s=budget_s)
 
 
-def evaluate_revisions(store: Store, revision_ids: list[int], settings: ExperimentSettings) -> None:
+def evaluate_revisions(
+    store: Store, revision_ids: list[int], settings: ExperimentSettings, executor: Executor | None = None
+) -> None:
     """Check the revisions, then time the passing ones with the task's reference; the runs land
     in the store (results already stored for this environment are reused)."""
     from harness.tournament import run_tournament
@@ -66,6 +68,7 @@ def evaluate_revisions(store: Store, revision_ids: list[int], settings: Experime
         mode=TIMED_MODE,
         only=revision_ids,
         rule=_stopping_rule(settings),
+        executor=executor,
     )
 
 
@@ -83,10 +86,13 @@ def evaluate_children(
     *,
     landed: Landed,
     progress: Progress = lambda revision_id, state: None,
+    executor: Executor | None = None,
 ) -> None:
     """Evaluate (child, parent) pairs: check every child, then time each parent's passing
-    children beside it (module docstring). `landed` hears the children whose evaluation is
-    complete: the failing ones after the checks, the others as their parent's job is recorded."""
+    children beside it (module docstring), on the executor (default: this process; with one
+    worker per GPU the families' jobs run side by side, each on one GPU). `landed` hears the
+    children whose evaluation is complete: the failing ones after the checks, the others as
+    their parent's job is recorded."""
     from harness.executors import EvaluationRequest, InProcess, Job
     from harness.sandbox.checks import store_limits
     from harness.sandbox.devices import default_shape_set
@@ -110,7 +116,8 @@ def evaluate_children(
                 if description.startswith(label):
                     progress(child, f"checking: {description[len(label) :].lstrip(': ')}")
 
-    executor = InProcess()
+    own_executor = executor is None
+    executor = executor or InProcess()
     checked = run_tournament(
         store,
         task=settings.task,
@@ -221,7 +228,8 @@ def evaluate_children(
                     release_claim(session, key, worker)
         raise
     finally:
-        executor.close()
+        if own_executor:
+            executor.close()
     if failures:
         raise HarnessError(f"timing the children beside their parents failed: {failures[0]}")
 

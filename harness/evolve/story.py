@@ -117,7 +117,7 @@ def render_story(session: Session, experiment_id: int, *, full: bool = False) ->
             f"settings: generations {settings.generations}, population {settings.population}, "
             f"seed {settings.seed}, device {settings.device}, fix attempts per parent "
             f"{settings.max_fix_attempts}, proposer time limit {settings.proposer_timeout_s:g} s, "
-            f"parallel {settings.parallel}"
+            f"parallel {settings.parallel}" + (f", gpus {settings.gpus}" if settings.gpus else "")
         ),
         status,
         children,
