@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 
 from harness import checking
-from harness.sandbox import supervisor
+from harness.bits import bit_sum
+from harness.sandbox import isolation
 from harness.sandbox.protocol import CheckReply
-from harness.sandbox.transfer import bit_sum, changed_elements, describe, export_tensor, read_tensor
+from harness.sandbox.transfer import changed_elements, describe, export_tensor, read_tensor
 from harness.tasks import load_reference, load_task
 
 
@@ -74,7 +75,7 @@ def main() -> None:
     wrong.view(-1)[::1000] += 1.0
     timed("parent: compare_output, 0.1% wrong", lambda: checking.compare_output(wrong, case, rtol=task.rtol, atol=task.atol),
           2, device, results)
-    timed("isolation probe (detect_isolation, fresh)", lambda: supervisor._probe_isolation(device), 1, device, results)
+    timed("isolation probe (detect_isolation, fresh)", lambda: isolation._probe_isolation(device), 1, device, results)
     for code in ("pass", "import torch", f"import torch; torch.zeros(1, device='{device}')"):
         timed(f"python -c {code[:34]!r}", lambda code=code: subprocess.run([sys.executable, "-c", code], check=True),
               2, "cpu", results)

@@ -131,7 +131,7 @@ def _where(phase: str) -> str:
 
 def install(ledger: Ledger) -> None:
     from harness.report import progress
-    from harness.sandbox import calibration, evaluation, supervisor
+    from harness.sandbox import calibration, evaluation, pool, supervisor
 
     def bucket(name: str):
         return lambda own, args, kwargs, result: ledger.add(name, own)
@@ -143,7 +143,8 @@ def install(ledger: Ledger) -> None:
         ledger.add("overhead: check I/O (inputs in the child, output export, pipes)", own - seconds)
         ledger.first_calls.setdefault((id(args[0]), _where(kwargs.get("phase", ""))), seconds)
 
-    def on_time(own, args, kwargs, reply) -> None:
+    def on_time(own, args, kwargs, timed_shape) -> None:
+        reply = getattr(timed_shape, "reply", None)  # ChildProcess.time returns a TimedShape
         if ledger.calibrating:  # the harness's own no-op child: all of it is harness cost
             ledger.add(CALIBRATION, own)
             return
@@ -224,7 +225,7 @@ def install(ledger: Ledger) -> None:
     ledger.instrument(evaluation, "start_evaluators", on_start)
     ledger.instrument(evaluation.Evaluator, "finish", on_finish)
     ledger.instrument(evaluation.Evaluator, "__init__", bucket("overhead: evaluator setup (isolation probe, files)"))
-    ledger.instrument(supervisor, "start_children_early", bucket("overhead: process starts (spawn, torch import, CUDA context)"))
+    ledger.instrument(pool.CHILD_POOL, "start_early", bucket("overhead: process starts (spawn, torch import, CUDA context)"))
     ledger.instrument(evaluation.checking, "reference_case", bucket("overhead: reference cases"))
     ledger.instrument(evaluation, "_judge", bucket("overhead: judging (read back, compare)"))
     ledger.instrument(evaluation.Evaluator, "_timed_output_problem", bucket("overhead: timed output checks"))
@@ -396,7 +397,7 @@ from harness import environment; mark("import harness.environment")
 environment.probe_environment({args.device!r})
 how = ("; GPU name kept" if environment._names_from_cache else "; GPU name from torch") if {args.device!r} == "cuda" else ""
 mark("probe_environment({args.device}" + how + ")")
-import harness.cli, harness.tournament, harness.report.progress, harness.report.html; mark("import the CLI's modules")
+import harness.cli, harness.plan.tournament, harness.report.progress, harness.report.html; mark("import the CLI's modules")
 from harness.store.session import open_store
 store = open_store(); mark("open the store"); store.close()
 if {args.device!r} == "cuda":

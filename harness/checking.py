@@ -30,10 +30,10 @@ from types import ModuleType
 import torch
 from pydantic import BaseModel
 
-from harness.sandbox.protocol import CheckReply, TensorInfo
-from harness.sandbox.transfer import bit_sum
+from harness.bits import bit_sum
 from harness.tasks import Shape, TaskSpec
 from harness.verdicts import Accuracy, Verdict, Verdicts
+from harness.wire import CheckReply, TensorInfo
 
 MAX_PRINT = 5
 SMALL_FOR_CPU_FLOAT64 = 1 << 22  # elements of all data together: float64 reference on the CPU
@@ -59,7 +59,7 @@ class ReferenceCase:
     _bit_sums: dict = field(default_factory=dict, repr=False)
 
     def bit_sum(self, index: int) -> int:
-        """Input `index`'s bit sum (harness.sandbox.transfer.bit_sum), computed once per case."""
+        """Input `index`'s bit sum (harness.bits.bit_sum), computed once per case."""
         if index not in self._bit_sums:
             self._bit_sums[index] = bit_sum(self.data[index])
         return self._bit_sums[index]
@@ -127,26 +127,34 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-_last_case: list[tuple[tuple, ReferenceCase]] = []  # the most recent case, for the next evaluator
-_last_case_lock = threading.Lock()
+_recent_cases: list[tuple[tuple, ReferenceCase]] = []  # the most recent cases, newest last
+_recent_cases_lock = threading.Lock()
+RECENT_CASES = 2  # a shape's check case and its timed calls' case (benchmark mode) in turn
 
 
 def reference_case(
-    task: TaskSpec, reference: ModuleType, shape: Shape, seed: int, device: str
+    task: TaskSpec, reference: ModuleType, shape: Shape, seed: int, device: str, *, exact_now: bool = True
 ) -> ReferenceCase:
-    """Inputs from the task's generator, the reference in the task's dtype, and the float64
-    reference (the same reference function on the inputs cast to float64).
+    """Inputs from the task's generator, the reference in the task's dtype, and the exact answer
+    (`make_reference_case`), shared by every evaluation in this process.
 
-    The last case is kept: a tournament checks shape k of every revision in turn with the same
-    seed, and computing a large float64 reference once instead of once per revision is most of
-    the parent's work on big shapes. Nobody writes into a case, so sharing it is safe."""
+    The last two cases are kept: a tournament checks shape k of every revision in turn with the
+    same seed, and (benchmark mode) times them on one secret seed per shape and run; computing a
+    large reference and exact answer once instead of once per revision is most of the parent's
+    work on big shapes. Nobody writes into a case, so sharing it is safe; a case made without
+    `exact_now` computes its exact answer when first asked, once."""
     key = (task.name, reference.__name__, tuple(sorted(shape.parameters.items())), seed, device)
-    with _last_case_lock:  # evaluations may run in threads (tests do)
-        if _last_case and _last_case[0][0] == key:
-            return _last_case[0][1]
-        _last_case.clear()  # free the previous case's device memory before making the next
-        case = make_reference_case(reference, shape, seed, device)
-        _last_case.append((key, case))
+    with _recent_cases_lock:  # evaluations may run in threads (tests do)
+        for index, (known, case) in enumerate(_recent_cases):
+            if known == key:
+                _recent_cases.append(_recent_cases.pop(index))
+                if exact_now and case.exact() is not None:
+                    case.scale()
+                return case
+        while len(_recent_cases) >= RECENT_CASES:  # free the oldest case's memory before making the next
+            _recent_cases.pop(0)
+        case = make_reference_case(reference, shape, seed, device, exact_now=exact_now)
+        _recent_cases.append((key, case))
         return case
 
 
@@ -265,6 +273,11 @@ def compare_output(
     GPU MODE's check fails somewhere: where it passes, `accurate` passes too."""
     expected = case.expected
     received = received.to(expected.device)
+    if not figures:
+        passed = _surely_within(received, expected, rtol=rtol, atol=atol)
+        if passed is not None:
+            verdicts = Verdicts(gpumode=Verdict(status="pass", failures=0), accurate=Verdict(status="pass", failures=0))
+            return OutputCheck(passed=True, verdicts=verdicts, max_abs_err=passed, note=case.note)
     finite = torch.isfinite(received)
     not_finite = int((~finite).sum())
     expected_wide = expected.to(torch.float64)
@@ -333,6 +346,26 @@ def compare_output(
         mismatches_where_reference_is_off=where_exact_fails,
         note=case.note,
     )
+
+
+# float32 rounds |received - expected| and atol + rtol * |expected| to within a few units of 2**-24
+# of their exact values: an element whose float32 difference is under its float32 bound shrunk by
+# 2**-20 is within GPU MODE's tolerance however the two round.
+_SURE_MARGIN = 1.0 - 2.0**-20
+
+
+def _surely_within(received: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float) -> float | None:
+    """When every element of `received` is finite and surely within GPU MODE's tolerance of
+    `expected`, the largest absolute error (float32); else None, and the caller decides element by
+    element in float64. One pass and one synchronization: the recheck of every timed output."""
+    if received.shape != expected.shape or received.numel() == 0:
+        return None
+    if received.dtype != torch.float32 or expected.dtype != torch.float32:
+        return None
+    diff = (received - expected).abs()
+    bound = expected.abs().mul_(rtol).add_(atol).mul_(_SURE_MARGIN)
+    all_within, largest = torch.stack([(diff <= bound).all().to(diff.dtype), diff.max()]).tolist()
+    return largest if all_within == 1.0 else None
 
 
 def _gpumode_reason(

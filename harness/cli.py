@@ -33,6 +33,23 @@ DbOption = Annotated[
     str | None,
     typer.Option("--db", envvar="HARNESS_DB", help="SQLAlchemy URL of the store (default: db/harness.sqlite)."),
 ]
+DeviceOption = Annotated[
+    str | None, typer.Option("--device", help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
+]
+BudgetOption = Annotated[
+    float | None, typer.Option("--budget", help="Seconds of timed calls per shape (default: settings, 10).")
+]
+
+
+def _stopping_rule(budget: float | None):
+    """The timing's stopping rule for `--budget` (None: the settings' budget for the device)."""
+    if budget is None:
+        return None
+    if budget <= 0:
+        raise HarnessError(f"--budget must be positive, got {budget:g}")
+    from harness.timing import StoppingRule
+
+    return StoppingRule(budget_s=budget)
 
 
 # --- store and registration (issue 2) -------------------------------------------------------
@@ -51,14 +68,13 @@ def init(db: DbOption = None) -> None:
     """Create the store, or upgrade it to this harness's schema."""
     from harness.store.session import open_store
 
-    store = open_store(db)
-    store.close()
-    if store.previous_revision is None:
-        state = "created"
-    elif store.migrated:
-        state = f"upgraded from {store.previous_revision}"
-    else:
-        state = "already current"
+    with open_store(db) as store:
+        if store.previous_revision is None:
+            state = "created"
+        elif store.migrated:
+            state = f"upgraded from {store.previous_revision}"
+        else:
+            state = "already current"
     print(f"store {store.url}: schema {store.schema_revision} ({state})")
 
 
@@ -81,19 +97,15 @@ def register(
     from harness.store.session import open_store
 
     content = read_candidate_file(file)
-    store = open_store(db)
-    try:
-        with store.session() as session:
-            outcome = register_revision(
-                session, content, str(file), lineage=lineage, parent_id=parent, submission_id=submission_id,
-                message=message, author=author, task=task,
-            )
-            print(outcome.describe())
-            if outcome.created and outcome.revision.flags:
-                error = outcome.revision.syntax_error
-                print(f"  flags: {', '.join(outcome.revision.flags)}" + (f" ({error})" if error else ""))
-    finally:
-        store.close()
+    with open_store(db) as store, store.session() as session:
+        outcome = register_revision(
+            session, content, str(file), lineage=lineage, parent_id=parent, submission_id=submission_id,
+            message=message, author=author, task=task,
+        )
+        print(outcome.describe())
+        if outcome.created and outcome.revision.flags:
+            error = outcome.revision.syntax_error
+            print(f"  flags: {', '.join(outcome.revision.flags)}" + (f" ({error})" if error else ""))
 
 
 @app.command()
@@ -110,13 +122,9 @@ def seed(
     from harness.store.session import open_store
 
     seeds = read_seeds(manifest or CANDIDATES_DIR / "manifest.yml")
-    store = open_store(db)
-    try:
-        with store.session() as session:
-            outcomes = register_seeds(session, seeds)
-            lines = [outcome.describe() for outcome in outcomes]
-    finally:
-        store.close()
+    with open_store(db) as store, store.session() as session:
+        outcomes = register_seeds(session, seeds)
+        lines = [outcome.describe() for outcome in outcomes]
     print("\n".join(lines))
     created = sum(outcome.created for outcome in outcomes)
     if created:
@@ -142,19 +150,15 @@ def list_revisions_command(
     table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     for column in ("id", "lineage", "rev", "parent", "task", "author", "created (UTC)", "flags"):
         table.add_column(column, overflow="fold", no_wrap=column in ("id", "rev", "parent", "created (UTC)"))
-    store = open_store(db)
-    try:
-        with store.session() as session:
-            revisions = list_revisions(session, task=task, lineage=lineage)
-            for revision in revisions:
-                cells = (
-                    revision.id, revision.lineage.name, f"r{revision.number}",
-                    "" if revision.parent_id is None else revision.parent_id, revision.task, revision.author,
-                    f"{revision.created_at:%Y-%m-%d %H:%M}", ", ".join(revision.flags),
-                )
-                table.add_row(*(Text(str(cell)) for cell in cells))
-    finally:
-        store.close()
+    with open_store(db) as store, store.session() as session:
+        revisions = list_revisions(session, task=task, lineage=lineage)
+        for revision in revisions:
+            cells = (
+                revision.id, revision.lineage.name, f"r{revision.number}",
+                "" if revision.parent_id is None else revision.parent_id, revision.task, revision.author,
+                f"{revision.created_at:%Y-%m-%d %H:%M}", ", ".join(revision.flags),
+            )
+            table.add_row(*(Text(str(cell)) for cell in cells))
     if revisions:
         (console if console.is_terminal else Console(width=1000)).print(table)  # a pipe gets whole rows
     else:
@@ -170,27 +174,23 @@ def show(
     from harness.store.revisions import get_revision, revision_code
     from harness.store.session import open_store
 
-    store = open_store(db)
-    try:
-        with store.session() as session:
-            revision = get_revision(session, submission_id)
-            code = revision_code(revision)
-            fields = {
-                "parent": "none" if revision.parent_id is None else revision.parent_id,
-                "task": revision.task,
-                "file": revision.filename,
-                "author": revision.author,
-                "created": f"{revision.created_at:%Y-%m-%d %H:%M:%S} UTC",
-                "sha256": revision.code_sha256,
-                "directives": ", ".join(f"{key}={value}" for key, value in revision.directives.items()) or "none",
-                "entry point": revision.entry_point or "none",
-                "flags": ", ".join(revision.flags) or "none",
-                **({"syntax error": revision.syntax_error} if revision.syntax_error else {}),
-                "message": revision.message,
-            }
-            header = f"submission {revision.id}: {revision.lineage.name} r{revision.number}"
-    finally:
-        store.close()
+    with open_store(db) as store, store.session() as session:
+        revision = get_revision(session, submission_id)
+        code = revision_code(revision)
+        fields = {
+            "parent": "none" if revision.parent_id is None else revision.parent_id,
+            "task": revision.task,
+            "file": revision.filename,
+            "author": revision.author,
+            "created": f"{revision.created_at:%Y-%m-%d %H:%M:%S} UTC",
+            "sha256": revision.code_sha256,
+            "directives": ", ".join(f"{key}={value}" for key, value in revision.directives.items()) or "none",
+            "entry point": revision.entry_point or "none",
+            "flags": ", ".join(revision.flags) or "none",
+            **({"syntax error": revision.syntax_error} if revision.syntax_error else {}),
+            "message": revision.message,
+        }
+        header = f"submission {revision.id}: {revision.lineage.name} r{revision.number}"
     lines = [header] + [f"{name + ':':<12} {value}" for name, value in fields.items()]
     lines.append(f"--- {fields['file']} ({len(code)} bytes) ---")
     sys.stdout.write("\n".join(lines) + "\n")
@@ -205,9 +205,7 @@ def show(
 @app.command("test")
 def test_command(
     ids: Annotated[list[int], typer.Argument(help="Submission ids to check.", show_default=False)],
-    device: Annotated[
-        str | None, typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
-    ] = None,
+    device: DeviceOption = None,
     mode: Annotated[str, typer.Option(help="test (public seeds) or leaderboard (secret seeds).")] = "test",
     force: Annotated[bool, typer.Option(help="Check again even if this environment has a result.")] = False,
     call_timeout: Annotated[
@@ -216,18 +214,16 @@ def test_command(
     db: DbOption = None,
 ) -> None:
     """Check revisions against the task's reference in a sandbox; store one run per environment."""
-    from harness.sandbox.checks import check_revisions, render_checks, render_summary
+    from harness.plan.checks import check_revisions
+    from harness.report.checks import render_checks, render_summary
     from harness.sandbox.evaluation import resolve_device
-    from harness.sandbox.supervisor import SandboxLimits
+    from harness.sandbox.limits import SandboxLimits
     from harness.store.session import open_store
 
     device = resolve_device(device)
     limits = SandboxLimits.from_settings(call_timeout_s=call_timeout)
-    store = open_store(db)
-    try:
+    with open_store(db) as store:
         checked = check_revisions(store, ids, device=device, mode=mode, force=force, limits=limits)
-    finally:
-        store.close()
     console.print(render_summary(checked, device))
     console.print(render_checks(checked))
 
@@ -235,32 +231,25 @@ def test_command(
 @app.command()
 def bench(
     ids: Annotated[list[int], typer.Argument(help="Submission ids to time.", show_default=False)],
-    device: Annotated[
-        str | None, typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
-    ] = None,
+    device: DeviceOption = None,
     mode: Annotated[
         str, typer.Option(help="benchmark (public seeds) or leaderboard (a secret seed per call, every output checked).")
     ] = "benchmark",
     force: Annotated[bool, typer.Option(help="Time again even if this environment has a result.")] = False,
-    budget: Annotated[
-        float | None, typer.Option(help="Seconds of timed calls per shape (default: settings, 10).")
-    ] = None,
+    budget: BudgetOption = None,
     db: DbOption = None,
 ) -> None:
     """Time revisions with the task's reference in the same run; store and print per-shape tables."""
     from harness.environment import probe_environment
-    from harness.sandbox.bench import bench_revisions, render_bench
+    from harness.plan.bench import bench_revisions
+    from harness.report.bench import render_bench
     from harness.sandbox.evaluation import resolve_device
     from harness.store.session import open_store
-    from harness.timing import StoppingRule
 
     device = resolve_device(device)
-    if budget is not None and budget <= 0:
-        raise HarnessError(f"--budget must be positive, got {budget:g}")
-    rule = StoppingRule(budget_s=budget) if budget is not None else None
+    rule = _stopping_rule(budget)
     environment = probe_environment(device)
-    store = open_store(db)
-    try:
+    with open_store(db) as store:
         benched = bench_revisions(
             store,
             ids,
@@ -271,8 +260,6 @@ def bench(
             environment=environment,
             progress=lambda line: typer.echo(line, err=True),
         )
-    finally:
-        store.close()
     console.print(render_bench(benched, environment))
 
 
@@ -314,9 +301,7 @@ VerdictOption = Annotated[
 @app.command()
 def tournament(
     task: TaskOption = "conv2d_v2",
-    device: Annotated[
-        str | None, typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
-    ] = None,
+    device: DeviceOption = None,
     mode: Annotated[
         Literal["test", "benchmark", "leaderboard"],
         typer.Option(help="test (check only), benchmark (check, then time), leaderboard (and recheck with secret seeds)."),
@@ -325,9 +310,7 @@ def tournament(
         list[int] | None, typer.Option("--only", help="Just these submission ids (repeat the option).")
     ] = None,
     force: Annotated[bool, typer.Option(help="Evaluate again even where this environment has results.")] = False,
-    budget: Annotated[
-        float | None, typer.Option(help="Seconds of timed calls per shape (default: settings).")
-    ] = None,
+    budget: BudgetOption = None,
     gpus: Annotated[
         str | None,
         typer.Option(help="One worker per GPU: a count or 'all' (default: everything in this process)."),
@@ -343,63 +326,59 @@ def tournament(
 ) -> None:
     """Check, time and rank every revision of the task that has no result in this environment yet."""
     from harness.store.session import open_store
-    from harness.timing import StoppingRule
 
-    if budget is not None and budget <= 0:
-        raise HarnessError(f"--budget must be positive, got {budget:g}")
+    rule = _stopping_rule(budget)
     if ray_address is not None and executor != "ray":
         raise HarnessError("--ray-address needs --executor ray")
-    rule = StoppingRule(budget_s=budget) if budget is not None else None
-    store = open_store(db)
-    if executor == "local" and gpus is None and device in (None, "cpu", "cuda"):
-        # The sandbox's isolation probe (on a GPU, a process that starts CUDA: seconds) runs
-        # while this process imports torch and claims its runs, not after.
-        from harness.environment import likely_device
-        from harness.sandbox.supervisor import start_isolation_probe
+    with open_store(db) as store:
+        if executor == "local" and gpus is None and device in (None, "cpu", "cuda"):
+            # The sandbox's isolation probe (on a GPU, a process that starts CUDA: seconds) runs
+            # while this process imports torch and claims its runs, not after.
+            from harness.environment import likely_device
+            from harness.sandbox.isolation import start_isolation_probe
 
-        start_isolation_probe(device or likely_device())
-    from rich.console import Console
+            start_isolation_probe(device or likely_device())
+        from rich.console import Console
 
-    from harness.executors import make_executor
-    from harness.report.html import render_leaderboard
-    from harness.report.leaderboard import build_leaderboard
-    from harness.report.progress import RichTournamentProgress
-    from harness.tournament import run_tournament
+        from harness.executors import make_executor
+        from harness.plan.tournament import run_tournament
+        from harness.report.html import render_leaderboard
+        from harness.report.leaderboard import build_leaderboard
+        from harness.report.progress import RichTournamentProgress
 
-    runner = None
-    try:
-        runner = make_executor(executor, gpus=gpus, ray_address=ray_address)
-        with RichTournamentProgress(Console(stderr=True)) as progress:
-            result = run_tournament(
-                store, task=task, device=device, mode=mode, only=only, force=force, rule=rule,
-                progress=progress, executor=runner,
-            )
-        for phase in result.phases:
-            console.print(
-                f"{phase.phase}: {len(phase.revision_ids)} revisions, {phase.evaluated} evaluated now, "
-                f"{phase.reused} reused, {phase.busy} held by other workers, {len(phase.passed)} passed",
-                soft_wrap=True,
-            )
-        busy = sum(phase.busy for phase in result.phases)
-        with store.session() as session:
-            try:
-                board = build_leaderboard(
-                    session, result.task, result.environment.device_name or result.device, verdict
+        runner = None
+        try:
+            runner = make_executor(executor, gpus=gpus, ray_address=ray_address)
+            with RichTournamentProgress(Console(stderr=True)) as progress:
+                result = run_tournament(
+                    store, task=task, device=device, mode=mode, only=only, force=force, rule=rule,
+                    progress=progress, executor=runner,
                 )
-            except HarnessError:
-                if not busy:
-                    raise
-                console.print(f"no finished runs here yet: {busy} held by other workers; `harness leaderboard` later")
-                return
-            to_terminal = console.is_terminal
-            text = render_leaderboard(
-                session, board, "table", color=to_terminal, width=console.width if to_terminal else 200
-            )
-        _write_report(text, None)
-    finally:
-        if runner is not None:
-            runner.close()
-        store.close()
+            for phase in result.phases:
+                console.print(
+                    f"{phase.phase}: {len(phase.revision_ids)} revisions, {phase.evaluated} evaluated now, "
+                    f"{phase.reused} reused, {phase.busy} held by other workers, {len(phase.passed)} passed",
+                    soft_wrap=True,
+                )
+            busy = sum(phase.busy for phase in result.phases)
+            with store.session() as session:
+                try:
+                    board = build_leaderboard(
+                        session, result.task, result.environment.device_name or result.device, verdict
+                    )
+                except HarnessError:
+                    if not busy:
+                        raise
+                    console.print(f"no finished runs here yet: {busy} held by other workers; `harness leaderboard` later")
+                    return
+                to_terminal = console.is_terminal
+                text = render_leaderboard(
+                    session, board, "table", color=to_terminal, width=console.width if to_terminal else 200
+                )
+            _write_report(text, None)
+        finally:
+            if runner is not None:
+                runner.close()
 
 
 @app.command()
@@ -422,7 +401,7 @@ def leaderboard(
     from harness.report.leaderboard import build_leaderboard
     from harness.store.session import open_store
 
-    with open_store(db).session() as session:
+    with open_store(db) as store, store.session() as session:
         board = build_leaderboard(session, task, device, verdict)
         to_terminal = out is None and console.is_terminal
         text = render_leaderboard(session, board, output_format, color=to_terminal, width=console.width if to_terminal else 200)
@@ -442,7 +421,7 @@ def diff(
     from harness.report.history import revision_diff
     from harness.store.session import open_store
 
-    with open_store(db).session() as session:
+    with open_store(db) as store, store.session() as session:
         text = revision_diff(session, submission_id, against)
     _print_exact(text)
 
@@ -461,7 +440,7 @@ def history(
     from harness.report.history import build_history, render_history
     from harness.store.session import open_store
 
-    with open_store(db).session() as session:
+    with open_store(db) as store, store.session() as session:
         text = render_history(build_history(session, task, lineage, rank=rank, device=device, verdict=verdict))
     _print_exact(text)
 
@@ -490,14 +469,10 @@ def evolve(
     ] = None,
     population: Annotated[int, typer.Option(help="Parents are chosen among the best K passing revisions.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of every random choice (parents, mutations).")] = 0,
-    device: Annotated[
-        str | None, typer.Option(help="cpu or cuda (default: cuda when torch sees a GPU, else cpu).")
-    ] = None,
+    device: DeviceOption = None,
     proposer_timeout: Annotated[float, typer.Option(help="Seconds a proposer may take per reply.")] = 600.0,
     max_fix_attempts: Annotated[int, typer.Option(help="Fix prompts per failing revision, at most.")] = 2,
-    budget: Annotated[
-        float | None, typer.Option(help="Seconds of timed calls per shape (default: settings, 10).")
-    ] = None,
+    budget: BudgetOption = None,
     parallel: Annotated[int, typer.Option(help="Steps in flight at once (proposals asked together).")] = 1,
     gpus: Annotated[
         str | None, typer.Option(help="Evaluate on one worker per GPU: a count or 'all' (default: this process).")
@@ -519,8 +494,7 @@ def evolve(
             raise HarnessError(f"--resume continues with the experiment's own settings; drop {', '.join(given)}")
     elif generations is None or proposer is None:
         raise HarnessError("give --generations N and --proposer P (or --resume ID)")
-    store = open_store(db)
-    try:
+    with open_store(db) as store:
         if resume is None:
             experiment_id = create_experiment(
                 store, proposer=proposer, device=device, generations=generations,
@@ -536,8 +510,6 @@ def evolve(
         except KeyboardInterrupt:  # typer would turn it into a return value, and exit 0
             print(f"error: interrupted; `harness evolve --resume {experiment_id}` continues it", file=sys.stderr)
             sys.exit(130)
-    finally:
-        store.close()
     print(f"experiment {experiment_id}: {status}; `harness experiments show {experiment_id}` tells the story")
 
 
@@ -569,7 +541,7 @@ def prompt_render(
     from harness.store.session import open_store
 
     name = check_template(template)
-    with open_store(db).session() as session:
+    with open_store(db) as store, store.session() as session:
         text = render_template(name, prompt_context(session, get_revision(session, from_id), device=device))
     sys.stdout.write(text)
 
@@ -582,7 +554,7 @@ def experiments_list(ctx: typer.Context, db: DbOption = None) -> None:
     from harness.evolve.story import experiments_table, list_experiments
     from harness.store.session import open_store
 
-    with open_store(db).session() as session:
+    with open_store(db) as store, store.session() as session:
         summaries = list_experiments(session)
     if summaries:
         (console if console.is_terminal else Console(width=1000)).print(experiments_table(summaries))
@@ -606,7 +578,7 @@ def experiments_show(
 
     if fmt not in ("text", "html"):
         raise HarnessError(f"unknown format {fmt!r} (choose from text, html)")
-    with open_store(db).session() as session:
+    with open_store(db) as store, store.session() as session:
         if fmt == "html":
             from harness.evolve.tree import render_experiment_html
 

@@ -7,6 +7,7 @@ Every setting can be given in the environment with the `HARNESS_` prefix (for ex
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import unquote
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -55,3 +56,11 @@ class Settings(BaseSettings):
 
 def get_settings() -> Settings:
     return Settings()
+
+
+def sqlite_directory(url: str | None) -> str | None:
+    """The directory of a SQLite store URL (the sandbox hides it from the child); None for other URLs."""
+    if not url or not url.startswith("sqlite:///"):
+        return None
+    path = unquote(url.removeprefix("sqlite:///").split("?", 1)[0])
+    return str(Path(path).resolve().parent) if path and path != ":memory:" else None

@@ -237,3 +237,10 @@ def _cuda_timed_call(call: Callable[[Any], Any], inputs: Any) -> tuple[Any, floa
     cuda.synchronize()
     wall_ms = (perf_counter() - started) * 1e3 - flush_start.elapsed_time(start)
     return output, start.elapsed_time(end), wall_ms
+
+
+def ms_text(value: float | None) -> str:
+    """A time in ms as `harness bench` writes it: 4 decimals under 1 ms, 3 under 100, then 1."""
+    if value is None:
+        return "-"
+    return f"{value:.4f}" if value < 1 else f"{value:.3f}" if value < 100 else f"{value:.1f}"

@@ -27,13 +27,8 @@ from pathlib import Path
 import pytest
 from conftest import HARNESS_SCRIPT
 
-from harness.sandbox.supervisor import (
-    IO_DIR_PREFIX,
-    PROBE_DIR_PREFIX,
-    WORKDIR_PREFIX,
-    detect_isolation,
-    work_root,
-)
+from harness.sandbox.isolation import detect_isolation
+from harness.sandbox.workspace import IO_DIR_PREFIX, PROBE_DIR_PREFIX, WORKDIR_PREFIX, work_root
 from harness.store.revisions import register_revision
 from harness.store.session import open_store
 
@@ -242,7 +237,8 @@ def test_a_child_busy_in_a_call_ends_when_its_parent_is_killed(tmp_path):
 
 STOPPED_THEN_KILLED = """
 import os, signal, sys
-from harness.sandbox.supervisor import ChildProcess, SandboxLimits
+from harness.sandbox.limits import SandboxLimits
+from harness.sandbox.supervisor import ChildProcess
 from harness.tasks import load_task
 task = load_task("conv2d_v2")
 code = open(sys.argv[1], "rb").read()

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from harness.sandbox.evaluation import Evaluation, Evaluator, checked_configs, evaluate_interleaved
-from harness.sandbox.supervisor import ChildProcess, SandboxLimits, detect_isolation
+from harness.sandbox.isolation import detect_isolation
+from harness.sandbox.limits import SandboxLimits
+from harness.sandbox.supervisor import ChildProcess
 from harness.tasks import load_task
 
 TASK = load_task("conv2d_v2")

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,9 +23,10 @@ import pytest
 from conftest import rows
 
 from harness.config import CANDIDATES_DIR
+from harness.errors import HarnessError
 from harness.executors import EvaluationRequest, Job
 from harness.executors.local import GpuWorkers
-from harness.sandbox.supervisor import SandboxLimits
+from harness.sandbox.limits import SandboxLimits
 
 REFERENCE = CANDIDATES_DIR / "conv2d_v2_reference.py"
 RAY = Path(sys.executable).parent / "ray"
@@ -140,6 +143,33 @@ def test_a_worker_in_another_environment_refuses_its_job_and_the_others_go_on():
     assert done == []
     assert len(failed) == 1
     assert failed[0].startswith("worker on GPU 0: worker environment differs from the tournament's")
+
+
+def test_a_worker_message_that_does_not_decode_fails_its_job_loudly():
+    """A broken worker (here a real process in the worker's place that answers a malformed shape
+    message) fails its job with the line it sent, and is stopped; nothing is skipped."""
+    from harness.executors.local import GpuWorker
+
+    request = EvaluationRequest.make(
+        7, REFERENCE.read_bytes(), "reference.py", "conv2d_v2", device="cpu", limits=SandboxLimits.from_settings()
+    )
+    job = Job(device="cpu", env_key="any", requests=[request])
+    worker = GpuWorker.__new__(GpuWorker)  # its process is the one below, not a real worker
+    worker.device = "0"
+    worker.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed by stop)
+    answers = '{"type": "ready"}\n{"type": "shape", "key": 7}\n{"type": "done", "evaluations": []}\n'
+    script = f"import sys; sys.stdin.readline(); sys.stdout.write({answers!r}); sys.stdout.flush(); sys.stdin.read()"
+    worker.process = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    events = queue.Queue()
+    kind, failed_job, reason = worker.run(job, events)
+    assert (kind, failed_job) == ("failed", job)
+    assert reason.startswith("worker on GPU 0 sent a message that does not decode")
+    assert '"type": "shape", "key": 7' in reason
+    assert events.empty()
+    assert worker.process.poll() is not None
 
 
 def test_ctrl_c_stops_the_gpu_workers_and_releases_every_claim(store_url, run_cli, tmp_path):
@@ -286,3 +316,12 @@ def test_jobs_are_shared_out_by_estimated_cost_and_keep_the_request_order():
     even = split_jobs("cpu", "key", [r.model_copy(update={"cost": 1.0}) for r in requests[:5]], 2)
     assert [[r.key for r in job.requests] for job in even] == [[0, 2, 4], [1, 3]]
     assert len(split_jobs("cpu", "key", requests[:1], 4)) == 1
+
+
+def test_a_ray_answer_that_does_not_decode_is_an_error():
+    from harness.executors.ray import _decode
+    from harness.wire import JobFailed
+
+    assert _decode('{"type": "error", "error": "no GPU"}') == JobFailed(error="no GPU")
+    with pytest.raises(HarnessError, match="does not decode"):
+        _decode('{"done": []}')  # the untyped form of before

@@ -26,7 +26,7 @@ from conftest import HARNESS_SCRIPT
 from sqlalchemy import make_url, select, text, update
 
 from harness.environment import probe_environment
-from harness.sandbox.supervisor import detect_isolation
+from harness.sandbox.isolation import detect_isolation
 from harness.store.models import Run, utcnow
 from harness.store.revisions import get_or_create_secret, register_revision
 from harness.store.runs import claim_run

@@ -15,7 +15,8 @@ import pytest
 
 from harness import environment
 from harness.sandbox.evaluation import Evaluator, evaluate_interleaved
-from harness.sandbox.supervisor import ChildProcess, SandboxLimits
+from harness.sandbox.limits import SandboxLimits
+from harness.sandbox.supervisor import ChildProcess
 from harness.tasks import load_task
 
 TASK = load_task("conv2d_v2")
@@ -209,7 +210,7 @@ def test_the_environment_key_needs_no_triton_import_and_is_unchanged():
 
 
 def test_a_passing_child_is_kept_for_the_next_phase_adopted_once_and_then_stopped():
-    from harness.sandbox import supervisor
+    from harness.sandbox.pool import CHILD_POOL
     from harness.timing import StoppingRule
 
     settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
@@ -222,47 +223,47 @@ def test_a_passing_child_is_kept_for_the_next_phase_adopted_once_and_then_stoppe
     first = evaluate_interleaved(checked)
     assert [e.status for e in first] == ["pass", "wrong_answer"]
     kept = checked[0].child
-    assert kept.serving and list(supervisor.kept_children.values()) == [kept]
+    assert kept.serving and list(CHILD_POOL.kept.values()) == [kept]
     assert checked[1].child.proc.poll() is not None, "a failing candidate's child is not kept"
 
     rule = StoppingRule(min_runs=2, max_runs=3, budget_s=0.2)
     timed = [make(path, timed=True, rule=rule) for path in files]
     assert timed[0].adopted and timed[0].child is kept and not timed[1].adopted
-    assert not supervisor.kept_children
+    assert not CHILD_POOL.kept
     second = evaluate_interleaved(timed)
     reused = second[0]
     assert reused.status == "pass" and reused.child_reused and reused.startup_s == 0.0 and reused.compile_s == 0.0
     assert all(s.runs and s.mean_ms > 0 for s in reused.shapes)
     assert second[1].status == "wrong_answer" and not second[1].child_reused and second[1].startup_s > 0
     assert kept.proc.poll() is not None, "not asked to keep it again: stopped at the end"
-    assert not kept.workdir.exists() and not supervisor.kept_children
+    assert not kept.workdir.exists() and not CHILD_POOL.kept
 
 
 def test_kept_children_that_no_job_adopts_are_stopped_when_the_next_job_starts():
     from harness.executors import EvaluationRequest, Job, run_job
-    from harness.sandbox import supervisor
+    from harness.sandbox.pool import CHILD_POOL
 
     settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
     request = EvaluationRequest.make(1, REFERENCE.read_bytes(), REFERENCE.name, "conv2d_v2", device="cpu",
                                      limits=settings, keep_child=True)
     [checked] = run_job(Job(device="cpu", env_key="k", requests=[request]))
     assert checked.status == "pass"
-    [kept] = supervisor.kept_children.values()
+    [kept] = CHILD_POOL.kept.values()
     other = EvaluationRequest.make(2, (BAD / "wrong_answer.py").read_bytes(), "wrong_answer.py", "conv2d_v2",
                                    device="cpu", limits=settings)
     [result] = run_job(Job(device="cpu", env_key="k", requests=[other]))
     assert result.status == "wrong_answer" and not result.child_reused
-    assert kept.proc.poll() is not None and not supervisor.kept_children
+    assert kept.proc.poll() is not None and not CHILD_POOL.kept
 
 
 def test_an_isolation_probe_started_early_gives_the_same_level_and_leaves_nothing_at_exit(tmp_path):
     import subprocess
     import sys
 
-    from harness.sandbox.supervisor import detect_isolation
+    from harness.sandbox.isolation import detect_isolation
 
     env = {**__import__("os").environ, "TMPDIR": str(tmp_path)}
-    script = "from harness.sandbox import supervisor as s\ns.start_isolation_probe('cpu')\n"
+    script = "from harness.sandbox import isolation as s\ns.start_isolation_probe('cpu')\n"
     waited = subprocess.run(
         [sys.executable, "-c", script + "print(s.detect_isolation('cpu').name)"],
         capture_output=True, text=True, env=env, timeout=120, check=True,
@@ -280,11 +281,13 @@ KEPT_ISOLATION = """
 import json, sys
 from harness.errors import HarnessError
 from harness.sandbox import supervisor as s
+from harness.sandbox.isolation import detect_isolation, level_was_kept
+from harness.sandbox.limits import SandboxLimits
 from harness.tasks import load_task
-level = s.detect_isolation("cpu")
-print(level.name, "kept" if "cpu" in s._levels_from_cache else "probed")
+level = detect_isolation("cpu")
+print(level.name, "kept" if level_was_kept("cpu") else "probed")
 if sys.argv[1:] == ["fail"]:
-    limits = s.SandboxLimits.from_settings(startup_timeout_s=0.001)
+    limits = SandboxLimits.from_settings(startup_timeout_s=0.001)
     child = s.ChildProcess(b"def custom_kernel(d):\\n    return d[2]\\n", load_task("conv2d_v2"), device="cpu",
                            limits=limits, code_sha256="0" * 64)
     try:
@@ -301,7 +304,7 @@ def test_the_isolation_level_is_kept_on_disk_and_dropped_when_a_child_then_fails
     import subprocess
     import sys
 
-    from harness.sandbox.supervisor import ISOLATION_CACHE, detect_isolation
+    from harness.sandbox.isolation import ISOLATION_CACHE, detect_isolation
 
     env = {**__import__("os").environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache")}
 
@@ -326,23 +329,24 @@ def test_the_isolation_level_is_kept_on_disk_and_dropped_when_a_child_then_fails
 EARLY_CHILD = """
 import sys
 from pathlib import Path
-from harness.sandbox import supervisor
+from harness.sandbox.limits import SandboxLimits
+from harness.sandbox.pool import CHILD_POOL
 from harness.tasks import load_task
 
 code = Path(sys.argv[1]).read_bytes()
 task = load_task("conv2d_v2")
-limits = supervisor.SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
-supervisor.start_children_early([(code, task, "cpu", limits)])
+limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
+CHILD_POOL.start_early([(code, task, "cpu", limits)])
 print("torch imported before the spawn:", "torch" in sys.modules)
-[early] = supervisor.early_children.values()
+[early] = CHILD_POOL.early.values()
 from harness.sandbox.evaluation import Evaluator, evaluate_interleaved
 evaluator = Evaluator(code, "reference.py", task, device="cpu", limits=limits)
-print("taken:", evaluator.spawned_early and evaluator.child is early and not supervisor.early_children)
+print("taken:", evaluator.spawned_early and evaluator.child is early and not CHILD_POOL.early)
 [evaluation] = evaluate_interleaved([evaluator])
 print("status:", evaluation.status, "startup_s > 0:", evaluation.startup_s > 0)
-supervisor.start_children_early([(code, task, "cpu", limits)])
-supervisor.close_waiting_children()
-print("left:", len(supervisor.early_children))
+CHILD_POOL.start_early([(code, task, "cpu", limits)])
+CHILD_POOL.close_waiting()
+print("left:", len(CHILD_POOL.early))
 """
 
 
@@ -395,7 +399,7 @@ def custom_kernel(data):
 
 
 def test_a_kept_childs_autotuners_forget_their_choices_before_the_next_phase():
-    from harness.sandbox import supervisor
+    from harness.sandbox.pool import CHILD_POOL
     from harness.timing import StoppingRule
 
     settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
@@ -413,7 +417,7 @@ def test_a_kept_childs_autotuners_forget_their_choices_before_the_next_phase():
     remembered = [line for line in second.log_tail.splitlines() if line.startswith("remembered")]
     assert remembered[0] == "remembered 0", "forgotten before the kept child's first call of this phase"
     assert remembered[1:] and set(remembered[1:]) == {"remembered 1"}
-    assert not supervisor.kept_children
+    assert not CHILD_POOL.kept
 
 
 def test_a_cpu_only_torch_decides_the_device_without_being_imported():

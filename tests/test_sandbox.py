@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.config import sqlite_directory
 from harness.environment import Environment, probe_environment
 from harness.errors import HarnessError
 from harness.sandbox.evaluation import Evaluation, ShapeOutcome, evaluate
-from harness.sandbox.supervisor import SandboxLimits, detect_isolation, sqlite_directory
+from harness.sandbox.isolation import detect_isolation
+from harness.sandbox.limits import SandboxLimits
 from harness.store.revisions import register_revision
 from harness.store.runs import claim_run, find_run, record_run, release_claim
 from harness.store.session import open_store

@@ -169,8 +169,8 @@ def test_a_store_that_fails_after_its_file_was_created_leaves_no_file(store_url)
 def test_a_postgresql_stores_socket_directories_are_hidden_from_the_child(tmp_path, monkeypatch):
     """A network namespace cuts TCP, not unix sockets: the server's socket directories (the URL's,
     PGHOST's, the default one) go into the sandbox's hidden paths; /tmp is left to the supervisor."""
-    from harness.sandbox.checks import store_limits
-    from harness.sandbox.supervisor import SandboxLimits
+    from harness.plan.phases import store_limits
+    from harness.sandbox.limits import SandboxLimits
     from harness.store.session import Store, postgres_socket_directories
 
     url_dir, env_dir = tmp_path / "url-socket", tmp_path / "env-socket"

@@ -14,7 +14,7 @@ from conftest import rows
 
 from harness.config import CANDIDATES_DIR
 from harness.sandbox.evaluation import Evaluator, evaluate, evaluate_interleaved
-from harness.sandbox.supervisor import SandboxLimits
+from harness.sandbox.limits import SandboxLimits
 from harness.scoring import score
 from harness.tasks import load_task
 from harness.timing import TIMING_MISMATCH, BenchmarkStats, StoppingRule, time_calls

@@ -59,7 +59,7 @@ def evaluate_revisions(
 ) -> None:
     """Check the revisions, then time the passing ones with the task's reference; the runs land
     in the store (results already stored for this environment are reused)."""
-    from harness.tournament import run_tournament
+    from harness.plan.tournament import run_tournament
 
     run_tournament(
         store,
@@ -94,11 +94,11 @@ def evaluate_children(
     children whose evaluation is complete: the failing ones after the checks, the others as
     their parent's job is recorded."""
     from harness.executors import EvaluationRequest, InProcess, Job
-    from harness.sandbox.checks import store_limits
+    from harness.plan.phases import claim_ttl_s, store_limits
+    from harness.plan.tournament import TournamentProgress, run_tournament
     from harness.sandbox.devices import default_shape_set
-    from harness.sandbox.supervisor import SandboxLimits
+    from harness.sandbox.limits import SandboxLimits
     from harness.tasks import load_task
-    from harness.tournament import TournamentProgress, run_tournament
 
     child_ids = [child for child, _ in children]
     for child in child_ids:
@@ -148,9 +148,8 @@ def evaluate_children(
     labels: dict[int, int] = {}  # request key -> revision id
     with store.session() as session:
         for family in families.values():
-            per_shape_s = limits.call_timeout_s * 16 + rule.budget_s
-            ttl_s = limits.startup_timeout_s + limits.import_timeout_s
-            ttl_s += per_shape_s * len(task.shapes(shape_set)) * 4 * (len(family.children) + 1)
+            # the job times every child and the parent twice, shape by shape
+            ttl_s = claim_ttl_s(limits, len(task.shapes(shape_set)) * (len(family.children) + 2), rule)
             requests = []
             for child in family.children:
                 found = reuse_or_claim(

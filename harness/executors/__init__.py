@@ -1,12 +1,13 @@
 """Where evaluations run: in this process, in one worker process per GPU of this node, or as Ray
 tasks on a cluster.
 
-The tournament claims runs in the store, turns each claimed run into an `EvaluationRequest`
-(everything a worker needs, and nothing of the store), and hands the requests to an executor in
-`Job`s: a job is a list of requests evaluated together on one device, interleaved shape by shape
-(`run_job`). The executor calls back on the caller's thread for every shape that ran and for every
-job that ended; the caller (the parent process) alone writes the results to the store
-(`evaluate_and_record`).
+The plan (harness.plan) claims runs in the store, turns each claimed run into an
+`EvaluationRequest` (everything a worker needs, and nothing of the store), and hands the requests
+to an executor in `Job`s: a job is a list of requests evaluated together on one device,
+interleaved shape by shape (`run_job`). The executor calls back on the caller's thread for every
+shape that ran and for every job that ended; the caller (the parent process) alone writes the
+results to the store (harness.plan.phases.evaluate_and_record). Executors know nothing of the
+store.
 
 - `InProcess`: one job at a time in this process (`harness test`, `harness bench`, a tournament
   without `--gpus`).
@@ -29,10 +30,10 @@ from harness.environment import Environment
 from harness.errors import HarnessError
 
 if TYPE_CHECKING:
-    from harness.sandbox.evaluation import Evaluation, Evaluator, ShapeOutcome
-    from harness.sandbox.supervisor import SandboxLimits
-    from harness.store.models import Run
-    from harness.store.session import Store
+    from harness.sandbox.evaluation import Evaluator
+    from harness.sandbox.limits import SandboxLimits
+    from harness.sandbox.pool import ChildPool
+    from harness.wire import Evaluation, ShapeOutcome
 
 ShapeCallback = Callable[[int, "ShapeOutcome"], None]  # (request key, outcome)
 
@@ -88,9 +89,9 @@ class EvaluationRequest(BaseModel):
             keep_child=keep_child,
         )
 
-    def evaluator(self) -> Evaluator:
+    def evaluator(self, pool: ChildPool | None = None) -> Evaluator:
         from harness.sandbox.evaluation import Evaluator
-        from harness.sandbox.supervisor import SandboxLimits
+        from harness.sandbox.limits import SandboxLimits
         from harness.tasks import load_task
         from harness.timing import StoppingRule
 
@@ -105,6 +106,7 @@ class EvaluationRequest(BaseModel):
             limits=SandboxLimits(**self.limits),
             rule=StoppingRule(**self.rule) if self.rule is not None else None,
             keep_child=self.keep_child,
+            pool=pool,
         )
 
 
@@ -158,18 +160,21 @@ def check_environment(job: Job) -> Environment:
     return environment
 
 
-def run_job(job: Job, on_shape: ShapeCallback | None = None) -> list[Evaluation]:
-    """Evaluate the job's requests in this process, interleaved shape by shape. Children kept by
-    an earlier job (an earlier phase) are adopted by the requests of the same candidates; the
-    others are stopped before anything runs. The first group's other children are spawned before
-    anything imports torch here (harness.sandbox.supervisor is free of it), so that this process's
-    own torch import, when it is the first, overlaps their start."""
+def run_job(job: Job, on_shape: ShapeCallback | None = None, pool: ChildPool | None = None) -> list[Evaluation]:
+    """Evaluate the job's requests in this process, interleaved shape by shape. Children kept in
+    the pool (default: this process's, harness.sandbox.pool) by an earlier job (an earlier phase)
+    are adopted by the requests of the same candidates; the others are stopped before anything
+    runs. The first group's other children are spawned before anything imports torch here
+    (harness.sandbox.supervisor is free of it), so that this process's own torch import, when it
+    is the first, overlaps their start."""
     from harness.sandbox.devices import INTERLEAVE_GROUP
-    from harness.sandbox.supervisor import SandboxLimits, close_waiting_children, start_children_early
+    from harness.sandbox.limits import SandboxLimits
+    from harness.sandbox.pool import CHILD_POOL
     from harness.tasks import load_task
 
+    pool = pool or CHILD_POOL
     try:
-        start_children_early(
+        pool.start_early(
             [
                 (base64.b64decode(r.code), load_task(r.task), r.device, SandboxLimits(**r.limits))
                 for r in job.requests[:INTERLEAVE_GROUP]
@@ -180,13 +185,13 @@ def run_job(job: Job, on_shape: ShapeCallback | None = None) -> list[Evaluation]
         evaluators = []
         try:
             for request in job.requests:
-                evaluators.append(request.evaluator())
+                evaluators.append(request.evaluator(pool))
         except BaseException:
             for evaluator in evaluators:
                 evaluator.close()
             raise
     finally:
-        close_waiting_children()
+        pool.close_waiting()
     keys = {id(evaluator): request.key for evaluator, request in zip(evaluators, job.requests)}
 
     def shape_done(evaluator: Evaluator, outcome: ShapeOutcome) -> None:
@@ -235,10 +240,10 @@ class InProcess:
             on_done(job, run_job(job, on_shape))
 
     def close(self) -> None:
-        if "harness.sandbox.supervisor" in sys.modules:
-            from harness.sandbox.supervisor import close_waiting_children
+        if "harness.sandbox.pool" in sys.modules:
+            from harness.sandbox.pool import CHILD_POOL
 
-            close_waiting_children()
+            CHILD_POOL.close_waiting()
 
 
 def make_executor(executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None) -> Executor:
@@ -256,64 +261,3 @@ def make_executor(executor: str = "local", *, gpus: str | None = None, ray_addre
 
         return RayExecutor(ray_address)
     raise HarnessError(f"unknown executor {executor!r}: use local or ray")
-
-
-@dataclasses.dataclass
-class Dispatched:
-    """What `evaluate_and_record` did with each claimed run (by run id)."""
-
-    recorded: dict[int, Run | None] = dataclasses.field(default_factory=dict)  # None: taken over
-    failed: dict[int, str] = dataclasses.field(default_factory=dict)  # the worker's failure
-
-
-def evaluate_and_record(
-    store: Store,
-    executor: Executor,
-    environment: Environment,
-    requests: list[EvaluationRequest],
-    *,
-    worker: str,
-    on_shape: ShapeCallback | None = None,
-    on_recorded: Callable[[EvaluationRequest, Evaluation], None] | None = None,
-) -> Dispatched:
-    """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
-    each job's results as the job ends, one transaction per job. The claims of a job whose worker
-    failed are released (the next tournament does them); on an interruption every claim not yet
-    written is released and the exception goes on."""
-    from harness.store.runs import new_batch, record_run, release_claim
-
-    dispatched = Dispatched()
-    open_claims = {request.key for request in requests}
-
-    def release(keys: list[int]) -> None:
-        with store.session() as session:
-            for key in keys:
-                release_claim(session, key, worker)
-        open_claims.difference_update(keys)
-
-    def done(job: Job, evaluations: list[Evaluation]) -> None:
-        batch = new_batch()
-        with store.session() as session:
-            for request, evaluation in zip(job.requests, evaluations):
-                run = record_run(
-                    session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch
-                )
-                dispatched.recorded[request.key] = run
-        open_claims.difference_update(request.key for request in job.requests)
-        if on_recorded is not None:
-            for request, evaluation in zip(job.requests, evaluations):
-                on_recorded(request, evaluation)
-
-    def failed(job: Job, reason: str) -> None:
-        release([request.key for request in job.requests])
-        for request in job.requests:
-            dispatched.failed[request.key] = reason
-
-    jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots)
-    try:
-        executor.run(jobs, on_shape or (lambda key, outcome: None), done, failed)
-    except BaseException:
-        if open_claims:
-            release(sorted(open_claims))
-        raise
-    return dispatched

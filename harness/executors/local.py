@@ -14,7 +14,6 @@ never for timings that count.
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
@@ -69,17 +68,24 @@ class GpuWorker:
             self.process.stdin.flush()
         except (BrokenPipeError, OSError):
             return ("failed", job, self._why_gone())
+        from pydantic import ValidationError
+
+        from harness.wire import WORKER_MESSAGE, JobDone, JobFailed, ShapeDone
+
         for line in self.process.stdout:
             try:
-                message = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if "shape" in message:
-                events.put(("shape", job, message["shape"]))
-            elif "done" in message:
-                return ("done", job, message["done"])
-            elif "error" in message:
-                return ("failed", job, f"worker on GPU {self.device}: {message['error']}")
+                message = WORKER_MESSAGE.validate_json(line)
+            except ValidationError as exc:  # the channel carries messages only: the worker is broken
+                self.stop(grace_s=0)
+                reason = exc.errors()[0]["msg"] if exc.errors() else "invalid"
+                what = f"a message that does not decode ({reason}): {line[:200].strip()!r}"
+                return ("failed", job, f"worker on GPU {self.device} sent {what}")
+            if isinstance(message, ShapeDone):
+                events.put(("shape", job, message))
+            elif isinstance(message, JobDone):
+                return ("done", job, message.evaluations)
+            elif isinstance(message, JobFailed):
+                return ("failed", job, f"worker on GPU {self.device}: {message.error}")
         return ("failed", job, self._why_gone())
 
     def _why_gone(self) -> str:
@@ -166,8 +172,6 @@ class GpuWorkers:
         on_done: Callable[[Job, list], None],
         on_failed: Callable[[Job, str], None],
     ) -> None:
-        from harness.sandbox.evaluation import Evaluation, ShapeOutcome
-
         if not jobs:
             return
         self.start(jobs[0].device)
@@ -189,10 +193,10 @@ class GpuWorkers:
                 except queue.Empty:
                     continue
                 if kind == "shape":
-                    on_shape(payload["key"], ShapeOutcome.model_validate(payload["outcome"]))
+                    on_shape(payload.key, payload.outcome)
                 elif kind == "done":
                     finished += 1
-                    on_done(job, [Evaluation.model_validate(item) for item in payload])
+                    on_done(job, payload)
                 else:
                     finished += 1
                     on_failed(job, payload)

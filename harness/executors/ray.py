@@ -13,41 +13,54 @@ node (installed in the cluster's Python environment).
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Callable
+
+from pydantic import ValidationError
 
 from harness.environment import Environment
 from harness.errors import HarnessError
 from harness.executors import Job, ShapeCallback
+from harness.wire import WORKER_MESSAGE, DeviceProbed, JobDone, JobFailed, WorkerMessage
 
 POLL_S = 1.0
 CONNECT_TIMEOUT_S = 5.0
 
 
-def _probe_task(device: str | None) -> dict:
-    """On a cluster GPU: the device (resolved as locally) and its environment, or an error."""
+def _probe_task(device: str | None) -> str:
+    """On a cluster GPU: the device (resolved as locally) and its environment, or an error (a
+    harness.wire message as JSON)."""
     from harness.environment import probe_environment
     from harness.sandbox.evaluation import resolve_device
+    from harness.wire import DeviceProbed, JobFailed
 
     try:
         resolved = resolve_device(device)
-        return {"device": resolved, "environment": probe_environment(resolved).model_dump()}
+        return DeviceProbed(device=resolved, environment=probe_environment(resolved).model_dump()).model_dump_json()
     except HarnessError as exc:
-        return {"error": str(exc)}
+        return JobFailed(error=str(exc)).model_dump_json()
 
 
 def _job_task(job_json: str) -> str:
-    """On a cluster GPU: the job's evaluations (JSON), or an error."""
+    """On a cluster GPU: the job's evaluations, or an error (a harness.wire message as JSON)."""
     from harness.executors import check_environment, run_job
+    from harness.wire import JobDone, JobFailed
 
     try:
         job = Job.model_validate_json(job_json)
         check_environment(job)
         evaluations = run_job(job)
     except HarnessError as exc:
-        return json.dumps({"error": str(exc)})
-    return json.dumps({"done": [evaluation.model_dump() for evaluation in evaluations]})
+        return JobFailed(error=str(exc)).model_dump_json()
+    return JobDone(evaluations=evaluations).model_dump_json()
+
+
+def _decode(answer: str) -> WorkerMessage:
+    """A Ray task's answer; one that does not decode is an error, never skipped."""
+    try:
+        return WORKER_MESSAGE.validate_json(answer)
+    except ValidationError as exc:
+        raise HarnessError(f"a Ray task's answer does not decode: {_first_line(exc)}") from None
 
 
 class RayExecutor:
@@ -75,21 +88,23 @@ class RayExecutor:
         self.slots = gpus
         self._probe = ray.remote(num_gpus=1, max_retries=0)(_probe_task)
         self._job = ray.remote(num_gpus=1, max_retries=0)(_job_task)
-        self._probed: dict | None = None
+        self._probed: DeviceProbed | None = None
 
-    def _probe_cluster(self, device: str | None) -> dict:
-        if self._probed is None or device not in (None, self._probed.get("device")):
-            answer = self.ray.get(self._probe.remote(device))
-            if "error" in answer:
-                raise HarnessError(f"on the Ray cluster: {answer['error']}")
+    def _probe_cluster(self, device: str | None) -> DeviceProbed:
+        if self._probed is None or device not in (None, self._probed.device):
+            answer = _decode(self.ray.get(self._probe.remote(device)))
+            if isinstance(answer, JobFailed):
+                raise HarnessError(f"on the Ray cluster: {answer.error}")
+            if not isinstance(answer, DeviceProbed):
+                raise HarnessError(f"on the Ray cluster: a probe answered {answer.type!r}")
             self._probed = answer
         return self._probed
 
     def resolve_device(self, device: str | None) -> str:
-        return self._probe_cluster(device)["device"]
+        return self._probe_cluster(device).device
 
     def probe(self, device: str) -> Environment:
-        return Environment.model_validate(self._probe_cluster(device)["environment"])
+        return Environment.model_validate(self._probe_cluster(device).environment)
 
     def run(
         self,
@@ -98,8 +113,6 @@ class RayExecutor:
         on_done: Callable[[Job, list], None],
         on_failed: Callable[[Job, str], None],
     ) -> None:
-        from harness.sandbox.evaluation import Evaluation
-
         ray = self.ray
         pending = {self._job.remote(job.model_dump_json()): job for job in jobs}
         try:
@@ -108,19 +121,22 @@ class RayExecutor:
                 for ref in ready:
                     job = pending.pop(ref)
                     try:
-                        answer = json.loads(ray.get(ref))
-                    except (ray.exceptions.RayError, ValueError) as exc:  # a lost node or worker
+                        answer = _decode(ray.get(ref))
+                    except ray.exceptions.RayError as exc:  # a lost node or worker
                         on_failed(job, f"Ray task failed: {_first_line(exc)}")
                         continue
-                    if "error" in answer:
-                        on_failed(job, f"Ray task: {answer['error']}")
+                    except HarnessError as exc:
+                        on_failed(job, str(exc))
                         continue
-                    evaluations = [Evaluation.model_validate(item) for item in answer["done"]]
-                    for request, evaluation in zip(job.requests, evaluations):
+                    if not isinstance(answer, JobDone):
+                        error = answer.error if isinstance(answer, JobFailed) else f"answered {answer.type!r}"
+                        on_failed(job, f"Ray task: {error}")
+                        continue
+                    for request, evaluation in zip(job.requests, answer.evaluations):
                         for outcome in evaluation.shapes:
                             if outcome.status != "not_run":
                                 on_shape(request.key, outcome)
-                    on_done(job, evaluations)
+                    on_done(job, answer.evaluations)
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)

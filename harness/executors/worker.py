@@ -1,21 +1,24 @@
 """`python -m harness.executors.worker`: run jobs and report on a private channel.
 
-Reads `Job`s (JSON, one per line) on stdin until it closes; runs each in turn. Writes JSON lines
-to what was its stdout, which it keeps for itself (stdout is pointed at stderr first, so that
-nothing a library prints can pass for a message): `{"shape": {"key": K, "outcome": {...}}}` for
-every shape that ran, then `{"done": [evaluation, ...]}`, or `{"error": "one line"}` when the job
-could not run (a worker environment that differs from the job's, a malformed job). It imports
-what evaluations need, and starts CUDA when asked, before reading the first job, so that a
-worker started early is ready when its first job comes. SIGTERM stops it: the sandboxed
-children of the job in progress are stopped too.
+Reads `Job`s (JSON, one per line) on stdin until it closes; runs each in turn. Writes typed
+messages (harness.wire.WorkerMessage, JSON lines) to what was its stdout, which it keeps for
+itself (stdout is pointed at stderr first, so that nothing a library prints can pass for a
+message): `WorkerReady` once, then per job a `ShapeDone` for every shape that ran, then `JobDone`
+with the evaluations, or `JobFailed` (one line) when the job could not run (a worker environment
+that differs from the job's, a malformed job). It imports what evaluations need, and starts CUDA
+when asked, before reading the first job, so that a worker started early is ready when its first
+job comes. SIGTERM stops it: the sandboxed children of the job in progress are stopped too.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 def _stop(signum, frame) -> None:
@@ -28,23 +31,24 @@ def main() -> int:
     sys.stdout = sys.stderr
     signal.signal(signal.SIGTERM, _stop)
 
-    def send(message: dict) -> None:
-        channel.write(json.dumps(message) + "\n")
+    def send(message: BaseModel) -> None:
+        channel.write(message.model_dump_json() + "\n")
         channel.flush()
 
-    from harness.sandbox.supervisor import start_isolation_probe
+    from harness.sandbox.isolation import start_isolation_probe
 
     start_isolation_probe("cuda" if "--cuda" in sys.argv[1:] else "cpu")  # while torch imports
     import harness.sandbox.evaluation  # noqa: F401  (imports torch and the sandbox now)
     from harness.errors import HarnessError
     from harness.executors import Job, check_environment, run_job
+    from harness.wire import JobDone, JobFailed, ShapeDone, WorkerReady
 
     if "--cuda" in sys.argv[1:]:
         import torch
 
         if torch.cuda.is_available():
             torch.cuda.init()
-    send({"ready": True})
+    send(WorkerReady())
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -52,13 +56,13 @@ def main() -> int:
             job = Job.model_validate_json(line)
             check_environment(job)
             evaluations = run_job(
-                job, lambda key, outcome: send({"shape": {"key": key, "outcome": outcome.model_dump()}})
+                job, lambda key, outcome: send(ShapeDone(key=key, outcome=outcome))
             )
         except (HarnessError, ValueError) as exc:  # ValueError: pydantic's, a malformed job
             text = str(exc).strip()
-            send({"error": text.splitlines()[0] if text else type(exc).__name__})
+            send(JobFailed(error=text.splitlines()[0] if text else type(exc).__name__))
             continue
-        send({"done": [evaluation.model_dump() for evaluation in evaluations]})
+        send(JobDone(evaluations=evaluations))
     return 0
 
 

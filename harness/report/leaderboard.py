@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -49,7 +48,7 @@ from sqlalchemy.orm import Session, selectinload
 from harness.errors import HarnessError
 from harness.scoring import compare, rank_by_score, speedup, timing_variance
 from harness.store.models import Retiming, Revision, Run, ShapeResult
-from harness.store.revisions import list_revisions
+from harness.store.revisions import list_revisions, reference_lineage_name
 from harness.tasks import load_task
 from harness.verdicts import VERDICT_WORDS, VERDICTS, Accuracy, VerdictName
 
@@ -128,13 +127,6 @@ class Leaderboard(BaseModel):
             for timing in entry.benchmarks:
                 seen.setdefault(shape_key(timing.shape), timing.shape)
         return list(seen.values())
-
-
-def reference_lineage_name(task: str) -> str:
-    """The lineage of the task's reference candidate (named after its file, as `harness seed`
-    registers it)."""
-    spec = load_task(task)
-    return Path(spec.reference_candidate).stem if spec.reference_candidate else f"{task}_reference"
 
 
 def shape_key(shape: dict[str, Any]) -> str:
@@ -283,7 +275,7 @@ def _standing(
     verdicts, accuracy = _revision_verdicts(by_priority)
     timed_run = next((run for run in by_priority if run.mode == mode and run.score_ms is not None), None)
     timed = [shape for shape in timed_run.shapes if shape.mean_ms is not None] if timed_run is not None else []
-    flags = sorted({flag for shape in timed for flag in shape.check.get("timing", {}).get("flags", [])})
+    flags = sorted({flag for shape in timed for flag in shape.timing_flags})
     batch = timed_run.batch if timed_run is not None else None
     standing = _Standing(revision, env_key, "pass", "", None, timed, verdicts, accuracy, flags, batch)
     failed = next((run for run in by_priority if run.status != "pass"), None)

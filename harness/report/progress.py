@@ -15,7 +15,7 @@ from rich.progress import (
 )
 from typing_extensions import Self
 
-from harness.tournament import TournamentProgress
+from harness.plan.tournament import TournamentProgress
 
 
 class RichTournamentProgress(TournamentProgress):

@@ -19,8 +19,9 @@ import secrets
 from typing_extensions import Self
 
 from harness.errors import HarnessError
+from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.protocol import CallDone, Ready
-from harness.sandbox.supervisor import ChildFailure, ChildProcess, SandboxLimits
+from harness.sandbox.supervisor import ChildFailure, ChildProcess
 from harness.tasks import Shape, TaskSpec
 from harness.timing import StoppingRule
 
@@ -46,6 +47,7 @@ class Calibrator:
         self.spawned = False
         self.ready: Ready | None = None
         self.harness_ms_by_shape: dict[tuple[str, bool], float] = {}
+        self.timed_seeds: dict[str, int] = {}
 
     def __enter__(self) -> Self:
         return self
@@ -57,6 +59,13 @@ class Calibrator:
         if not self.spawned:
             self.spawned = True
             self.child.spawn()
+
+    def timed_seed(self, shape: Shape) -> int:
+        """The secret seed of `shape`'s timed calls in benchmark mode: drawn once per shape and
+        run, for every revision timed beside this calibrator, so that the parent computes the
+        reference (and the exact answer, where needed) of those calls once, not once per revision.
+        A child learns it only when its own timed calls begin, after its checks."""
+        return self.timed_seeds.setdefault(json.dumps(shape.parameters, sort_keys=True), secrets.randbits(63))
 
     def harness_ms(self, shape: Shape, leaderboard: bool, output_bytes: int = 0) -> float:
         """The shortest parent's bracket of a no-op timed call of `shape`, with a fresh seed per
@@ -80,7 +89,7 @@ class Calibrator:
                 if not isinstance(ready, Ready):
                     raise HarnessError(f"the harness's calibration child did not import: {ready.error}")
                 self.ready = ready
-            reply = child.time(
+            timed = child.time(
                 shape.parameters,
                 seed_for=lambda index: secrets.randbits(63) if leaderboard else run_seed,
                 rule=CALIBRATION_RULE,
@@ -93,9 +102,9 @@ class Calibrator:
             )
         except ChildFailure as failure:
             raise HarnessError(f"the harness's calibration child failed: {failure.reason}") from None
-        if reply.error is not None or not child.call_wall_ms:
-            raise HarnessError(f"the harness's calibration child failed: {reply.error}")
-        return min(child.call_wall_ms.values())
+        if timed.reply.error is not None or not timed.call_wall_ms:
+            raise HarnessError(f"the harness's calibration child failed: {timed.reply.error}")
+        return min(timed.call_wall_ms.values())
 
     def close(self) -> None:
         self.child.close()

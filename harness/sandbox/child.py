@@ -417,7 +417,8 @@ class Worker:
         """Import torch, the input generator and the candidate; answer Ready or ImportFailed."""
         import torch
 
-        from harness.sandbox.transfer import bit_sum, changed_elements, describe, export_tensor
+        from harness.bits import bit_sum
+        from harness.sandbox.transfer import changed_elements, describe, export_tensor
 
         self.torch = torch
         self.export_tensor = export_tensor

@@ -25,10 +25,8 @@ import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from time import perf_counter
-from typing import Literal
 
 import torch
-from pydantic import BaseModel
 from typing_extensions import Self
 
 from harness import checking, scoring
@@ -37,17 +35,11 @@ from harness.environment import confirm_device_name
 from harness.errors import HarnessError
 from harness.sandbox.calibration import Calibrator
 from harness.sandbox.devices import INTERLEAVE_GROUP, MODES, default_shape_set, resolve_device
-from harness.sandbox.protocol import AutotunerInfo, CallDone, CheckReply, ImportFailed, IsolationReport, Ready
-from harness.sandbox.supervisor import (
-    SHUTDOWN_GRACE_S,
-    ChildFailure,
-    ChildProcess,
-    IsolationLevel,
-    SandboxLimits,
-    child_key,
-    early_children,
-    kept_children,
-)
+from harness.sandbox.isolation import IsolationLevel
+from harness.sandbox.limits import SandboxLimits
+from harness.sandbox.pool import CHILD_POOL, ChildPool, child_key
+from harness.sandbox.protocol import CallDone, ImportFailed, IsolationReport, Ready
+from harness.sandbox.supervisor import SHUTDOWN_GRACE_S, ChildFailure, ChildProcess
 from harness.sandbox.transfer import SharedBuffer, read_shared, read_tensor
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
 from harness.timing import (
@@ -59,70 +51,12 @@ from harness.timing import (
     host_clock_disagrees,
     physical_floor_ms,
 )
-from harness.verdicts import Accuracy, Verdict, Verdicts
+from harness.verdicts import Verdict, Verdicts
+from harness.wire import TIMING_STATISTICS, CheckReply, Evaluation, ShapeOutcome
 
-STATUSES = ("pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported")
-Status = Literal["pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported"]
-ShapeStatus = Literal[
-    "pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported", "not_run"
-]
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
 KEEP_LIMIT = INTERLEAVE_GROUP  # children kept at most for a next phase (`keep_child`)
-
-
-class ShapeOutcome(BaseModel):
-    """One shape of an evaluation. `shape` holds the parameters and the public seed (never the
-    combined leaderboard seed, from which the secret could be recovered). The timing fields stay
-    None until harness.timing fills them."""
-
-    set_name: str
-    index: int
-    shape: dict[str, int | float | str | bool]
-    status: ShapeStatus = "not_run"
-    passed: bool | None = None
-    reason: str = ""
-    check: dict = {}
-    call_s: float | None = None
-    runs: int | None = None
-    mean_ms: float | None = None
-    median_ms: float | None = None
-    std_ms: float | None = None
-    err_ms: float | None = None
-    min_ms: float | None = None
-    max_ms: float | None = None
-    times_ms: list[float] = []
-    compile_s: float | None = None  # the timing warm-up's seconds
-    timing_flags: list[str] = []  # harness.timing.TIMING_MISMATCH
-    # Both verdicts (harness.checking) over every output of the shape that was compared: the
-    # checked call (each autotune config on the CPU) and every timed call.
-    verdicts: Verdicts | None = None
-    accuracy: Accuracy = Accuracy()
-
-
-class Evaluation(BaseModel):
-    status: Status
-    reason: str = ""
-    task: str
-    filename: str
-    code_sha256: str
-    device: str
-    mode: str
-    timed: bool = False
-    shape_set: str
-    # the candidate's import (and anything it compiles there), on the child's clock
-    compile_s: float | None = None
-    # spawn until the child has imported torch, on the parent's clock (a group's children start
-    # together: on fewer cores than children this includes waiting for a core)
-    startup_s: float | None = None
-    # the child was kept from this candidate's previous phase (startup_s and compile_s are then 0)
-    child_reused: bool = False
-    wall_s: float = 0.0
-    isolation: str = ""
-    autotuners: list[AutotunerInfo] = []
-    shapes: list[ShapeOutcome] = []
-    log_tail: str = ""
-    score_ms: float | None = None  # timed and passed: the task's score (ranking_by) of the shape means
 
 
 def peak_bandwidth_gbs(device: str) -> float:
@@ -315,8 +249,10 @@ class Evaluator:
         rule: StoppingRule | None = None,
         keep_child: bool = False,
         calibrator: Calibrator | None = None,
+        pool: ChildPool | None = None,
     ) -> None:
         device = resolve_device(device)
+        self.pool = pool or CHILD_POOL  # where its child may be kept or found (harness.sandbox.pool)
         if mode not in MODES:
             raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(MODES)}")
         if mode == "leaderboard" and secret_seed is None:
@@ -353,12 +289,11 @@ class Evaluator:
         self.stopped = False  # the import failed, or a shape ended the evaluation
         # A child kept by an earlier evaluation of the same candidate is adopted, ready; with
         # `keep_child`, a child that passed everything is kept for the next one (`release_child`).
-        # A child spawned early for this evaluation (`start_children_early`) is taken as it is.
+        # A child spawned early for this evaluation (`ChildPool.start_early`) is taken as it is.
         self.keep_child, self.kept = keep_child, False
         self.child_key = child_key(code_sha256, task.name, device, self.limits)
-        kept = kept_children.pop(self.child_key, None)
+        kept, early = self.pool.take(self.child_key)
         self.adopted = kept is not None and kept.serving
-        early = early_children.pop(self.child_key, None)
         self.spawned_early = early is not None and not self.adopted
         self.forget_tuning = self.adopted
         if self.adopted:
@@ -368,7 +303,9 @@ class Evaluator:
         elif self.spawned_early:
             self.child = early
         else:
-            self.child = ChildProcess(code, task, device=device, limits=self.limits, code_sha256=code_sha256)
+            self.child = ChildProcess(
+                code, task, device=device, limits=self.limits, code_sha256=code_sha256, pool=self.pool
+            )
         for unused in (kept, early):
             if unused is not None and unused is not self.child:
                 unused.close()
@@ -397,10 +334,10 @@ class Evaluator:
             and passed
             and not self.stopped
             and self.child.serving
-            and self.child_key not in kept_children
-            and len(kept_children) < KEEP_LIMIT
+            and self.child_key not in self.pool.kept
+            and len(self.pool.kept) < KEEP_LIMIT
         ):
-            kept_children[self.child_key] = self.child
+            self.pool.kept[self.child_key] = self.child
             self.kept = True
         else:
             self.child.request_shutdown()
@@ -533,10 +470,11 @@ class Evaluator:
         fail it (an exception, implausible times, a timed output that is wrong or missing).
 
         Every timed output is checked against the reference of its seed, in every mode. Benchmark
-        mode times every call on one seed drawn now (so that nothing the candidate computed at
-        import or in its check helps); leaderboard mode draws a fresh seed per call."""
+        mode times every call on the run's secret seed for the shape (`Calibrator.timed_seed`: so
+        that nothing the candidate computed at import or in its check helps, and the reference of
+        those calls is computed once per run); leaderboard mode draws a fresh seed per call."""
         leaderboard = self.mode == "leaderboard"
-        run_seed = secrets.randbits(63)
+        run_seed = self._calibrator().timed_seed(shape)
         seeds: dict[int, int] = {}
         problems: list[str] = []
         checked = 0
@@ -561,7 +499,7 @@ class Evaluator:
         ).expected.nbytes
         harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes)
         warmup_calls, warmup_s = WARMUP[self.device]
-        reply = self.child.time(
+        timed = self.child.time(
             shape.parameters,
             seed_for=seed_for,
             rule=self.rule,
@@ -572,6 +510,7 @@ class Evaluator:
             phase=f"timing on {outcome.set_name}[{outcome.index}]",
             output_bytes=output_bytes,
         )
+        reply, parent_ms = timed.reply, list(timed.call_wall_ms.values())
         times = reply.times_ms
         if reply.error is not None:
             outcome.status, outcome.reason = reply.error.kind, f"during timing: {reply.error.error}"
@@ -589,16 +528,16 @@ class Evaluator:
             outcome.status, outcome.reason = "wrong_answer", f"{check}: {outcome.verdicts.reasons()}"
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
-            flags += self._parent_timing_flags(shape, times, harness_ms)
+            flags += self._parent_timing_flags(shape, times, parent_ms, harness_ms)
             stats = BenchmarkStats.from_times(times, device=self.device, compile_s=reply.compile_s, flags=flags)
-            for name in ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms", "times_ms"):
+            for name in (*TIMING_STATISTICS, "times_ms"):
                 setattr(outcome, name, getattr(stats, name))
             outcome.compile_s, outcome.timing_flags = stats.compile_s, stats.flags
             outcome.check["timing"] = {
                 "device": self.device,
                 "compile_s": stats.compile_s,
                 "flags": stats.flags,
-                "parent_ms": [round(ms, 4) for ms in self.child.call_wall_ms.values()],
+                "parent_ms": [round(ms, 4) for ms in parent_ms],
                 "harness_ms": round(harness_ms, 4),
             }
             return
@@ -610,10 +549,12 @@ class Evaluator:
             self.calibrator = self.own_calibrator = Calibrator(self.task, device=self.device, limits=self.limits)
         return self.calibrator
 
-    def _parent_timing_flags(self, shape: Shape, times: list[float], harness_ms: float) -> list[str]:
+    def _parent_timing_flags(
+        self, shape: Shape, times: list[float], parent_ms: list[float], harness_ms: float
+    ) -> list[str]:
         """Flags from the parent's own clock and the shape's physical floor (harness.timing)."""
         flags = []
-        if host_clock_disagrees(times, list(self.child.call_wall_ms.values()), harness_ms):
+        if host_clock_disagrees(times, parent_ms, harness_ms):
             flags.append(HOST_CLOCK_MISMATCH)
         data = self._timed_case[1].data if self._timed_case is not None else ()  # the timed calls' inputs
         input_bytes = sum(getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data))
@@ -642,7 +583,10 @@ class Evaluator:
         key = (json.dumps(shape.parameters, sort_keys=True), seed)
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
-            case = checking.make_reference_case(self.reference, shape, seed, self.device, exact_now=False)
+            if self.mode == "leaderboard":  # a seed per call: a case of this evaluator's own
+                case = checking.make_reference_case(self.reference, shape, seed, self.device, exact_now=False)
+            else:  # the run's seed for this shape: one case for every revision timed in the run
+                case = checking.reference_case(self.task, self.reference, shape, seed, self.device, exact_now=False)
             self._timed_case = (key, case)
         case = self._timed_case[1]
         problem = checking.output_problem(done.output, case.expected, done.output_aliases_input)

@@ -18,10 +18,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from harness.wire import AutotunerInfo, CallError, CheckReply, TensorInfo
+
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 class Message(BaseModel):
+    """A message of the protocol (those that checking reads too live in harness.wire)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -115,26 +119,6 @@ REQUEST = TypeAdapter(Request)
 # --- child -> parent ------------------------------------------------------------------------
 
 
-class TensorInfo(Message):
-    """What the child saw of a returned object or an input after the call. `written` says
-    whether its bytes were copied to the file the parent named (only for an exact torch.Tensor)."""
-
-    type_name: str
-    exact_tensor: bool
-    shape: list[int] | None = None
-    dtype: str | None = None
-    device: str | None = None
-    contiguous: bool | None = None
-    nbytes: int | None = None
-    written: bool = False
-    shared: bool = False  # its bytes are in the shared output buffer, not a file (timed calls)
-
-
-class AutotunerInfo(Message):
-    name: str
-    configs: list[dict[str, str]]
-
-
 class IsolationReport(Message):
     namespaces: list[str] = []
     read_only: bool = False
@@ -162,29 +146,6 @@ class ImportFailed(Message):
     kind: Literal["compile_error", "unsupported", "runtime_error"]
     error: str
     import_s: float
-
-
-class CallError(Message):
-    kind: Literal["compile_error", "unsupported", "runtime_error"]
-    error: str
-
-
-class CheckReply(Message):
-    type: Literal["check_reply"] = "check_reply"
-    token: str
-    id: int
-    seconds: float | None = None
-    error: CallError | None = None
-    output: TensorInfo | None = None
-    output_aliases_input: bool = False
-    inputs: list[TensorInfo] = []  # each input as the child holds it after the call (not exported)
-    # per input: elements that differ bit for bit from the child's copy taken before the call
-    # (None: no longer a plain tensor of the same shape, dtype and device)
-    inputs_changed: list[int | None] = []
-    # per input, before the call: harness.sandbox.transfer.bit_sum, against the parent's own inputs
-    inputs_bit_sums: list[int] = []
-    autotuners: list[AutotunerInfo] = []
-    autotune_config: dict[str, dict[str, str]] | None = None  # per Autotuner: the config it ran
 
 
 class SeedWanted(Message):
@@ -232,5 +193,5 @@ class InitStatus(Message):
     signal: int | None = None
 
 
-def encode(message: Message) -> bytes:
+def encode(message: BaseModel) -> bytes:
     return message.model_dump_json().encode() + b"\n"

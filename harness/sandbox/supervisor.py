@@ -1,7 +1,10 @@
 """The parent side of the sandbox: start a child per evaluation, talk to it, enforce limits.
 
 `ChildProcess` is one sandboxed child serving a sequence of requests; `evaluate` uses one to
-check a candidate on a shape set. How it defends itself (docs/runner.md has the full account):
+check a candidate on a shape set. Its limits are harness.sandbox.limits, its namespaces
+harness.sandbox.isolation, its directories and environment harness.sandbox.workspace, and the
+process's other children harness.sandbox.pool. How it defends itself (docs/runner.md has the full
+account):
 
 - a fresh process (`python -m harness.sandbox.child`) in a new session, in a temporary working
   directory with the candidate as submission.py and the task's shim as task.py;
@@ -20,12 +23,8 @@ check a candidate on a shape set. How it defends itself (docs/runner.md has the 
 
 from __future__ import annotations
 
-import atexit
-import hashlib
 import hmac
-import json
 import os
-import resource
 import secrets
 import select
 import shutil
@@ -34,20 +33,20 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from time import monotonic
 from typing import Literal
-from urllib.parse import unquote
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from typing_extensions import Self
 
-from harness.config import DB_DIR, get_settings
+from harness.config import get_settings
 from harness.errors import HarnessError
+from harness.sandbox.isolation import NO_ISOLATION, detect_isolation, forget_kept_isolation, level_was_kept
+from harness.sandbox.limits import SandboxLimits, resource_limits
+from harness.sandbox.pool import CHILD_POOL, ChildPool
 from harness.sandbox.protocol import (
     MAX_MESSAGE_BYTES,
     REPLY,
@@ -75,154 +74,22 @@ from harness.sandbox.resources import (
     processes_where,
     tree_bytes,
 )
+from harness.sandbox.workspace import (
+    WORKDIR_PREFIX,
+    create_shared_output,
+    hidden_directories,
+    make_io_dir,
+    python_environment,
+    remove_files_of_dead_parents,
+    warm_bytecode,
+    work_root,
+)
 from harness.tasks import TaskSpec
 from harness.timing import StoppingRule
 
 LOG_TAIL_BYTES = 64 * 1024
 REASON_LOG_TAIL_CHARS = 300
 SHUTDOWN_GRACE_S = 5.0
-PROBE_TIMEOUT_S = 20.0
-KEPT_ENVIRONMENT = (
-    "PATH",
-    "LD_LIBRARY_PATH",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES",
-    "NVIDIA_DRIVER_CAPABILITIES",
-    "TORCH_CUDA_ARCH_LIST",
-    "CC",
-    "CXX",
-    "MAX_JOBS",
-    "LANG",
-    "LC_ALL",
-    "TZ",
-)
-
-
-class SandboxLimits(BaseModel):
-    """Limits of one evaluation. `from_settings()` takes the time limits from the settings."""
-
-    startup_timeout_s: float = 120.0  # spawn until torch is imported in the child
-    import_timeout_s: float = 300.0
-    call_timeout_s: float = 120.0
-    # the parent's time waiting on the child, summed over the evaluation (ChildProcess.spent_s)
-    evaluation_timeout_s: float = 1200.0
-    cpu_time_s: int = 4 * 3600
-    file_size_bytes: int = 8 * 1024**3
-    # RLIMIT_AS per process on the CPU; all processes' resident memory, watched by the parent
-    memory_bytes: int = 16 * 1024**3
-    extra_processes: int = 1024  # RLIMIT_NPROC above the user's current count (not for root)
-    max_processes: int = 256  # the child's processes (not threads), watched by the parent
-    # each private tmpfs (the working directory, the hidden /tmp and /dev/shm); the working and
-    # exchange directories on the host, watched by the parent
-    disk_bytes: int = 1024**3
-    code_cache_bytes: int = 1024**3  # the per-code caches after the run (`ChildProcess.trim_caches`)
-    isolation: Literal["auto", "none"] = "auto"
-    hidden_paths: list[str] = []  # more directories to hide (a store's directory)
-    check_all_autotune_configs: bool | None = None  # None: on the CPU only
-    max_checked_autotune_configs: int = 16  # per shape: config 0 and a sample of the rest
-    # Keep Triton's autotuning results with the compiled kernels (per code sha256), so that a
-    # re-evaluation (the leaderboard phase after the benchmark phase, --force) times the config
-    # chosen the first time instead of benchmarking every config again. Off by default: each
-    # evaluation then tunes afresh, as a fresh process on GPU MODE's runners does.
-    cache_autotuning: bool = False
-
-    @classmethod
-    def from_settings(cls, **overrides: object) -> SandboxLimits:
-        """Time and resource limits from the settings; HARNESS_SANDBOX_ISOLATION=none turns the namespaces off
-        (an escape hatch for a machine where they break the GPU); HARNESS_CACHE_AUTOTUNING=1 keeps
-        Triton's autotuning results (`cache_autotuning`)."""
-        settings = get_settings()
-        names = (
-            "import_timeout_s",
-            "call_timeout_s",
-            "evaluation_timeout_s",
-            "max_checked_autotune_configs",
-            "memory_bytes",
-            "max_processes",
-            "disk_bytes",
-            "code_cache_bytes",
-        )
-        values = {name: getattr(settings, name) for name in names}
-        isolation = os.environ.get("HARNESS_SANDBOX_ISOLATION")
-        if isolation:
-            if isolation not in ("auto", "none"):
-                raise HarnessError(f"HARNESS_SANDBOX_ISOLATION={isolation!r}: use auto or none")
-            values["isolation"] = isolation
-        cache_autotuning = os.environ.get("HARNESS_CACHE_AUTOTUNING")
-        if cache_autotuning:
-            if cache_autotuning not in ("0", "1"):
-                raise HarnessError(f"HARNESS_CACHE_AUTOTUNING={cache_autotuning!r}: use 0 or 1")
-            values["cache_autotuning"] = cache_autotuning == "1"
-        values.update({key: value for key, value in overrides.items() if value is not None})
-        return cls(**values)
-
-
-def child_key(code_sha256: str, task: str, device: str, limits: SandboxLimits) -> tuple[str, str, str, str]:
-    """What a sandboxed child is made for: the same candidate, task, device and limits."""
-    return (code_sha256, task, device, limits.model_dump_json())
-
-
-# Children made for an evaluation before its Evaluator exists, by `child_key`; the Evaluator of
-# the same candidate takes its child from here (harness.sandbox.evaluation):
-# - kept: ready, kept after a passing evaluation for the candidate's next phase (`keep_child`);
-# - early: spawned by `start_children_early` while the parent imports torch, not yet ready.
-kept_children: dict[tuple[str, str, str, str], ChildProcess] = {}
-early_children: dict[tuple[str, str, str, str], ChildProcess] = {}
-
-
-# Every child spawned and not yet closed, so that a timing phase can stop all the others
-# (`others_stopped`); the lock lets one timing phase run at a time in this process.
-live_children: set[ChildProcess] = set()
-_timing_lock = threading.Lock()
-
-
-def start_children_early(wanted: list[tuple[bytes, TaskSpec, str, SandboxLimits]]) -> None:
-    """Spawn a child for each (code, task, device, limits) that has no kept or early child yet,
-    without waiting: they import torch and their candidates while the caller imports torch
-    itself and sets up the evaluations that will take them. A child that dies at once is left
-    for its evaluation to start again (and to record why)."""
-    for code, task, device, limits in wanted:
-        key = child_key(hashlib.sha256(code).hexdigest(), task.name, device, limits)
-        if key in kept_children or key in early_children:
-            continue
-        child = ChildProcess(code, task, device=device, limits=limits, code_sha256=key[0])
-        try:
-            child.spawn()
-        except ChildFailure:
-            child.close()
-            continue
-        early_children[key] = child
-
-
-def close_waiting_children() -> None:
-    """Stop every kept or early child that no evaluation took (asked together, then waited for)."""
-    children = [*kept_children.values(), *early_children.values()]
-    kept_children.clear()
-    early_children.clear()
-    for child in children:
-        child.request_shutdown()
-    for child in children:
-        child.close()
-
-
-atexit.register(close_waiting_children)
-
-
-@contextmanager
-def others_stopped(child: ChildProcess) -> Iterator[None]:
-    """Stop every other live child (`ChildProcess.stop`) for the duration, then resume them: no
-    other candidate (kept, spawned early, waiting for its turn in a group) runs while `child` is
-    timed."""
-    others = [other for other in list(live_children) if other is not child]
-    try:
-        for other in others:
-            other.stop()
-        yield
-    finally:
-        for other in others:
-            other.resume()
 
 
 class ChildFailure(Exception):
@@ -234,342 +101,14 @@ class ChildFailure(Exception):
         self.reason = reason
 
 
-# --- isolation ------------------------------------------------------------------------------
+@dataclass
+class TimedShape:
+    """What `ChildProcess.time` returns: the child's reply, and per timed call the parent's own
+    time (ms) from sending its seed to hearing that its output is ready; the call, and everything
+    the child did for it (inputs, NaN fill, flush, export), lies in between."""
 
-
-@dataclass(frozen=True)
-class IsolationLevel:
-    name: str
-    prefix: tuple[str, ...]
-    full: bool  # mount + pid namespaces: the child hides, remounts read-only, forks an init, locks
-
-
-UNSHARE_FULL = ("--net", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
-ISOLATION_LEVELS = (
-    IsolationLevel("user+net+pid+mount", ("unshare", "--user", "--map-root-user", *UNSHARE_FULL), True),
-    IsolationLevel("net+pid+mount", ("unshare", *UNSHARE_FULL), True),
-    IsolationLevel("user+net", ("unshare", "--user", "--map-root-user", "--net"), False),
-    IsolationLevel("net", ("unshare", "--net"), False),
-)
-NO_ISOLATION = IsolationLevel("none", (), False)
-
-
-ISOLATION_CACHE = "isolation-levels.json"  # in the cache directory: fingerprint -> level name
-USERNS_SYSCTLS = (  # what decides whether unprivileged user namespaces are granted
-    "/proc/sys/kernel/unprivileged_userns_clone",
-    "/proc/sys/user/max_user_namespaces",
-    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
-)
-_isolation_levels: dict[str, IsolationLevel] = {}
-_levels_from_cache: dict[str, str] = {}  # device -> the fingerprint its level was read under
-_isolation_lock = threading.Lock()
-
-
-def isolation_fingerprint(device: str) -> str | None:
-    """A digest of what decides which namespaces a child gets (this boot, the kernel and its user
-    namespace settings, the user, unshare, the interpreter; on a GPU, the GPUs and the driver),
-    read without starting anything; None when some of it cannot be read (then nothing is kept)."""
-    from harness.environment import BOOT_ID_FILE, gpu_fingerprint
-
-    try:
-        boot_id = BOOT_ID_FILE.read_text().strip()
-    except OSError:
-        return None
-    sysctls = {}
-    for path in USERNS_SYSCTLS:
-        try:
-            sysctls[path] = Path(path).read_text().strip()
-        except OSError:
-            sysctls[path] = None
-    facts = {
-        "device": device,
-        "boot_id": boot_id,
-        "kernel": os.uname().release,
-        "sysctls": sysctls,
-        "uid": os.getuid(),
-        "unshare": shutil.which("unshare"),
-        "python": sys.executable,
-        "levels": [(level.name, level.prefix) for level in ISOLATION_LEVELS],
-    }
-    if device == "cuda":
-        facts["gpus"] = gpu_fingerprint("")
-        if facts["gpus"] is None:
-            return None
-    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
-
-
-def detect_isolation(device: str = "cpu") -> IsolationLevel:
-    """The strongest level whose namespaces this system grants, tried once per process and
-    device: the full levels run the child's own probe (hide, remount read-only, fork an init,
-    lock); for cuda every level must also run a CUDA kernel inside its namespaces (a process that
-    imports torch and starts CUDA: seconds on a GPU machine). The answer is kept on disk under
-    `isolation_fingerprint`, so later commands skip the probe; a kept level that then fails to
-    start a child is dropped (`forget_kept_isolation`). A caller that comes while another thread
-    probes (`start_isolation_probe`) waits for its answer."""
-    from harness.environment import read_kept, write_kept
-
-    with _isolation_lock:
-        if device in _isolation_levels:
-            return _isolation_levels[device]
-        fingerprint = isolation_fingerprint(device)
-        name = read_kept(ISOLATION_CACHE).get(fingerprint) if fingerprint else None
-        level = next((level for level in (*ISOLATION_LEVELS, NO_ISOLATION) if level.name == name), None)
-        if level is not None:
-            _levels_from_cache[device] = fingerprint
-        else:
-            level = _probe_isolation(device)
-            if fingerprint is not None:
-                write_kept(ISOLATION_CACHE, {**read_kept(ISOLATION_CACHE), fingerprint: level.name})
-        _isolation_levels[device] = level
-        return level
-
-
-def forget_kept_isolation(device: str) -> bool:
-    """Drop a level that was read from the disk for `device` (in this process and on disk);
-    True when there was one: a child that failed before its first message may have failed
-    because the system no longer grants those namespaces."""
-    from harness.environment import read_kept, write_kept
-
-    with _isolation_lock:
-        fingerprint = _levels_from_cache.pop(device, None)
-        if fingerprint is None:
-            return False
-        _isolation_levels.pop(device, None)
-        kept = read_kept(ISOLATION_CACHE)
-        kept.pop(fingerprint, None)
-        write_kept(ISOLATION_CACHE, kept)
-        return True
-
-
-def start_isolation_probe(device: str) -> None:
-    """Start `detect_isolation(device)` in a background thread now (the probe is a child
-    process: the thread only waits), so that it runs while this process imports torch, opens the
-    store and claims its runs; the first child's spawn then finds the answer ready or waits for
-    it. Nothing when the settings turn isolation off."""
-    if os.environ.get("HARNESS_SANDBOX_ISOLATION") == "none" or device in _isolation_levels:
-        return
-    threading.Thread(target=detect_isolation, args=(device,), name="isolation-probe", daemon=True).start()
-
-
-def _probe_isolation(device: str) -> IsolationLevel:
-    if shutil.which("unshare") is None:
-        return NO_ISOLATION
-    use_cuda = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize()"
-    for level in ISOLATION_LEVELS:
-        with tempfile.TemporaryDirectory(prefix=f"{PROBE_DIR_PREFIX}{os.getpid()}-") as scratch:
-            if level.full:
-                for name in ("hidden", "writable"):
-                    Path(scratch, name).mkdir()
-                Path(scratch, "hidden", "secret").write_text("x")
-                command = [*level.prefix, sys.executable, "-m", "harness.sandbox.child", "--probe", scratch]
-                command += ["--probe-cuda"] if device == "cuda" else []
-            else:
-                command = [*level.prefix, sys.executable, "-c", use_cuda if device == "cuda" else "pass"]
-            done = _run_probe(command, PROBE_TIMEOUT_S * (3 if device == "cuda" else 1))
-            if done is not None and done[0] == 0 and (not level.full or done[1].strip() == b"ok"):
-                return level
-    return NO_ISOLATION
-
-
-_probes: set[subprocess.Popen] = set()
-
-
-def _run_probe(command: list[str], timeout_s: float) -> tuple[int, bytes] | None:
-    """(exit code, stdout) of one probe process, or None when it could not start or timed out.
-    Each probe leads its own process group, so that `_stop_probes` can end it."""
-    try:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=_python_environment(),
-            start_new_session=True,
-        )
-    except OSError:
-        return None
-    _probes.add(process)
-    try:
-        stdout, _ = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_probe(process)
-        process.wait()
-        return None
-    finally:
-        _probes.discard(process)
-    return process.returncode, stdout
-
-
-def _kill_probe(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-@atexit.register
-def _stop_probes() -> None:
-    """At exit (a command with nothing to evaluate, an error, Ctrl-C): end a probe still running
-    in the background and let its thread remove its scratch directory."""
-    for process in list(_probes):
-        _kill_probe(process)
-    for thread in threading.enumerate():
-        if thread.name == "isolation-probe":
-            thread.join(timeout=5)
-
-
-MIN_SHM_FREE_BYTES = 2 * 1024**3
-IO_DIR_PREFIX = "harness-io-"  # then the parent's pid: harness-io-<pid>-<random>
-WORKDIR_PREFIX = "run-"  # in work_root(), the same way
-PROBE_DIR_PREFIX = "harness-probe-"  # the isolation probe's scratch directory, the same way
-
-
-def create_shared_output() -> int:
-    """The memfd a child puts its timed outputs in (harness.sandbox.transfer.SharedBuffer): the
-    parent grows it; shrinking is sealed, and so are the seals (the child cannot add F_SEAL_GROW
-    and keep the parent from growing it). Torch-free, like the rest of the spawn."""
-    import fcntl
-
-    fd = os.memfd_create("harness-timed-output", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
-    return fd
-
-
-def make_io_dir() -> Path:
-    """A fresh private directory for one child's files: in /dev/shm when it is writable and has
-    room (a container's default 64 MiB would end a large copy with SIGBUS), else in the
-    temporary directory."""
-    shm = Path("/dev/shm")
-    root = None
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        stats = os.statvfs(shm)
-        if stats.f_bavail * stats.f_frsize >= MIN_SHM_FREE_BYTES:
-            root = shm
-    return Path(tempfile.mkdtemp(prefix=f"{IO_DIR_PREFIX}{os.getpid()}-", dir=root))
-
-
-@cache
-def remove_files_of_dead_parents() -> None:
-    """Once per process: remove the io, work and probe directories (`make_io_dir`,
-    `ChildProcess.workdir`, `_probe_isolation`) of harness processes that were killed before they
-    could (SIGKILL, a lost node): those, of this user, named after a pid that no longer runs on
-    this host."""
-    from harness.environment import process_is_gone
-
-    temporary = tempfile.gettempdir()
-    roots = [
-        ("/dev/shm", IO_DIR_PREFIX),
-        (temporary, IO_DIR_PREFIX),
-        (temporary, PROBE_DIR_PREFIX),
-        (work_root(), WORKDIR_PREFIX),
-    ]
-    for root, prefix in roots:
-        try:
-            entries = [entry for entry in os.scandir(root) if entry.name.startswith(prefix)]
-        except OSError:
-            continue
-        for entry in entries:
-            pid, dash, _ = entry.name.removeprefix(prefix).partition("-")  # mkdtemp's own names have no dash
-            try:
-                mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
-            except OSError:
-                continue
-            if mine and dash and pid.isdigit() and process_is_gone(int(pid)):
-                shutil.rmtree(entry.path, ignore_errors=True)
-
-
-# What a child imports besides the candidate (see `warm_bytecode`).
-CHILD_IMPORTS = "import torch, torch.nn.functional, triton, harness.sandbox.child, harness.sandbox.transfer"
-
-
-@cache
-def warm_bytecode(optimized: bool) -> None:
-    """Children never write bytecode (PYTHONDONTWRITEBYTECODE, read-only mounts), and CPU children
-    run with -O, for which Python keeps separate bytecode (*.opt-1.pyc) that an installation
-    usually lacks. Where the bytecode of torch is missing (an image built with
-    PYTHONDONTWRITEBYTECODE, seen on the H200 machine: every process compiled torch from source,
-    seconds each), each child would compile it again. Once per process, import the child's
-    libraries in a process of our own, with nothing of a candidate in it, as any `python` run
-    does: Python writes the bytecode next to the sources where it may (silently not where it may
-    not). Later harness processes read it too."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("torch")  # not imported: the parent may not have imported it yet
-    if spec is None or not spec.origin:
-        return
-    if Path(importlib.util.cache_from_source(spec.origin, optimization=1 if optimized else "")).exists():
-        return
-    env = _python_environment()
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    try:
-        subprocess.run(
-            [sys.executable, *(["-O"] if optimized else []), "-c", CHILD_IMPORTS],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=300,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-
-
-def _python_environment() -> dict[str, str]:
-    """The kept variables (PATH, CUDA's) and a PYTHONPATH that finds the harness package."""
-    env = {key: os.environ[key] for key in KEPT_ENVIRONMENT if key in os.environ}
-    env.setdefault("PATH", "/usr/bin:/bin")
-    # The harness package first, then whatever the parent's PYTHONPATH adds (packages installed
-    # with `pip --target`, as on a machine whose image lacks some of them).
-    parts = [str(Path(__file__).resolve().parents[2]), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
-    return env
-
-
-def sqlite_directory(url: str | None) -> str | None:
-    """The directory of a SQLite store, to hide from the child; None for other URLs."""
-    if not url or not url.startswith("sqlite:///"):
-        return None
-    path = unquote(url.removeprefix("sqlite:///").split("?", 1)[0])
-    return str(Path(path).resolve().parent) if path and path != ":memory:" else None
-
-
-def _needed_paths() -> list[Path]:
-    """Directories the child must still see: the interpreter, its libraries, the harness."""
-    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
-    paths.add(Path(__file__).resolve().parents[2])
-    paths.update(Path(entry).resolve() for entry in sys.path if entry and Path(entry).is_dir())
-    return list(paths)
-
-
-def work_root() -> Path:
-    """Where the children's working directories are made (one per evaluation)."""
-    root = Path(tempfile.gettempdir(), f"harness-sandbox-{os.getuid()}")
-    root.mkdir(mode=0o700, exist_ok=True)
-    return root
-
-
-def _hidden_directories(limits: SandboxLimits) -> list[str]:
-    """Store directories and shared temporary/cache roots, except any that hold something the
-    child needs to run (a virtualenv under /tmp stays visible, read-only)."""
-    settings = get_settings()
-    candidates = [DB_DIR, sqlite_directory(settings.db), *limits.hidden_paths]
-    candidates += [tempfile.gettempdir(), "/tmp", work_root(), "/dev/shm", settings.cache_dir]
-    needed = _needed_paths()
-    hidden: list[str] = []
-    for candidate in candidates:
-        if candidate is None:
-            continue
-        path = Path(candidate).resolve()
-        if path == Path("/") or not path.is_dir() or str(path) in hidden:
-            continue
-        if any(path == need or path in need.parents for need in needed):
-            continue
-        hidden.append(str(path))
-    return hidden
-
-
-# --- the child process ----------------------------------------------------------------------
+    reply: TimeReply
+    call_wall_ms: dict[int, float]
 
 
 def _signal_name(number: int) -> str:
@@ -577,36 +116,6 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-def _resource_limits(limits: SandboxLimits, device: str):
-    """The preexec_fn: resource limits for the child, set between fork and exec. The address
-    space is limited on the CPU only: CUDA reserves terabytes of it (the parent's
-    `ResourceWatch` bounds resident memory on every device)."""
-    nproc = None
-    if os.getuid() != 0:
-        tasks = 0
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    if entry.stat().st_uid == os.getuid():
-                        tasks += len(os.listdir(f"/proc/{entry.name}/task"))
-                except OSError:
-                    continue
-        nproc = tasks + limits.extra_processes
-
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 5))
-        if device == "cpu":
-            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-        if nproc is not None:
-            _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-            if hard == resource.RLIM_INFINITY or nproc < hard:
-                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-
-    return apply
 
 
 class ChildProcess:
@@ -619,13 +128,23 @@ class ChildProcess:
     protocol; the child is killed by then.
     """
 
-    def __init__(self, code: bytes, task: TaskSpec, *, device: str, limits: SandboxLimits, code_sha256: str):
+    def __init__(
+        self,
+        code: bytes,
+        task: TaskSpec,
+        *,
+        device: str,
+        limits: SandboxLimits,
+        code_sha256: str,
+        pool: ChildPool | None = None,
+    ):
+        self.pool = pool or CHILD_POOL  # where it is live while it runs (ChildPool.others_stopped)
         self.task = task
         self.device = device
         self.limits = limits
         self.token = secrets.token_hex(16)
         self.level = NO_ISOLATION if limits.isolation == "none" else detect_isolation(device)
-        self.level_was_kept = limits.isolation != "none" and device in _levels_from_cache
+        self.level_was_kept = limits.isolation != "none" and level_was_kept(device)
         self.next_id = 0
         self.log = bytearray()
         self.log_total = 0
@@ -675,7 +194,7 @@ class ChildProcess:
         self.close()
 
     def environment(self) -> dict[str, str]:
-        env = _python_environment()
+        env = python_environment()
         env.update(
             HOME=str(self.workdir),
             TMPDIR=str(self.workdir / "tmp"),
@@ -741,7 +260,7 @@ class ChildProcess:
         finally:
             for fd in child_fds:
                 os.close(fd)
-        live_children.add(self)
+        self.pool.live.add(self)
         self.log_thread = threading.Thread(target=self._drain_log, daemon=True)
         self.log_thread.start()
         self.watch = ResourceWatch(
@@ -765,7 +284,7 @@ class ChildProcess:
                 mount=True,
                 pid_init=True,
                 lock=True,
-                hidden=_hidden_directories(self.limits),
+                hidden=hidden_directories(self.limits),
                 private=[str(self.workdir)],
                 tmpfs_bytes=self.limits.disk_bytes,
                 writable=[
@@ -799,7 +318,7 @@ class ChildProcess:
             pass_fds=child_fds,
             start_new_session=True,
             # Only setrlimit calls run between fork and exec (no locks, no allocation to speak of).
-            preexec_fn=_resource_limits(self.limits, self.device),  # noqa: PLW1509
+            preexec_fn=resource_limits(self.limits, self.device),  # noqa: PLW1509
         )
 
     def _blame_kept_isolation(self, reason: str) -> None:
@@ -969,20 +488,19 @@ class ChildProcess:
         on_output: Callable[[CallDone], None],
         phase: str,
         output_bytes: int = 0,
-    ) -> TimeReply:
+    ) -> TimedShape:
         """Warm up and time the entry point on one shape (harness.timing in the child), while every
-        other child of this process is stopped (`others_stopped`).
+        other child of this process is stopped (`ChildPool.others_stopped`).
 
         The child asks for each call's seed in turn (calls 0, 1, 2 ..., warm-up included) and
         gets `seed_for(k)`. Every timed call's output is exported to the shared buffer (grown to
         `output_bytes` first; harness.sandbox.transfer) or, when it does not fit, to
         `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before the next call's seed is
         sent. Every message is due within call_timeout_s of the one before it, so a hanging call
-        is killed like one in `check`. `call_wall_ms` maps each timed call to the parent's own
-        time from sending its seed to hearing that its output is in its file: the call, and
-        everything the child did for it (inputs, NaN fill, flush, export), lies in between."""
-        with _timing_lock, others_stopped(self):
-            self.call_wall_ms: dict[int, float] = {}
+        is killed like one in `check`. Returns the child's reply with the parent's own clock of
+        each call (`TimedShape.call_wall_ms`)."""
+        with self.pool.timing_lock, self.pool.others_stopped(self):
+            call_wall_ms: dict[int, float] = {}
             seed_sent_at: dict[int, float] = {}
             if self.output_fd is not None and output_bytes > self.shared_bytes:
                 os.ftruncate(self.output_fd, output_bytes)  # grows it: shrinking is sealed
@@ -1024,7 +542,7 @@ class ChildProcess:
                         raise ChildFailure("timeout", phase_timeout) from None
                     raise
                 if isinstance(message, TimeReply):
-                    return message
+                    return TimedShape(message, call_wall_ms)
                 if isinstance(message, SeedWanted):
                     if message.index != next_index:
                         raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
@@ -1033,9 +551,9 @@ class ChildProcess:
                     seed_sent_at[message.index] = monotonic()
                     self._send(CallSeed(id=request.id, index=message.index, seed=seed), phase)
                 else:
-                    if message.index not in seed_sent_at or message.index in self.call_wall_ms:
+                    if message.index not in seed_sent_at or message.index in call_wall_ms:
                         raise self._fail("crashed", f"protocol violation during {phase}: an output for no call")
-                    self.call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
+                    call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
                     on_output(message)
 
     def output_name(self, request_id: int) -> str:
@@ -1113,7 +631,7 @@ class ChildProcess:
                 del self.log[: len(self.log) - LOG_TAIL_BYTES]
 
     def _kill(self) -> None:
-        live_children.discard(self)
+        self.pool.live.discard(self)
         if self.proc is None:
             return
         # Its whole process tree while it runs (its pid is still its own then): a process the

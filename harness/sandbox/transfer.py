@@ -28,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from harness.sandbox.protocol import TensorInfo
+from harness.bits import bit_patterns
+from harness.wire import TensorInfo
 
 DTYPES: dict[str, torch.dtype] = {
     str(dtype): dtype
@@ -114,14 +115,6 @@ def export_tensor(value: object, path: Path) -> TensorInfo:
     return info
 
 
-_SAME_SIZE_INTEGER = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _bits(value: torch.Tensor) -> torch.Tensor:
-    """The tensor's elements as integers of the same size (their bit patterns), without a copy."""
-    return value.detach().view(_SAME_SIZE_INTEGER[value.element_size()])
-
-
 def changed_elements(before: torch.Tensor, after: object) -> int | None:
     """How many elements of `after` differ bit for bit from `before` (a copy taken before the call),
     on their own device; None when `after` is no longer a plain tensor of the same shape, dtype and
@@ -133,14 +126,7 @@ def changed_elements(before: torch.Tensor, after: object) -> int | None:
         or after.device != before.device
     ):
         return None
-    return int((_bits(after) != _bits(before)).sum())
-
-
-def bit_sum(value: torch.Tensor) -> int:
-    """The sum of the elements' bit patterns as integers (int64, wrapping): a cheap fingerprint,
-    on the tensor's own device, that the parent compares with its own inputs' to see that both
-    sides generated the same inputs."""
-    return int(_bits(value).sum(dtype=torch.int64))
+    return int((bit_patterns(after) != bit_patterns(before)).sum())
 
 
 _KINDS = {

@@ -1,13 +1,20 @@
 """The store's tables as SQLAlchemy 2 typed models. Alembic (db/migrations) owns the schema:
-after changing a model here, run `.venv/bin/python db/regenerate_initial.py` (no store has shipped
-yet, so the initial migration is regenerated rather than followed by a second one);
-tests/test_store.py fails while the migration and the models differ.
+every change to a model here is a new migration in db/migrations/versions/, numbered after the
+last one; tests/test_store.py fails while the migrations and the models differ.
 
 - `Blob`: the exact bytes of a file, keyed by sha256 (content addressing).
-- `Lineage`: one named candidate; `Revision`: one submitted version of it.
-- `Run`: one evaluation of a revision for a task, in one mode, in one environment.
-- `ShapeResult`: per shape of a run: the check verdict and, when timed, the timing statistics.
+- `Lineage`: one named candidate; `Revision`: one submitted version of it (a submission, as the
+  CLI calls it).
+- `Run`: one evaluation of a revision for a task, of one run kind, in one environment.
+- `ShapeResult`: per shape of a run: the check, both verdicts and, when timed, the timing
+  statistics.
 - `Secret`: values the candidate must never see (the leaderboard seed).
+- `Experiment`, `ExperimentStep`: evolution experiments and their generations (harness.evolve).
+
+Run kinds (the column is `Run.mode`; harness.plan.phases): `test` (`harness test` and the
+tournament's checks, public seeds), `test-leaderboard` (`harness test --mode leaderboard`: secret
+seeds, checks only), `benchmark` (timed, public seeds) and `leaderboard` (timed with a fresh
+secret seed per call, every timed output checked).
 """
 
 from __future__ import annotations
@@ -89,8 +96,9 @@ class Revision(Base):
 
 
 class Run(Base):
-    """One evaluation: (revision, task, mode, environment) is unique; `state` is `claimed` while a
-    worker holds it and `done` once its result is complete (a claimed run is never a result)."""
+    """One evaluation: (revision, task, run kind, environment) is unique; `state` is `claimed`
+    while a worker holds it and `done` once its result is complete (a claimed run is never a
+    result)."""
 
     __tablename__ = "runs"
     __table_args__ = (UniqueConstraint("revision_id", "task", "mode", "env_key"),)
@@ -98,7 +106,7 @@ class Run(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id"))
     task: Mapped[str] = mapped_column(String(100))
-    mode: Mapped[str] = mapped_column(String(20))  # test | benchmark | leaderboard
+    mode: Mapped[str] = mapped_column(String(20))  # the run kind: test | test-leaderboard | benchmark | leaderboard
     env_key: Mapped[str] = mapped_column(String(64))
     device: Mapped[str] = mapped_column(String(20))  # cpu | cuda
     device_name: Mapped[str] = mapped_column(String(200), default="")
@@ -108,7 +116,7 @@ class Run(Base):
     claim_expires_at: Mapped[datetime | None]
     status: Mapped[str | None] = mapped_column(String(30))
     reason: Mapped[str] = mapped_column(Text, default="")
-    compile_s: Mapped[float | None]
+    compile_s: Mapped[float | None]  # the candidate's import in the child (Evaluation.compile_s)
     wall_s: Mapped[float | None]
     score_ms: Mapped[float | None]
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -174,6 +182,17 @@ class ShapeResult(Base):
     @property
     def accuracy(self) -> Accuracy:
         return Accuracy(rel_l2=self.rel_l2, max_err_over_scale=self.max_err_over_scale)
+
+    @property
+    def timing_flags(self) -> list[str]:
+        """The timing's flags (harness.timing), kept in `check["timing"]`; [] when untimed."""
+        return list((self.check.get("timing") or {}).get("flags") or [])
+
+    @property
+    def warmup_s(self) -> float:
+        """The timing warm-up's seconds (ShapeOutcome.compile_s, kept in `check["timing"]`), 0 when
+        untimed; the candidate's import is the run's `compile_s`."""
+        return (self.check.get("timing") or {}).get("compile_s") or 0.0
 
 
 class Retiming(Base):

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, selectinload
 from harness.candidates import SeedRevision, check_candidate_content, parse_candidate
 from harness.errors import HarnessError
 from harness.store.models import Blob, Lineage, Revision, Secret
-from harness.tasks import known_tasks
+from harness.tasks import known_tasks, load_task
 
 DEFAULT_TASK = "conv2d_v2"
 _LINEAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -220,3 +220,21 @@ def _advance_id_sequence(session: Session) -> None:
         session.execute(
             text("SELECT setval(pg_get_serial_sequence('revisions', 'id'), :largest)"), {"largest": largest}
         )
+
+
+def reference_lineage_name(task: str) -> str:
+    """The lineage of the task's reference candidate (named after its file, as `harness seed`
+    registers it)."""
+    spec = load_task(task)
+    return Path(spec.reference_candidate).stem if spec.reference_candidate else f"{task}_reference"
+
+
+def reference_revision_id(session: Session, task: str) -> int | None:
+    """The task's reference revision (the latest of its lineage), when it is registered."""
+    return session.scalar(
+        select(Revision.id)
+        .join(Revision.lineage)
+        .where(Lineage.name == reference_lineage_name(task), Revision.task == task)
+        .order_by(Revision.number.desc())
+        .limit(1)
+    )

@@ -1,6 +1,6 @@
 """Runs in the store: claimed before the work, written whole after it.
 
-A run is keyed by (revision, task, mode, environment). A worker first claims the key (a row with
+A run is keyed by (revision, task, run kind, environment). A worker first claims the key (a row with
 state `claimed`, its name `<host>:<pid>` and a claim expiry), commits, does the work outside any
 transaction, and then writes the status, the per-shape results and state `done` in one
 transaction. So a run is either complete or visibly in progress; a worker that died leaves a
@@ -15,9 +15,9 @@ the key is taken). Taking over an existing row happens under a lock: SQLite's `B
 FOR UPDATE SKIP LOCKED`, so a worker skips a row that another one is claiming or writing instead
 of waiting for it, and `record_run` locks the row before it checks that the claim is still its own.
 
-Run modes written by the runner: `test` (`harness test`, public seeds), `test-leaderboard`
-(`harness test --mode leaderboard`: secret seeds, checks only); the timing commands write
-`benchmark` and `leaderboard`.
+Run kinds (the `mode` column) are written by the plan (harness.plan.phases): `test` (public
+seeds) and `test-leaderboard` (secret seeds, checks only) by the checked phase; `benchmark` and
+`leaderboard` by the timed ones.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from sqlalchemy.orm import Session, selectinload
 from harness.environment import Environment, process_is_gone
 from harness.store.models import Run, ShapeResult, utcnow
 from harness.verdicts import VERDICTS
+from harness.wire import TIMING_STATISTICS
 
 if TYPE_CHECKING:
-    from harness.sandbox.evaluation import Evaluation
     from harness.tasks import TaskSpec
+    from harness.wire import Evaluation
 
-TIMING_FIELDS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
 
 
 def worker_name() -> str:
@@ -222,7 +222,7 @@ def estimated_cost(session: Session, revision_id: int, task: str, env_key: str, 
         seconds = 1.0 + (run.compile_s or 0.0)
         for shape in run.shapes:
             seconds += shape.check.get("call_s") or 0.0
-            seconds += (shape.check.get("timing") or {}).get("compile_s") or 0.0
+            seconds += shape.warmup_s
             seconds += (shape.runs or 0) * (shape.mean_ms or 0.0) / 1000
         return seconds
     return 1.0
@@ -309,7 +309,7 @@ def record_run(
                 "call_s": outcome.call_s,
             },
             times_ms=list(outcome.times_ms),
-            **{name: getattr(outcome, name) for name in TIMING_FIELDS},
+            **{name: getattr(outcome, name) for name in TIMING_STATISTICS},
             **_verdict_columns(outcome),
         )
         for outcome in evaluation.shapes

@@ -31,6 +31,7 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url, 
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
+from typing_extensions import Self
 
 from harness.config import DB_DIR, get_settings
 from harness.errors import HarnessError
@@ -69,6 +70,13 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """`with open_store(url) as store:` disposes the engine when the block ends."""
+        self.close()
 
 
 def alembic_config(connection: Connection | None = None) -> Config:

@@ -2,7 +2,7 @@
 correctness first, then timing for those that pass, then the leaderboard recheck.
 
 Phases by mode: `test` checks only; `benchmark` checks, then times the passing revisions with the
-task's reference, interleaved shape by shape (harness.sandbox.bench); `leaderboard` adds the
+task's reference, interleaved shape by shape (harness.plan.bench); `leaderboard` adds the
 recheck with secret seeds, a fresh seed per timed call and every timed output checked.
 
 Work runs on an executor (harness.executors): this process, one worker per GPU (`--gpus`), or Ray
@@ -20,14 +20,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.config import get_settings
 from harness.environment import Environment
 from harness.errors import HarnessError
 from harness.executors import Executor, InProcess
-from harness.sandbox.bench import BenchedRevision, bench_revisions, with_references
-from harness.sandbox.checks import CheckedRevision, check_revisions, store_limits
+from harness.plan.bench import run_bench, with_references
+from harness.plan.checks import run_checks
+from harness.plan.phases import PhaseRun, PlannedRevision, store_limits
 from harness.sandbox.devices import default_shape_set
-from harness.sandbox.supervisor import SandboxLimits
+from harness.sandbox.limits import SandboxLimits
 from harness.store.revisions import get_revision, list_revisions
+from harness.store.runs import worker_name
 from harness.store.session import Store
 from harness.tasks import load_task
 from harness.timing import StoppingRule
@@ -112,15 +115,15 @@ def run_tournament(
     limits = store_limits(store, limits or SandboxLimits.from_settings())
     result = TournamentResult(task=spec.name, device=device, mode=mode, environment=environment)
 
+    rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
+    plan = PhaseRun(store, executor, environment, limits, worker_name(), force=force, rule=rule)
+
     candidates = revision_ids
     for phase in PHASES[mode]:
         if not candidates:
             break
-        if phase == "test":
-            keep = len(PHASES[mode]) > 1  # the benchmark phase may adopt the passing children
-            outcome = _check_phase(store, candidates, environment, force, limits, progress, executor, keep)
-        else:
-            outcome = _bench_phase(store, phase, candidates, environment, force, limits, rule, progress, executor)
+        keep = phase == "test" and len(PHASES[mode]) > 1  # the benchmark phase may adopt the passing children
+        outcome = _run_phase(plan, phase, candidates, progress, keep_children=keep)
         result.phases.append(outcome)
         if outcome.failures:
             raise HarnessError(
@@ -131,74 +134,31 @@ def run_tournament(
     return result
 
 
-def _check_phase(
-    store: Store,
-    revision_ids: list[int],
-    environment: Environment,
-    force: bool,
-    limits: SandboxLimits,
-    progress: TournamentProgress,
-    executor: Executor,
-    keep_children: bool,
+def _run_phase(
+    plan: PhaseRun, phase: str, revision_ids: list[int], progress: TournamentProgress, *, keep_children: bool
 ) -> PhaseResult:
-    outcome = PhaseResult("test", revision_ids)
-    shape_set = default_shape_set(environment.device)
-    with store.session() as session:
-        tasks = [get_revision(session, revision_id).task for revision_id in revision_ids]
-    progress.start_phase("test", sum(len(load_task(name).shapes(shape_set)) for name in tasks))
-    checked = check_revisions(
-        store,
-        revision_ids,
-        device=environment.device,
-        mode="test",
-        force=force,
-        limits=limits,
-        environment=environment,
-        executor=executor,
-        progress=lambda line, steps: progress.step(line, steps),
-        keep_children=keep_children,
-    )
-    for item in checked:
-        _count(outcome, item)
-    progress.end_phase()
-    return outcome
-
-
-def _bench_phase(
-    store: Store,
-    phase: str,
-    revision_ids: list[int],
-    environment: Environment,
-    force: bool,
-    limits: SandboxLimits,
-    rule: StoppingRule | None,
-    progress: TournamentProgress,
-    executor: Executor,
-) -> PhaseResult:
+    """One phase: the checked one (`test`) or a timed one (the task's reference joins), its steps
+    the shapes of every revision in it."""
     outcome = PhaseResult(phase, revision_ids)
-    shape_set = default_shape_set(environment.device, timed=True)
-    with store.session() as session:
-        benched = with_references(session, revision_ids)  # the reference joins: count its shapes
-    progress.start_phase(phase, sum(len(load_task(item.task).shapes(shape_set)) for item in benched))
-    benched = bench_revisions(
-        store,
-        revision_ids,
-        device=environment.device,
-        mode=phase,
-        force=force,
-        limits=limits,
-        rule=rule,
-        environment=environment,
-        executor=executor,
-        progress=progress.step,
-    )
-    for item in benched:
+    timed = phase != "test"
+    shape_set = default_shape_set(plan.environment.device, timed=timed)
+    with plan.store.session() as session:
+        if timed:
+            items = with_references(session, revision_ids)
+        else:
+            items = [PlannedRevision.of(get_revision(session, revision_id)) for revision_id in revision_ids]
+    progress.start_phase(phase, sum(len(load_task(item.task).shapes(shape_set)) for item in items))
+    if timed:
+        run_bench(plan, items, phase, progress.step)
+    else:
+        run_checks(plan, items, "test", progress.step, keep_children=keep_children)
+    for item in items:
         _count(outcome, item)
     progress.end_phase()
     return outcome
 
 
-def _count(outcome: PhaseResult, item: CheckedRevision | BenchedRevision) -> None:
+def _count(outcome: PhaseResult, item: PlannedRevision) -> None:
     if item.run is None:
         if item.failed:
             outcome.failures.append(f"{item.revision_id} {item.label}: {item.busy_with}")

@@ -1,0 +1,277 @@
+"""One phase over a list of revisions: reuse, claim, dispatch, record, settle.
+
+For each revision: its finished run in this environment is reused (unless forced, or the task's
+shapes changed), or its run is claimed in the store (committed) and becomes an
+`EvaluationRequest` (everything a worker needs, nothing of the store), or another worker holds the
+claim. The requests go to an executor (harness.executors: this process, one worker per GPU, or
+Ray), interleaved shape by shape; each job's results are written as the job ends, one transaction
+per job (`evaluate_and_record`). Then each revision settles: its run, a worker that took the claim
+over, or its own worker's failure (not the candidate's: a failing or hostile candidate is a status
+in its run).
+
+What differs between phases is data (`Phase`): whether shapes are timed, the seed policy (public
+seeds, or the store's secret seed combined with the code), the run kind the store keys runs by,
+and which earlier runs estimate a revision's cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from sqlalchemy.orm import Session
+
+from harness.config import sqlite_directory
+from harness.environment import Environment
+from harness.executors import EvaluationRequest, Executor, split_jobs
+from harness.sandbox.devices import default_shape_set
+from harness.sandbox.limits import SandboxLimits
+from harness.store.models import Revision, Run
+from harness.store.revisions import get_or_create_secret, get_revision, revision_code
+from harness.store.runs import estimated_cost, new_batch, record_run, release_claim, reuse_or_claim
+from harness.store.session import Store, postgres_socket_directories
+from harness.tasks import load_task, revision_secret
+
+if TYPE_CHECKING:
+    from harness.executors import Job
+    from harness.timing import StoppingRule
+    from harness.wire import Evaluation, ShapeOutcome
+
+LEADERBOARD_SECRET = "leaderboard_seed"
+SeedPolicy = Literal["test", "leaderboard"]  # public seeds, or the secret seed (the Evaluator's `mode`)
+
+# A claim lasts the child's start and import, then per shape this many call time limits (the
+# checked calls: every sampled autotune config) and, when timed, the shape's timing budget; a timed
+# phase's claim has this margin more (its warm-up, the parent's checks of every timed output).
+CLAIM_CALLS_PER_SHAPE = 16
+TIMED_CLAIM_MARGIN = 4
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What a phase does. `run_kind` is the key the store keeps its runs under (Run.mode)."""
+
+    run_kind: str
+    seed_policy: SeedPolicy
+    timed: bool
+    cost_sources: tuple[str, ...]  # run kinds whose finished runs estimate a revision's cost
+
+
+_CHECK_COSTS = ("test", "test-leaderboard", "benchmark", "leaderboard")
+CHECK_PHASES = {  # harness test --mode
+    "test": Phase("test", "test", timed=False, cost_sources=_CHECK_COSTS),
+    "leaderboard": Phase("test-leaderboard", "leaderboard", timed=False, cost_sources=_CHECK_COSTS),
+}
+TIMED_PHASES = {  # harness bench --mode, and the tournament's timed phases
+    "benchmark": Phase("benchmark", "test", timed=True, cost_sources=("benchmark", "test")),
+    "leaderboard": Phase("leaderboard", "leaderboard", timed=True, cost_sources=("leaderboard", "benchmark", "test")),
+}
+
+
+def claim_ttl_s(limits: SandboxLimits, shape_count: int, rule: StoppingRule | None = None) -> float:
+    """How long a claim holds before another worker may take the run over (the one claim-TTL rule:
+    see CLAIM_CALLS_PER_SHAPE); `rule`: the timed phase's stopping rule."""
+    per_shape_s = limits.call_timeout_s * CLAIM_CALLS_PER_SHAPE + (rule.budget_s if rule is not None else 0.0)
+    margin = TIMED_CLAIM_MARGIN if rule is not None else 1
+    return limits.startup_timeout_s + limits.import_timeout_s + per_shape_s * shape_count * margin
+
+
+@dataclass
+class PlannedRevision:
+    """One revision in a phase, and what became of it."""
+
+    revision_id: int
+    label: str  # "lineage rN"
+    task: str
+    parent_id: int | None = None
+    is_reference: bool = False  # the task's reference revision, joined to a timed phase
+    run: Run | None = None  # None when another worker holds the claim (or its worker failed)
+    reused: bool = False
+    busy_with: str = ""
+    failed: bool = False  # the worker that evaluated it failed (not the candidate): no result
+    run_id: int | None = None  # the run claimed here
+    shape_count: int = 0
+    # timed phases: against the reference and the parent (harness.plan.bench)
+    speedup: float | None = None  # reference score / score
+    vs_reference: str | None = None  # scoring.compare verdict
+    vs_parent: str | None = None
+    flags: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, revision: Revision, *, is_reference: bool = False) -> PlannedRevision:
+        return cls(
+            revision_id=revision.id,
+            label=f"{revision.lineage.name} r{revision.number}",
+            task=revision.task,
+            parent_id=revision.parent_id,
+            is_reference=is_reference,
+        )
+
+    def stored_or_busy(self) -> str:
+        return f"busy ({self.busy_with})" if self.run is None else f"{self.run.status} (stored)"
+
+
+@dataclass
+class PhaseListener:
+    """What a phase tells its caller, revision by revision (each on the caller's thread)."""
+
+    not_dispatched: Callable[[PlannedRevision], None] = lambda item: None  # reused, or busy elsewhere
+    shape_done: Callable[[PlannedRevision, ShapeOutcome], None] = lambda item, outcome: None
+    recorded: Callable[[PlannedRevision, Evaluation], None] = lambda item, evaluation: None
+    worker_failed: Callable[[PlannedRevision], None] = lambda item: None
+
+
+def store_limits(store: Store, limits: SandboxLimits) -> SandboxLimits:
+    """`limits` with the store hidden from the child too: a SQLite file's directory, or the unix
+    socket directories of a PostgreSQL server (harness.store.session.postgres_socket_directories;
+    a socket under /tmp is hidden with /tmp by the supervisor)."""
+    url = store.engine.url
+    store_dir = sqlite_directory(url.render_as_string(hide_password=False))
+    hidden = [store_dir] if store_dir is not None else postgres_socket_directories(url)
+    if not hidden:
+        return limits
+    return limits.model_copy(update={"hidden_paths": [*limits.hidden_paths, *hidden]})
+
+
+def leaderboard_seed(session: Session, revision: Revision) -> int:
+    """The revision's secret seed (the store's secret, combined with its code)."""
+    return revision_secret(get_or_create_secret(session, LEADERBOARD_SECRET), revision.code_sha256)
+
+
+@dataclass
+class PhaseRun:
+    """Where and how a phase runs: the same for every phase of one command or tournament."""
+
+    store: Store
+    executor: Executor
+    environment: Environment
+    limits: SandboxLimits  # with the store hidden (store_limits)
+    worker: str
+    force: bool = False
+    rule: StoppingRule | None = None  # timed phases
+
+    def run(
+        self,
+        phase: Phase,
+        items: list[PlannedRevision],
+        listener: PhaseListener | None = None,
+        *,
+        keep_children: bool = False,
+    ) -> None:
+        """Claim, dispatch, record and settle `items` (distinct revisions, in order) for `phase`.
+        `keep_children`: a timed phase follows on the same executor, which may keep the children
+        that passed for it (EvaluationRequest.keep_child)."""
+        listener = listener or PhaseListener()
+        requests: dict[int, EvaluationRequest] = {}
+        claimed: dict[int, PlannedRevision] = {}
+        with self.store.session() as session:
+            for item in items:
+                request = self._claim(session, phase, item)
+                if request is None:
+                    listener.not_dispatched(item)
+                    continue
+                if keep_children and getattr(self.executor, "keeps_children", False):
+                    request.keep_child = True
+                requests[request.key] = request
+                claimed[request.key] = item
+        dispatched = evaluate_and_record(
+            self.store,
+            self.executor,
+            self.environment,
+            list(requests.values()),
+            worker=self.worker,
+            on_shape=lambda key, outcome: listener.shape_done(claimed[key], outcome),
+            on_recorded=lambda request, evaluation: listener.recorded(claimed[request.key], evaluation),
+        )
+        for key, item in claimed.items():
+            if key in dispatched.failed:
+                item.busy_with, item.failed = f"no result: {dispatched.failed[key]}", True
+                listener.worker_failed(item)
+                continue
+            item.run = dispatched.recorded.get(key)
+            if item.run is None:
+                item.busy_with = "a worker that took over"
+
+    def _claim(self, session: Session, phase: Phase, item: PlannedRevision) -> EvaluationRequest | None:
+        """Reuse the stored run, or claim the key and make the item's request (its key: the run's
+        id); None when there is nothing to evaluate (reused, or another worker holds the claim)."""
+        revision = get_revision(session, item.revision_id)
+        task = load_task(item.task)
+        shape_set = default_shape_set(self.environment.device, timed=phase.timed)
+        item.shape_count = len(task.shapes(shape_set))
+        rule = self.rule if phase.timed else None
+        cost = estimated_cost(session, item.revision_id, task.name, self.environment.env_key, prefer=phase.cost_sources)
+        found = reuse_or_claim(
+            session, item.revision_id, task, phase.run_kind, self.environment, shape_set=shape_set,
+            worker=self.worker, ttl_s=claim_ttl_s(self.limits, item.shape_count, rule), force=self.force,
+        )
+        if found.run is None or found.reused:
+            item.run, item.reused, item.busy_with = found.run, found.reused, found.busy_with
+            return None
+        item.run_id, item.run = found.run.id, None
+        secret_seed = leaderboard_seed(session, revision) if phase.seed_policy == "leaderboard" else None
+        return EvaluationRequest.make(
+            found.run.id, revision_code(revision), revision.filename, task.name,
+            device=self.environment.device, limits=self.limits, label=item.label, mode=phase.seed_policy,
+            timed=phase.timed, secret_seed=secret_seed, rule=rule, cost=cost,
+        )
+
+
+@dataclass
+class Dispatched:
+    """What `evaluate_and_record` did with each claimed run (by run id)."""
+
+    recorded: dict[int, Run | None] = field(default_factory=dict)  # None: taken over
+    failed: dict[int, str] = field(default_factory=dict)  # the worker's failure
+
+
+def evaluate_and_record(
+    store: Store,
+    executor: Executor,
+    environment: Environment,
+    requests: list[EvaluationRequest],
+    *,
+    worker: str,
+    on_shape: Callable[[int, ShapeOutcome], None] | None = None,
+    on_recorded: Callable[[EvaluationRequest, Evaluation], None] | None = None,
+) -> Dispatched:
+    """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
+    each job's results as the job ends, one transaction per job. The claims of a job whose worker
+    failed are released (the next tournament does them); on an interruption every claim not yet
+    written is released and the exception goes on."""
+    dispatched = Dispatched()
+    open_claims = {request.key for request in requests}
+
+    def release(keys: list[int]) -> None:
+        with store.session() as session:
+            for key in keys:
+                release_claim(session, key, worker)
+        open_claims.difference_update(keys)
+
+    def done(job: Job, evaluations: list[Evaluation]) -> None:
+        batch = new_batch()  # one job: one interleaved run
+        with store.session() as session:
+            for request, evaluation in zip(job.requests, evaluations):
+                run = record_run(
+                    session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch
+                )
+                dispatched.recorded[request.key] = run
+        open_claims.difference_update(request.key for request in job.requests)
+        if on_recorded is not None:
+            for request, evaluation in zip(job.requests, evaluations):
+                on_recorded(request, evaluation)
+
+    def failed(job: Job, reason: str) -> None:
+        release([request.key for request in job.requests])
+        for request in job.requests:
+            dispatched.failed[request.key] = reason
+
+    jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots)
+    try:
+        executor.run(jobs, on_shape or (lambda key, outcome: None), done, failed)
+    except BaseException:
+        if open_claims:
+            release(sorted(open_claims))
+        raise
+    return dispatched

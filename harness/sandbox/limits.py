@@ -1,0 +1,103 @@
+"""Limits of one sandboxed evaluation (`SandboxLimits`), and the resource limits they set on the
+child between fork and exec (`resource_limits`). Time limits come from the settings; the parent
+watches the rest (harness.sandbox.resources)."""
+
+from __future__ import annotations
+
+import os
+import resource
+from typing import Literal
+
+from pydantic import BaseModel
+
+from harness.config import get_settings
+from harness.errors import HarnessError
+
+
+class SandboxLimits(BaseModel):
+    """Limits of one evaluation. `from_settings()` takes the time limits from the settings."""
+
+    startup_timeout_s: float = 120.0  # spawn until torch is imported in the child
+    import_timeout_s: float = 300.0
+    call_timeout_s: float = 120.0
+    # the parent's time waiting on the child, summed over the evaluation (ChildProcess.spent_s)
+    evaluation_timeout_s: float = 1200.0
+    cpu_time_s: int = 4 * 3600
+    file_size_bytes: int = 8 * 1024**3
+    # RLIMIT_AS per process on the CPU; all processes' resident memory, watched by the parent
+    memory_bytes: int = 16 * 1024**3
+    extra_processes: int = 1024  # RLIMIT_NPROC above the user's current count (not for root)
+    max_processes: int = 256  # the child's processes (not threads), watched by the parent
+    # each private tmpfs (the working directory, the hidden /tmp and /dev/shm); the working and
+    # exchange directories on the host, watched by the parent
+    disk_bytes: int = 1024**3
+    code_cache_bytes: int = 1024**3  # the per-code caches after the run (`ChildProcess.trim_caches`)
+    isolation: Literal["auto", "none"] = "auto"
+    hidden_paths: list[str] = []  # more directories to hide (a store's directory)
+    check_all_autotune_configs: bool | None = None  # None: on the CPU only
+    max_checked_autotune_configs: int = 16  # per shape: config 0 and a sample of the rest
+    # Keep Triton's autotuning results with the compiled kernels (per code sha256), so that a
+    # re-evaluation (the leaderboard phase after the benchmark phase, --force) times the config
+    # chosen the first time instead of benchmarking every config again. Off by default: each
+    # evaluation then tunes afresh, as a fresh process on GPU MODE's runners does.
+    cache_autotuning: bool = False
+
+    @classmethod
+    def from_settings(cls, **overrides: object) -> SandboxLimits:
+        """Time and resource limits from the settings; HARNESS_SANDBOX_ISOLATION=none turns the namespaces off
+        (an escape hatch for a machine where they break the GPU); HARNESS_CACHE_AUTOTUNING=1 keeps
+        Triton's autotuning results (`cache_autotuning`)."""
+        settings = get_settings()
+        names = (
+            "import_timeout_s",
+            "call_timeout_s",
+            "evaluation_timeout_s",
+            "max_checked_autotune_configs",
+            "memory_bytes",
+            "max_processes",
+            "disk_bytes",
+            "code_cache_bytes",
+        )
+        values = {name: getattr(settings, name) for name in names}
+        isolation = os.environ.get("HARNESS_SANDBOX_ISOLATION")
+        if isolation:
+            if isolation not in ("auto", "none"):
+                raise HarnessError(f"HARNESS_SANDBOX_ISOLATION={isolation!r}: use auto or none")
+            values["isolation"] = isolation
+        cache_autotuning = os.environ.get("HARNESS_CACHE_AUTOTUNING")
+        if cache_autotuning:
+            if cache_autotuning not in ("0", "1"):
+                raise HarnessError(f"HARNESS_CACHE_AUTOTUNING={cache_autotuning!r}: use 0 or 1")
+            values["cache_autotuning"] = cache_autotuning == "1"
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        return cls(**values)
+
+
+def resource_limits(limits: SandboxLimits, device: str):
+    """The preexec_fn: resource limits for the child, set between fork and exec. The address
+    space is limited on the CPU only: CUDA reserves terabytes of it (the parent's
+    `ResourceWatch` bounds resident memory on every device)."""
+    nproc = None
+    if os.getuid() != 0:
+        tasks = 0
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    if entry.stat().st_uid == os.getuid():
+                        tasks += len(os.listdir(f"/proc/{entry.name}/task"))
+                except OSError:
+                    continue
+        nproc = tasks + limits.extra_processes
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 5))
+        if device == "cpu":
+            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        if nproc is not None:
+            _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+            if hard == resource.RLIM_INFINITY or nproc < hard:
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    return apply

@@ -1,0 +1,176 @@
+"""Where a sandboxed child works and what it may see: its private io and working directories
+(and those of killed parents, removed), the shared buffer for timed outputs, the environment it
+starts with, the directories hidden from it (the store's, handed in as paths through
+`SandboxLimits.hidden_paths`, and the shared temporary and cache roots), and the bytecode its
+imports need."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from harness.config import DB_DIR, get_settings, sqlite_directory
+from harness.sandbox.limits import SandboxLimits
+
+KEPT_ENVIRONMENT = (
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "TORCH_CUDA_ARCH_LIST",
+    "CC",
+    "CXX",
+    "MAX_JOBS",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+)
+MIN_SHM_FREE_BYTES = 2 * 1024**3
+IO_DIR_PREFIX = "harness-io-"  # then the parent's pid: harness-io-<pid>-<random>
+WORKDIR_PREFIX = "run-"  # in work_root(), the same way
+PROBE_DIR_PREFIX = "harness-probe-"  # the isolation probe's scratch directory, the same way
+
+
+def create_shared_output() -> int:
+    """The memfd a child puts its timed outputs in (harness.sandbox.transfer.SharedBuffer): the
+    parent grows it; shrinking is sealed, and so are the seals (the child cannot add F_SEAL_GROW
+    and keep the parent from growing it). Torch-free, like the rest of the spawn."""
+    import fcntl
+
+    fd = os.memfd_create("harness-timed-output", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    return fd
+
+
+def make_io_dir() -> Path:
+    """A fresh private directory for one child's files: in /dev/shm when it is writable and has
+    room (a container's default 64 MiB would end a large copy with SIGBUS), else in the
+    temporary directory."""
+    shm = Path("/dev/shm")
+    root = None
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        stats = os.statvfs(shm)
+        if stats.f_bavail * stats.f_frsize >= MIN_SHM_FREE_BYTES:
+            root = shm
+    return Path(tempfile.mkdtemp(prefix=f"{IO_DIR_PREFIX}{os.getpid()}-", dir=root))
+
+
+@cache
+def remove_files_of_dead_parents() -> None:
+    """Once per process: remove the io, work and probe directories (`make_io_dir`,
+    `ChildProcess.workdir`, `_probe_isolation`) of harness processes that were killed before they
+    could (SIGKILL, a lost node): those, of this user, named after a pid that no longer runs on
+    this host."""
+    from harness.environment import process_is_gone
+
+    temporary = tempfile.gettempdir()
+    roots = [
+        ("/dev/shm", IO_DIR_PREFIX),
+        (temporary, IO_DIR_PREFIX),
+        (temporary, PROBE_DIR_PREFIX),
+        (work_root(), WORKDIR_PREFIX),
+    ]
+    for root, prefix in roots:
+        try:
+            entries = [entry for entry in os.scandir(root) if entry.name.startswith(prefix)]
+        except OSError:
+            continue
+        for entry in entries:
+            pid, dash, _ = entry.name.removeprefix(prefix).partition("-")  # mkdtemp's own names have no dash
+            try:
+                mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
+            except OSError:
+                continue
+            if mine and dash and pid.isdigit() and process_is_gone(int(pid)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+# What a child imports besides the candidate (see `warm_bytecode`).
+CHILD_IMPORTS = "import torch, torch.nn.functional, triton, harness.sandbox.child, harness.sandbox.transfer"
+
+
+@cache
+def warm_bytecode(optimized: bool) -> None:
+    """Children never write bytecode (PYTHONDONTWRITEBYTECODE, read-only mounts), and CPU children
+    run with -O, for which Python keeps separate bytecode (*.opt-1.pyc) that an installation
+    usually lacks. Where the bytecode of torch is missing (an image built with
+    PYTHONDONTWRITEBYTECODE, seen on the H200 machine: every process compiled torch from source,
+    seconds each), each child would compile it again. Once per process, import the child's
+    libraries in a process of our own, with nothing of a candidate in it, as any `python` run
+    does: Python writes the bytecode next to the sources where it may (silently not where it may
+    not). Later harness processes read it too."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")  # not imported: the parent may not have imported it yet
+    if spec is None or not spec.origin:
+        return
+    if Path(importlib.util.cache_from_source(spec.origin, optimization=1 if optimized else "")).exists():
+        return
+    env = python_environment()
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    try:
+        subprocess.run(
+            [sys.executable, *(["-O"] if optimized else []), "-c", CHILD_IMPORTS],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=300,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
+def python_environment() -> dict[str, str]:
+    """The kept variables (PATH, CUDA's) and a PYTHONPATH that finds the harness package."""
+    env = {key: os.environ[key] for key in KEPT_ENVIRONMENT if key in os.environ}
+    env.setdefault("PATH", "/usr/bin:/bin")
+    # The harness package first, then whatever the parent's PYTHONPATH adds (packages installed
+    # with `pip --target`, as on a machine whose image lacks some of them).
+    parts = [str(Path(__file__).resolve().parents[2]), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    return env
+
+
+def _needed_paths() -> list[Path]:
+    """Directories the child must still see: the interpreter, its libraries, the harness."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
+    paths.add(Path(__file__).resolve().parents[2])
+    paths.update(Path(entry).resolve() for entry in sys.path if entry and Path(entry).is_dir())
+    return list(paths)
+
+
+def work_root() -> Path:
+    """Where the children's working directories are made (one per evaluation)."""
+    root = Path(tempfile.gettempdir(), f"harness-sandbox-{os.getuid()}")
+    root.mkdir(mode=0o700, exist_ok=True)
+    return root
+
+
+def hidden_directories(limits: SandboxLimits) -> list[str]:
+    """Store directories and shared temporary/cache roots, except any that hold something the
+    child needs to run (a virtualenv under /tmp stays visible, read-only)."""
+    settings = get_settings()
+    candidates = [DB_DIR, sqlite_directory(settings.db), *limits.hidden_paths]
+    candidates += [tempfile.gettempdir(), "/tmp", work_root(), "/dev/shm", settings.cache_dir]
+    needed = _needed_paths()
+    hidden: list[str] = []
+    for candidate in candidates:
+        if candidate is None:
+            continue
+        path = Path(candidate).resolve()
+        if path == Path("/") or not path.is_dir() or str(path) in hidden:
+            continue
+        if any(path == need or path in need.parents for need in needed):
+            continue
+        hidden.append(str(path))
+    return hidden

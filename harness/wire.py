@@ -1,0 +1,182 @@
+"""The typed data that crosses a process boundary and the results made of it, in one torch-free
+module: what the sandboxed child reports of a call (`TensorInfo`, `CheckReply`, framed by
+harness.sandbox.protocol and judged by harness.checking), an evaluation's results (`ShapeOutcome`,
+`Evaluation`: made by the sandbox, carried by the executors, written by the plan into the store as
+`Run` and `ShapeResult` rows), and what a GPU worker or a Ray task sends back (`WorkerMessage`).
+Messages (`Message`) forbid unknown fields; a message that does not validate is an error, never
+skipped.
+
+Two durations keep their stored names: `Evaluation.compile_s` is the candidate's import in the
+child (`Run.compile_s`), `ShapeOutcome.compile_s` the timing warm-up of one shape
+(`ShapeResult.warmup_s`, kept in `check["timing"]`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from harness.verdicts import Accuracy, Verdicts
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- what the child reports of a call (harness.sandbox.protocol frames them) -----------------
+
+
+class TensorInfo(Message):
+    """What the child saw of a returned object or an input after the call. `written` says
+    whether its bytes were copied to the file the parent named (only for an exact torch.Tensor)."""
+
+    type_name: str
+    exact_tensor: bool
+    shape: list[int] | None = None
+    dtype: str | None = None
+    device: str | None = None
+    contiguous: bool | None = None
+    nbytes: int | None = None
+    written: bool = False
+    shared: bool = False  # its bytes are in the shared output buffer, not a file (timed calls)
+
+
+class AutotunerInfo(Message):
+    name: str
+    configs: list[dict[str, str]]
+
+
+class CallError(Message):
+    kind: Literal["compile_error", "unsupported", "runtime_error"]
+    error: str
+
+
+class CheckReply(Message):
+    type: Literal["check_reply"] = "check_reply"
+    token: str
+    id: int
+    seconds: float | None = None
+    error: CallError | None = None
+    output: TensorInfo | None = None
+    output_aliases_input: bool = False
+    inputs: list[TensorInfo] = []  # each input as the child holds it after the call (not exported)
+    # per input: elements that differ bit for bit from the child's copy taken before the call
+    # (None: no longer a plain tensor of the same shape, dtype and device)
+    inputs_changed: list[int | None] = []
+    # per input, before the call: harness.bits.bit_sum, against the parent's own inputs
+    inputs_bit_sums: list[int] = []
+    autotuners: list[AutotunerInfo] = []
+    autotune_config: dict[str, dict[str, str]] | None = None  # per Autotuner: the config it ran
+
+
+# --- an evaluation's results ----------------------------------------------------------------
+
+
+# the per-shape timing statistics: ShapeOutcome's fields and ShapeResult's columns of the same names
+TIMING_STATISTICS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
+STATUSES = ("pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported")
+Status = Literal["pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported"]
+ShapeStatus = Literal[
+    "pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported", "not_run"
+]
+class ShapeOutcome(BaseModel):
+    """One shape of an evaluation. `shape` holds the parameters and the public seed (never the
+    combined leaderboard seed, from which the secret could be recovered). The timing fields stay
+    None until harness.timing fills them."""
+
+    set_name: str
+    index: int
+    shape: dict[str, int | float | str | bool]
+    status: ShapeStatus = "not_run"
+    passed: bool | None = None
+    reason: str = ""
+    check: dict = {}
+    call_s: float | None = None
+    runs: int | None = None
+    mean_ms: float | None = None
+    median_ms: float | None = None
+    std_ms: float | None = None
+    err_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    times_ms: list[float] = []
+    compile_s: float | None = None  # the timing warm-up's seconds
+    timing_flags: list[str] = []  # harness.timing.TIMING_MISMATCH
+    # Both verdicts (harness.checking) over every output of the shape that was compared: the
+    # checked call (each autotune config on the CPU) and every timed call.
+    verdicts: Verdicts | None = None
+    accuracy: Accuracy = Accuracy()
+
+
+class Evaluation(BaseModel):
+    status: Status
+    reason: str = ""
+    task: str
+    filename: str
+    code_sha256: str
+    device: str
+    mode: str
+    timed: bool = False
+    shape_set: str
+    # the candidate's import (and anything it compiles there), on the child's clock
+    compile_s: float | None = None
+    # spawn until the child has imported torch, on the parent's clock (a group's children start
+    # together: on fewer cores than children this includes waiting for a core)
+    startup_s: float | None = None
+    # the child was kept from this candidate's previous phase (startup_s and compile_s are then 0)
+    child_reused: bool = False
+    wall_s: float = 0.0
+    isolation: str = ""
+    autotuners: list[AutotunerInfo] = []
+    shapes: list[ShapeOutcome] = []
+    log_tail: str = ""
+    score_ms: float | None = None  # timed and passed: the task's score (ranking_by) of the shape means
+
+
+
+
+# --- what a GPU worker or a Ray task sends back (harness.executors) ---------------------------
+
+
+class WorkerReady(Message):
+    """The worker has imported what evaluations need (and started CUDA when asked)."""
+
+    type: Literal["ready"] = "ready"
+
+
+class ShapeDone(Message):
+    """A shape of the job's request `key` ran (for progress; the job's evaluations follow)."""
+
+    type: Literal["shape"] = "shape"
+    key: int
+    outcome: ShapeOutcome
+
+
+class JobDone(Message):
+    """The job's evaluations, one per request, in the job's order."""
+
+    type: Literal["done"] = "done"
+    evaluations: list[Evaluation]
+
+
+class JobFailed(Message):
+    """The job could not run (a worker environment that differs from the job's, a malformed job):
+    one line."""
+
+    type: Literal["error"] = "error"
+    error: str
+
+
+class DeviceProbed(Message):
+    """A Ray task's answer to a probe: the device resolved on a cluster GPU and its environment
+    (harness.environment.Environment's fields)."""
+
+    type: Literal["probed"] = "probed"
+    device: str
+    environment: dict
+
+
+WorkerMessage = Annotated[WorkerReady | ShapeDone | JobDone | JobFailed | DeviceProbed, Field(discriminator="type")]
+WORKER_MESSAGE: TypeAdapter[WorkerMessage] = TypeAdapter(WorkerMessage)
+

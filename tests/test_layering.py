@@ -1,0 +1,134 @@
+"""The import structure matches the data flow (docs/architecture.md): imports point one way,
+`cli -> evolve -> plan -> executors -> sandbox -> judge (checking, timing, scoring) -> tasks`, the
+store used by plan, evolve and report only. Every import of every module under harness/ counts,
+those inside functions and under TYPE_CHECKING too: a type import is still a dependency."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1] / "harness"
+
+# importer prefix -> prefixes it must not import
+FORBIDDEN = {
+    "harness.sandbox": ("harness.store", "harness.executors", "harness.report", "harness.tournament", "harness.plan"),
+    "harness.checking": ("harness.store", "harness.sandbox"),
+    "harness.timing": ("harness.store", "harness.sandbox"),
+    "harness.scoring": ("harness.store", "harness.sandbox"),
+    "harness.executors": ("harness.store", "harness.report", "harness.plan"),
+    "harness.store": ("harness.sandbox", "harness.executors", "harness.plan"),
+    "harness.wire": ("harness.store", "harness.sandbox", "torch"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, anywhere in it; `from harness import x` counts as
+    harness.x (a module of the package, or a name of harness/__init__.py)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module_name(path).split(".")
+                if path.name != "__init__.py":
+                    base = base[:-1]
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def package_imports() -> dict[str, set[str]]:
+    return {module_name(path): imported_modules(path) for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def unit(module: str) -> str:
+    """The package-level unit a module belongs to: harness.sandbox.child -> harness.sandbox."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_the_package_is_found():
+    imports = package_imports()
+    assert "harness.sandbox.supervisor" in imports
+    assert "harness.sandbox.protocol" in imports["harness.sandbox.supervisor"]
+
+
+@pytest.mark.parametrize("importer", sorted(FORBIDDEN))
+def test_no_forbidden_import(importer: str):
+    imports = package_imports()
+    members = [module for module in imports if within(module, importer)]
+    assert members, f"no module {importer}"
+    wrong = sorted(
+        f"{module} imports {name}"
+        for module in members
+        for name in imports[module]
+        if any(within(name, forbidden) for forbidden in FORBIDDEN[importer])
+    )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_unit_import_graph_has_no_cycle():
+    """Units: harness's sub-packages and top-level modules. A cycle among them means two concerns
+    that cannot be read (or changed) one without the other."""
+    imports = package_imports()
+    units = {unit(module) for module in imports if module != "harness"}
+    graph: dict[str, set[str]] = {name: set() for name in units}
+    for module, names in imports.items():
+        if module == "harness":
+            continue
+        for name in names:
+            target = unit(name)
+            if target in units and target != unit(module):
+                graph[unit(module)].add(target)
+    cycles = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(target) :], target]))
+            elif target not in state:
+                visit(target)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_checker_sees_a_forbidden_import(tmp_path: Path):
+    """The parser finds an import inside a function and a relative one."""
+    package = tmp_path / "harness" / "sandbox"
+    package.mkdir(parents=True)
+    source = package / "thing.py"
+    source.write_text("def f():\n    from harness.store.session import open_store\nfrom ..report import leaderboard\n")
+    global PACKAGE_DIR
+    saved, PACKAGE_DIR = PACKAGE_DIR, tmp_path / "harness"
+    try:
+        found = imported_modules(source)
+    finally:
+        PACKAGE_DIR = saved
+    assert "harness.store.session" in found
+    assert "harness.report.leaderboard" in found
