@@ -1,6 +1,6 @@
 """Evaluating an experiment's revisions, and judging each child against its parent in one run.
 
-The experiment's only calls into the evaluation machinery (checks, tournament, sandbox limits)
+The experiment's only calls into the plan layer (harness.plan: the tournament, claims, limits)
 are in this module.
 
 - `evaluate_revisions`: the starting pool, as `harness tournament --only ID --mode benchmark`
