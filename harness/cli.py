@@ -579,6 +579,10 @@ def evolve(
     proposer_timeout: Annotated[float, typer.Option(help="Seconds a proposer may take per reply.")] = 600.0,
     max_fix_attempts: Annotated[int, typer.Option(help="Fix prompts per failing revision, at most.")] = 2,
     budget: BudgetOption = None,
+    parallel: Annotated[int, typer.Option(help="Steps in flight at once (proposals asked together).")] = 1,
+    gpus: Annotated[
+        str | None, typer.Option(help="Evaluate on one worker per GPU: a count or 'all' (default: this process).")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Evolve revisions: choose a parent, prompt a proposer, register and evaluate the child."""
@@ -588,7 +592,8 @@ def evolve(
     if resume is not None:
         own_settings = {
             "--from": from_id, "--lineage": lineage, "--generations": generations, "--proposer": proposer,
-            "--device": device, "--budget": budget,
+            "--device": device, "--budget": budget, "--parallel": parallel if parallel != 1 else None,
+            "--gpus": gpus,
         }
         given = [name for name, value in own_settings.items() if value is not None]
         if given:
@@ -601,16 +606,35 @@ def evolve(
                 store, proposer=proposer, device=device, generations=generations,
                 from_id=from_id, lineage=lineage, population=population, seed=seed,
                 proposer_timeout_s=proposer_timeout, max_fix_attempts=max_fix_attempts, budget_s=budget,
+                parallel=parallel, gpus=gpus,
             )
             print(f"experiment {experiment_id}")
         else:
             experiment_id = resume
         try:
-            status = run_experiment(store, experiment_id, report=print)
+            status = _run_experiment_live(store, experiment_id, run_experiment)
         except KeyboardInterrupt:  # typer would turn it into a return value, and exit 0
             print(f"error: interrupted; `harness evolve --resume {experiment_id}` continues it", file=sys.stderr)
             sys.exit(130)
     print(f"experiment {experiment_id}: {status}; `harness experiments show {experiment_id}` tells the story")
+
+
+def _run_experiment_live(store, experiment_id: int, run_experiment) -> str:
+    """A live line per step in flight on a terminal; one line per event otherwise."""
+    from rich.console import Console
+
+    from harness.report.terminal import stdout_is_terminal
+
+    if not stdout_is_terminal():
+        return run_experiment(store, experiment_id, report=print)
+    console = Console(highlight=False)
+    from harness.evolve.experiment import ExperimentSettings, get_experiment
+    from harness.evolve.live import LiveEvents
+
+    with store.session() as session:
+        total = ExperimentSettings.model_validate(get_experiment(session, experiment_id).settings).generations
+    with LiveEvents(console, total) as events:
+        return run_experiment(store, experiment_id, events=events)
 
 
 @prompt_app.command("render")
@@ -658,16 +682,27 @@ def experiments_list(ctx: typer.Context, output_format: FormatOption = "table", 
 @experiments_app.command("show")
 def experiments_show(
     experiment_id: Annotated[int, typer.Argument(metavar="ID", help="Experiment id.")],
-    full: Annotated[bool, typer.Option("--full", help="Print every prompt and reply in full.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Print every prompt, reply and proposer stderr in full.")] = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="text (the story) or html (the tree of revisions, one page).")
+    ] = "text",
+    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of stdout.")] = None,
     db: DbOption = None,
 ) -> None:
     """Tell an experiment's story: each generation's parent, prompt, reply, cost and outcome."""
     from harness.evolve.story import render_story
     from harness.store.session import open_store
 
+    if fmt not in ("text", "html"):
+        raise HarnessError(f"unknown format {fmt!r} (choose from text, html)")
     with open_store(db, read_only=True) as store, store.session() as session:
-        text = render_story(session, experiment_id, full=full)
-    print(text)
+        if fmt == "html":
+            from harness.evolve.tree import render_experiment_html
+
+            text = render_experiment_html(session, experiment_id)
+        else:
+            text = render_story(session, experiment_id, full=full) + "\n"
+    _write_report(text, out)
 
 
 def main() -> None:

@@ -17,6 +17,14 @@ difference is significant when |z| exceeds the 99 % two-sided normal threshold (
 scores differ by at least 1 %; then A is `faster` or `slower` than B, otherwise `same within
 noise`. The normal threshold is a large-sample approximation; the 1 % floor keeps tiny but
 well-measured differences (clock drift, a kernel moved by 0.5 %) from counting as real.
+
+Drift within a run (`timing_variance`): per-call variance misses what changes between the
+blocks of calls of one run (a loaded machine, clocks). When B was timed twice in A's run, first
+and last (harness.evolve.judging: B's calls joined), its two per-shape means m_i and m'_i give
+that block-to-block variance: d_i = log(m_i / m'_i) has variance 2 s^2, so s^2 = mean(d_i^2) / 2
+per shape's block; A's score (one block per shape) and B's joined score (two) add s^2 / k and
+s^2 / (2k) to the variance of their difference (geom; `last`: k = 1 on the last shape; `mean`
+like geom), passed to `compare` as `extra_variance`.
 """
 
 from __future__ import annotations
@@ -65,16 +73,21 @@ class Comparison:
 
 
 def compare(
-    times_a: Sequence[Sequence[float]], times_b: Sequence[Sequence[float]], ranking_by: str = "geom"
+    times_a: Sequence[Sequence[float]],
+    times_b: Sequence[Sequence[float]],
+    ranking_by: str = "geom",
+    *,
+    extra_variance: float = 0.0,
 ) -> Comparison:
     """Compare two revisions from their per-call times per benchmark shape (same shapes, same
-    order); the test is stated in the module docstring."""
+    order); the test is stated in the module docstring (`extra_variance`: of the log-score
+    difference, beyond the per-call variance: `timing_variance`)."""
     if len(times_a) != len(times_b):
         raise ValueError(f"different numbers of shapes: {len(times_a)} and {len(times_b)}")
     log_a, var_a = _log_score_and_variance(times_a, ranking_by)
     log_b, var_b = _log_score_and_variance(times_b, ranking_by)
     difference = log_a - log_b
-    spread = math.sqrt(var_a + var_b)
+    spread = math.sqrt(var_a + var_b + extra_variance)
     if spread > 0:
         z = difference / spread
     else:
@@ -83,6 +96,20 @@ def compare(
     significant = abs(z) > Z_THRESHOLD and abs(ratio - 1) >= MIN_RELATIVE_DIFFERENCE
     verdict = SAME if not significant else FASTER if ratio < 1 else SLOWER
     return Comparison(verdict=verdict, ratio=ratio, z=z)
+
+
+def timing_variance(first_means: Sequence[float], last_means: Sequence[float], ranking_by: str = "geom") -> float:
+    """The variance that drift between blocks of calls adds to the log-score difference of a
+    revision timed once against one timed twice (first and last) in the same run, from the
+    latter's two per-shape means (module docstring)."""
+    _check_ranking_by(ranking_by)
+    pairs = [(a, b) for a, b in zip(first_means, last_means) if a > 0 and b > 0]
+    if ranking_by == "last":
+        pairs = pairs[-1:]
+    if not pairs:
+        return 0.0
+    block = statistics.fmean(math.log(a / b) ** 2 for a, b in pairs) / 2
+    return 1.5 * block / len(pairs)
 
 
 def _log_score_and_variance(

@@ -192,8 +192,9 @@ def test_an_interrupted_experiment_resumes(
     assert stderr.endswith(f"error: interrupted; `harness evolve --resume {experiment_id}` continues it\n")
     assert status == "interrupted" and "--resume" in reason
     assert rows(
-        db, "select generation, status from experiment_steps where experiment_id = ?", experiment_id
-    ) == [(1, "pass")]
+        db, "select generation, status from experiment_steps where experiment_id = ? order by generation",
+        experiment_id,
+    ) == [(1, "pass"), (2, "proposing")]  # generation 2's proposer is asked again on resume
 
     resumed = harness(db, "evolve", "--resume", experiment_id)
     assert resumed.returncode == 0, resumed.stderr
@@ -249,6 +250,12 @@ def test_steps_without_a_child_are_recorded_with_their_reason(
     )
     assert step_status == status and reason in step_reason and child_id is None
     assert rows(db, "select count(*) from revisions") == revisions_before
+    # its only generation failed: the experiment failed, with the reason
+    ((experiment_status, experiment_reason),) = rows(
+        db, "select status, reason from experiments where proposer = ?", command
+    )
+    assert experiment_status == "failed" and f"1 of 1: {status}: " in experiment_reason
+    assert reason in experiment_reason and "failed; `harness experiments show" in result.stdout
     if mode != "fail":
         assert reply  # what the proposer said is kept for review
 
@@ -346,9 +353,9 @@ def test_an_experiment_interrupted_while_evaluating_resumes(seeded_store: str, t
         env={**os.environ, "HARNESS_DB": db},
     )
     deadline = time.monotonic() + 120
-    while not steps_of(db, command, "s.status"):
+    while steps_of(db, command, "s.status") in ([], [("proposing",)]):
         assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "no step was registered"
+        assert time.monotonic() < deadline, "no child was registered"
         time.sleep(0.05)
     ((status, child_id),) = steps_of(db, command, "s.status, s.child_id")
     assert status == "evaluating"
@@ -370,5 +377,5 @@ def test_an_experiment_interrupted_while_evaluating_resumes(seeded_store: str, t
 
     resumed = harness(db, "evolve", "--resume", experiment_id)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"evaluating submission {child_id}, registered before the interruption" in resumed.stdout
+    assert f"evaluating submission {child_id} (registered before the interruption)" in resumed.stdout
     assert steps_of(db, command, "s.status, s.child_id") == [("pass", child_id)]

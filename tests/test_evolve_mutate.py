@@ -1,6 +1,7 @@
 """The built-in mutator: reproducible, valid values, exact bytes elsewhere, still a working kernel."""
 
 import ast
+import hashlib
 import io
 import os
 import subprocess
@@ -12,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from harness.config import CANDIDATES_DIR, PROJECT_ROOT
-from harness.evolve.mutate import MAX_BLOCK, STAGES, WARPS, find_tunable_sites, mutate_candidate
+from harness.evolve.mutate import (
+    MAX_BLOCK,
+    MAX_DRAWS,
+    STAGES,
+    WARPS,
+    find_config_lists,
+    find_tunable_sites,
+    mutate_candidate,
+)
 from harness.evolve.outcomes import ProposerFailed
 
 ULTRA = (CANDIDATES_DIR / "conv2d_a100_ultra.py").read_bytes()
@@ -78,7 +87,7 @@ def test_same_seed_same_file_and_different_seeds_differ():
 
 def test_only_the_changed_literals_change():
     for seed in range(20):
-        mutation = mutate_candidate(ULTRA, seed)
+        mutation = mutate_candidate(ULTRA, seed, list_edits=0)
         changed_lines = {change.site.line for change in mutation.changes}
         old_lines, new_lines = ULTRA.split(b"\n"), mutation.content.split(b"\n")
         assert len(old_lines) == len(new_lines)
@@ -96,7 +105,7 @@ def test_only_the_changed_literals_change():
 def test_values_stay_valid():
     for source in (ULTRA, PARALLEL_OH, LAUNCH_SITES):
         for seed in range(60):
-            for change in mutate_candidate(source, seed).changes:
+            for change in mutate_candidate(source, seed, list_edits=0).changes:
                 value = change.new_value
                 assert value != change.site.value
                 if change.site.kind == "num_warps":
@@ -143,7 +152,7 @@ CHECK_EVERY_CONFIG = textwrap.dedent(
 
 
 def test_a_mutated_seed_still_computes_conv2d_under_the_triton_interpreter(tmp_path: Path):
-    mutation = mutate_candidate(ULTRA, 0)
+    mutation = mutate_candidate(ULTRA, 0, list_edits=0)
     assert any(change.site.kind == "block" for change in mutation.changes), mutation.summary
     candidate = tmp_path / "candidate.py"
     candidate.write_bytes(mutation.content)
@@ -158,3 +167,73 @@ def test_a_mutated_seed_still_computes_conv2d_under_the_triton_interpreter(tmp_p
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "ok" in result.stdout
+
+
+def _configs(source: bytes) -> list[str]:
+    """Each triton.Config call of the file's autotune lists, as a normalized syntax tree."""
+    return [
+        ast.dump(ast.parse(source[start:end], mode="eval"))
+        for found in find_config_lists(source)
+        for start, end in found.elements
+    ]
+
+
+def test_autotune_config_lists_get_configs_added_and_dropped():
+    before = _configs(PARALLEL_OH)
+    assert len(before) == 5
+    seen = set()
+    for seed in range(40):
+        mutation = mutate_candidate(PARALLEL_OH, seed, list_edits=1.0)
+        ast.parse(mutation.content)
+        after = _configs(mutation.content)
+        if "dropped" in mutation.summary:
+            seen.add("dropped")
+            assert len(after) == 4 and set(after) < set(before)
+            assert len(mutation.content.split(b"\n")) == len(PARALLEL_OH.split(b"\n")) - 1  # its whole line
+        elif "added" in mutation.summary:
+            seen.add("added")
+            assert len(after) == 6 and set(before) < set(after)  # a new config, none of the old ones lost
+            assert len(set(after)) == 6  # never a copy of a config the list has
+        else:
+            seen.add("values")
+    # with list_edits=1.0 every draw edits a list, unless the added copy equals a config the list
+    # has: then values change instead
+    assert {"dropped", "added"} <= seen
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"import triton\nC = [triton.Config({'BLOCK': 16}, num_warps=4), triton.Config({'BLOCK': 32}, num_warps=4)]\n",
+        b"import triton\nC = [\n    triton.Config({'BLOCK': 16}, num_warps=4),\n    triton.Config({'BLOCK': 32}, num_warps=4)\n]",
+        b"import triton\nC = [triton.Config({'BLOCK': 16}, num_warps=4),  # first\n     triton.Config({'BLOCK': 32}, num_warps=4),\n]\n",
+    ],
+)
+def test_list_edits_leave_a_valid_list_in_any_layout(source):
+    for seed in range(30):
+        mutation = mutate_candidate(source, seed, list_edits=1.0)
+        tree = ast.parse(mutation.content)
+        configs = tree.body[1].value.elts
+        expected = 1 if "dropped" in mutation.summary else 3 if "added" in mutation.summary else 2
+        assert len(configs) == expected, mutation.content
+        assert all(isinstance(config, ast.Call) for config in configs)
+
+
+def test_tile_constants_in_a_function_are_mutated():
+    source = (CANDIDATES_DIR / "conv2d_parallel_oh_before.py").read_bytes()
+    labels = [site.label for site in find_tunable_sites(source)]
+    assert "tile constant BLOCK_M (line 161)" in labels and "tile constant BLOCK_N (line 162)" in labels
+
+
+def test_never_bytes_the_lineage_has():
+    first = mutate_candidate(PARALLEL_OH, 3)
+    known = {hashlib.sha256(first.content).hexdigest()}
+    again = mutate_candidate(PARALLEL_OH, 3, avoid=known)
+    assert again.content != first.content and again.draws >= 2
+    assert hashlib.sha256(again.content).hexdigest() not in known
+    assert mutate_candidate(PARALLEL_OH, 3, avoid=known).content == again.content  # still reproducible
+    # a file with a single two-valued site: every draw gives one of two files; both known: fail
+    tiny = b"NUM_WARPS = 1\n"
+    files = {mutate_candidate(tiny, seed).content for seed in range(20)}
+    with pytest.raises(ProposerFailed, match=f"no new file in {MAX_DRAWS} draws"):
+        mutate_candidate(tiny, 0, avoid={hashlib.sha256(content).hexdigest() for content in files})

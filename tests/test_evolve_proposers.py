@@ -126,7 +126,7 @@ def test_builtin_mutate_is_reproducible_and_lists_its_changes():
     first, second = proposer.propose(request), proposer.propose(request)
     assert first.content == second.content != PARENT
     assert first.summary.startswith("mutate: config ")
-    assert first.reply.startswith("builtin:mutate (seed '5:2') changed ")
+    assert first.reply.startswith("builtin:mutate (seed '5:2') made ")
     assert first.tokens is None and first.cost is None
 
 

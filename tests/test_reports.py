@@ -92,7 +92,8 @@ def _record(session, revision_id: int, env: Environment, mode: str, status: str,
     evaluation = Evaluation(status=status, reason=reason, task=TASK, filename="candidate.py", code_sha256="",
                             device=env.device, mode=mode, shape_set=outcomes[0].set_name, shapes=outcomes)
     score_ms = score([outcome.mean_ms for outcome in outcomes]) if means is not None else None
-    assert record_run(session, run.id, WORKER, evaluation, score_ms=score_ms) is not None
+    # one batch per environment: as if every run of it came from one interleaved tournament job
+    assert record_run(session, run.id, WORKER, evaluation, score_ms=score_ms, batch=env.env_key) is not None
 
 
 SEED_LINEAGES = {"conv2d_v2_reference", "conv2d_a100_ultra", "conv2d_parallel_oh", "conv2d_cudnn_wrap"}

@@ -16,7 +16,11 @@ EDIT_FAILED = "edit_failed"
 UNCHANGED = "unchanged"  # the reply gives back the parent's exact bytes: nothing registered
 DUPLICATE = "duplicate"  # the child's bytes are already a revision of the lineage
 REJECTED = "rejected"  # the child's bytes cannot be registered (empty, too large, not UTF-8)
+PROPOSING = "proposing"  # parent chosen and prompt rendered, the proposer asked (resumable)
 EVALUATING = "evaluating"  # child registered, evaluation not recorded yet (resumable)
+# Ends of a step that leave nothing to evaluate: an experiment in which every step ended so
+# failed (`failed`, not `finished`).
+NO_CHILD = (PROPOSER_FAILED, PROPOSER_TIMEOUT, EDIT_FAILED, UNCHANGED, DUPLICATE, REJECTED)
 
 
 class StepFailed(Exception):
@@ -25,9 +29,10 @@ class StepFailed(Exception):
 
     status = PROPOSER_FAILED
 
-    def __init__(self, reason: str, *, reply: str = "") -> None:
+    def __init__(self, reason: str, *, reply: str = "", stderr: str = "") -> None:
         super().__init__(reason)
         self.reply = reply
+        self.stderr = stderr
 
 
 class ProposerFailed(StepFailed):

@@ -10,7 +10,13 @@ Two kinds, chosen with `--proposer`:
   reply format of prompts/_reply_format.j2 (a whole file in a fenced block, or SEARCH/REPLACE
   blocks), and must finish within the time limit: on expiry its whole process group is killed
   (it runs in a session of its own) and the step fails as `proposer_timeout`. A non-zero exit
-  status or an empty reply fails the step as `proposer_failed`.
+  status or an empty reply fails the step as `proposer_failed`. Its environment has
+  HARNESS_STEP_SEED (the step's seed, `<experiment seed>:<generation>`), so that a scripted
+  proposer can be reproducible too. Whatever it writes on stderr is kept with the step (the last
+  MAX_STDERR_BYTES bytes).
+
+Several proposals may be in flight at once (`harness evolve --parallel K`): `propose` is called
+from K threads; `cancel` kills every command still running (Ctrl-C).
 
 The metadata convention: a proposer may report what the step cost and what it did in one line
 of JSON, either as the last non-empty line of stdout or as any line of stderr (the last one
@@ -31,6 +37,8 @@ import shlex
 import shutil
 import signal
 import subprocess
+import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,12 +46,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import HarnessError, validation_message
 from harness.evolve.mutate import mutate_candidate
-from harness.evolve.outcomes import ProposerFailed, ProposerTimeout
+from harness.evolve.outcomes import ProposerFailed, ProposerTimeout, StepFailed
 
 BUILTIN_MUTATE = "builtin:mutate"
 BUILTINS = (BUILTIN_MUTATE,)
 META_PREFIX = "HARNESS-META "
 DEFAULT_TIMEOUT_S = 600.0
+MAX_STDERR_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,7 @@ class ProposalRequest:
     prompt: str  # the full text an external proposer reads on stdin
     parent_code: bytes
     seed: str  # per step, so that a builtin proposer is reproducible and a resume repeats it
+    known: Collection[str] = ()  # sha256 of the files the lineage has: a builtin never repeats one
 
 
 @dataclass
@@ -61,12 +71,19 @@ class Proposal:
     tokens: int | None = None
     cost: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    stderr: str = ""
 
 
 class Proposer(Protocol):
     name: str
+    # proposes at once, in the caller's thread (no process, no wait): the experiment asks it
+    # while it holds its lock, so that what it knows (the lineage's files) does not depend on
+    # the timing of other proposals
+    immediate: bool
 
     def propose(self, request: ProposalRequest) -> Proposal: ...
+
+    def cancel(self) -> None: ...
 
 
 class ProposerMeta(BaseModel):
@@ -83,16 +100,23 @@ class MutateProposer:
     """`builtin:mutate`: the parent with new Triton tuning parameters (see harness.evolve.mutate)."""
 
     name = BUILTIN_MUTATE
+    immediate = True
 
     def propose(self, request: ProposalRequest) -> Proposal:
-        mutation = mutate_candidate(request.parent_code, request.seed)
-        lines = [f"{self.name} (seed {request.seed!r}) changed {len(mutation.changes)} literal(s):"]
-        lines += [f"- line {change.site.line}: {change.describe()}" for change in mutation.changes]
+        mutation = mutate_candidate(request.parent_code, request.seed, avoid=request.known)
+        changes = list(dict.fromkeys((change.line, change.describe()) for change in mutation.changes))
+        lines = [f"{self.name} (seed {request.seed!r}) made {len(changes)} change(s):"]
+        lines += [f"- line {line}: {text}" for line, text in changes]
+        if mutation.draws > 1:
+            lines.append(f"({mutation.draws} draws: the earlier ones gave files the lineage already has)")
         return Proposal(
             reply="\n".join(lines) + "\n",
             content=mutation.content,
             summary=mutation.summary,
         )
+
+    def cancel(self) -> None:
+        pass
 
 
 class CommandProposer:
@@ -114,9 +138,32 @@ class CommandProposer:
             raise HarnessError(f"the proposer time limit must be positive, not {timeout_s:g}")
         self.name = " ".join(self.argv)[:200]
         self.timeout_s = timeout_s
+        self.immediate = False
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        """Kill every proposal still running (their steps are asked again on resume)."""
+        with self._lock:
+            self._cancelled = True
+            running = list(self._running)
+        for process in running:  # the thread that waits on it reaps it
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def propose(self, request: ProposalRequest) -> Proposal:
-        stdout, stderr, returncode = self._run(request.prompt)
+        stdout, stderr_bytes, returncode = self._run(request.prompt, request.seed)
+        stderr = _tail(stderr_bytes)
+        try:
+            return self._read(stdout, stderr_bytes, returncode, stderr)
+        except StepFailed as exc:
+            exc.stderr = stderr
+            raise
+
+    def _read(self, stdout: bytes, stderr: bytes, returncode: int, stderr_text: str) -> Proposal:
         if returncode != 0:
             last = _last_line(stderr.decode("utf-8", "replace"))
             how = (
@@ -141,16 +188,22 @@ class CommandProposer:
             tokens=meta.tokens,
             cost=meta.cost,
             meta=dict(extra),
+            stderr=stderr_text,
         )
 
-    def _run(self, prompt: str) -> tuple[bytes, bytes, int]:
-        process = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # its own process group, so that a time limit kills all of it
-        )
+    def _run(self, prompt: str, seed: str) -> tuple[bytes, bytes, int]:
+        with self._lock:
+            if self._cancelled:
+                raise ProposerFailed("cancelled before it started (the experiment was interrupted)")
+            process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group, so that a time limit kills all of it
+                env={**os.environ, "HARNESS_STEP_SEED": seed},
+            )
+            self._running.add(process)
         try:
             stdout, stderr = process.communicate(prompt.encode("utf-8"), timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -161,6 +214,8 @@ class CommandProposer:
         finally:
             if process.poll() is None:  # interrupted (Ctrl-C) or timed out: leave nothing running
                 _kill_group(process)
+            with self._lock:
+                self._running.discard(process)
         return stdout, stderr, process.returncode
 
 
@@ -201,6 +256,15 @@ def split_meta(stdout: str, stderr: str) -> tuple[str, ProposerMeta]:
         message = validation_message(problem["msg"])
         detail = f"{where}: {message}" if where else message
         raise ProposerFailed(f"the proposer's HARNESS-META line is not valid ({detail})") from None
+
+
+def _tail(stderr: bytes) -> str:
+    text = stderr[-MAX_STDERR_BYTES:].decode("utf-8", "replace")
+    return (
+        text
+        if len(stderr) <= MAX_STDERR_BYTES
+        else f"[... {len(stderr) - MAX_STDERR_BYTES} bytes cut]\n{text}"
+    )
 
 
 def _last_line(text: str) -> str:

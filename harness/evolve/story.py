@@ -116,11 +116,17 @@ def render_story(session: Session, experiment_id: int, *, full: bool = False) ->
         (
             f"settings: generations {settings.generations}, population {settings.population}, "
             f"seed {settings.seed}, device {settings.device}, fix attempts per parent "
-            f"{settings.max_fix_attempts}, proposer time limit {settings.proposer_timeout_s:g} s"
+            f"{settings.max_fix_attempts}, proposer time limit {settings.proposer_timeout_s:g} s, "
+            f"parallel {settings.parallel}" + (f", gpus {settings.gpus}" if settings.gpus else "")
         ),
         status,
         children,
     ]
+    if settings.parallel > 1:
+        lines.append(
+            f"steps in flight: up to {settings.parallel}; generation g chose its parent seeing the "
+            f"children of the first g-{settings.parallel} arrivals"
+        )
     for step in experiment.steps:
         lines.append("")
         lines.extend(_step_lines(step, full=full))
@@ -138,11 +144,18 @@ def _step_lines(step: ExperimentStep, *, full: bool) -> list[str]:
     lines = [
         f"generation {step.generation}: {step.template} submission {step.parent_id}, asked {step.proposer}"
         + (f" ({', '.join(cost)})" if cost else ""),
+        f"  order: saw {step.sees} arrival(s) when it chose its parent; "
+        + (f"arrived {_ordinal(step.arrival)}" if step.arrival is not None else "not arrived yet"),
     ]
     if step.summary:
         lines.append(f"  summary: {step.summary}")
     if full:
         lines += ["  prompt:", *_indent(step.prompt), "  reply:", *_indent(step.reply)]
+        if step.stderr:
+            lines += ["  proposer stderr:", *_indent(step.stderr)]
+    elif step.stderr.strip():
+        count = len(step.stderr.strip().split("\n"))
+        lines.append(f"  proposer stderr: {count} line(s) (--full shows them)")
     else:
         reply = step.reply.strip().split("\n") if step.reply.strip() else []
         if reply:
@@ -151,9 +164,16 @@ def _step_lines(step: ExperimentStep, *, full: bool) -> list[str]:
             lines += ["  reply:", *_indent("\n".join(shown))]
             if more:
                 lines.append(f"    ... {more} more lines (--full shows the prompt and the whole reply)")
-    outcome = describe_outcome(step) if step.finished_at is not None else "not finished (resume to finish it)"
+    outcome = (
+        describe_outcome(step) if step.finished_at is not None else f"{step.status}, not finished (resume to finish it)"
+    )
     lines.append(f"  -> {outcome}")
     return lines
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
 
 
 def _indent(text: str) -> list[str]:

@@ -117,7 +117,8 @@ def _comparable(a: Run, b: Run) -> bool:
 
 def _compare(session: Session, benched: list[PlannedRevision], run_kind: str, env_key: str) -> None:
     """Speedup and verdict against the reference, verdict against the parent's stored run of the
-    same kind and environment, and the timing flags of each revision."""
+    same kind and environment when it comes from the same interleaved run (batch), and the
+    timing flags of each revision."""
     references = {item.task: item.run for item in benched if item.is_reference}
     for item in benched:
         run = item.run
@@ -135,5 +136,6 @@ def _compare(session: Session, benched: list[PlannedRevision], run_kind: str, en
                 item.vs_reference = compare(own, _times(reference), ranking_by).verdict
         if item.parent_id is not None:
             parent = find_run(session, item.parent_id, item.task, run_kind, env_key)
-            if parent is not None and _times(parent) is not None and _comparable(run, parent):
+            one_run = parent is not None and run.batch is not None and parent.batch == run.batch
+            if one_run and _times(parent) is not None and _comparable(run, parent):
                 item.vs_parent = compare(own, _times(parent), ranking_by).verdict

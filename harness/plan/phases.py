@@ -29,7 +29,7 @@ from harness.sandbox.devices import default_shape_set
 from harness.sandbox.limits import SandboxLimits
 from harness.store.models import Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
-from harness.store.runs import estimated_cost, record_run, release_claim, reuse_or_claim
+from harness.store.runs import estimated_cost, new_batch, record_run, release_claim, reuse_or_claim
 from harness.store.session import Store, postgres_socket_directories
 from harness.tasks import load_task, revision_secret
 
@@ -250,9 +250,12 @@ def evaluate_and_record(
         open_claims.difference_update(keys)
 
     def done(job: Job, evaluations: list[Evaluation]) -> None:
+        batch = new_batch()  # one job: one interleaved run
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
-                run = record_run(session, request.key, worker, evaluation, score_ms=evaluation.score_ms)
+                run = record_run(
+                    session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch
+                )
                 dispatched.recorded[request.key] = run
         open_claims.difference_update(request.key for request in job.requests)
         if on_recorded is not None:

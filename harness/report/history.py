@@ -96,7 +96,7 @@ def history_header(entry: LeaderboardEntry) -> str:
     elif entry.vs_parent is not None:
         parts.append(f"{entry.vs_parent} than parent {entry.parent_id}")
     else:
-        parts.append(f"no timed comparison with parent {entry.parent_id}")
+        parts.append(f"not compared with parent {entry.parent_id} in one run")
     parts.append(f"{entry.lineage} r{entry.revision}")
     if entry.author:
         parts.append(entry.author)

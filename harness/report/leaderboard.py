@@ -21,6 +21,12 @@ What it reads, and why:
   `conv2d_v2_reference`) is ranked like any revision, marked in the table, markdown and HTML,
   and gives `reference_ms`, the score every speedup is measured against.
 
+- `vs_parent` (faster, slower, same within noise) compares timings from one interleaved run only
+  (a job: `Run.batch`): the parent's run of the child's batch, or the parent timed again beside
+  the child in it (`retimings`, written by `harness evolve`: the parent first and last, the drift
+  between its two timings widening the test, scoring.timing_variance); two runs are never
+  compared, since drift between runs is not in the per-call variance the test uses.
+
 `Leaderboard.model_dump_json()` is the `--format json` contract of issue 5, field for field; the
 per-call times behind `vs_parent` stay out of it.
 """
@@ -41,8 +47,8 @@ from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
 from harness.report.terminal import plain_table
-from harness.scoring import compare, rank_by_score, speedup
-from harness.store.models import Revision, Run, ShapeResult
+from harness.scoring import compare, rank_by_score, speedup, timing_variance
+from harness.store.models import Retiming, Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions, reference_lineage_name
 from harness.tasks import load_task
 from harness.verdicts import VERDICT_WORDS, VERDICTS, Accuracy, VerdictName
@@ -208,6 +214,7 @@ class _Standing:
     verdicts: dict[VerdictName, VerdictSummary] = field(default_factory=lambda: dict.fromkeys(VERDICTS, NOT_CHECKED))
     accuracy: Accuracy = field(default_factory=Accuracy)
     flags: list[str] = field(default_factory=list)
+    batch: str | None = None  # the interleaved run its timing came from (Run.batch)
 
 
 def _most_recent(runs: list[Run]) -> Run:
@@ -279,7 +286,8 @@ def _standing(
     timed_run = next((run for run in by_priority if run.mode == mode and run.score_ms is not None), None)
     timed = [shape for shape in timed_run.shapes if shape.mean_ms is not None] if timed_run is not None else []
     flags = sorted({flag for shape in timed for flag in shape.timing_flags})
-    standing = _Standing(revision, env_key, "pass", "", None, timed, verdicts, accuracy, flags)
+    batch = timed_run.batch if timed_run is not None else None
+    standing = _Standing(revision, env_key, "pass", "", None, timed, verdicts, accuracy, flags, batch)
     failed = next((run for run in by_priority if run.status != "pass"), None)
     if failed is not None:
         standing.status, standing.reason = failed.status or "unknown", failed.reason
@@ -338,6 +346,7 @@ def build_leaderboard(
     if spec.exact_answer is None:  # its stored accurate verdict only repeats GPU MODE's
         for standing in standings.values():
             standing.verdicts = {**standing.verdicts, "accurate": NOT_CHECKED}
+    retimed = _retimings(session, task, mode, environment.env_key) if environment is not None else {}
 
     reference_name = reference_lineage_name(task)
     reference_scores = [
@@ -350,9 +359,9 @@ def build_leaderboard(
     rankable = sorted((s for s in standings.values() if s.status == "pass" and s.score_ms is not None), key=lambda s: s.revision.id)
     ranked = rank_by_score(rankable)
     ranked_ids = {s.revision.id for _rank, s in ranked}
-    entries = [_entry(s, rank, reference_ms, standings, spec.ranking_by) for rank, s in ranked]
+    entries = [_entry(s, rank, reference_ms, standings, retimed, spec.ranking_by) for rank, s in ranked]
     entries += [
-        _entry(s, None, reference_ms, standings, spec.ranking_by)
+        _entry(s, None, reference_ms, standings, retimed, spec.ranking_by)
         for s in standings.values()
         if s.revision.id not in ranked_ids
     ]
@@ -372,6 +381,7 @@ def _entry(
     rank: int | None,
     reference_ms: float | None,
     standings: dict[int, _Standing],
+    retimed: dict[tuple[str, int], _Retimed],
     ranking_by: str,
 ) -> LeaderboardEntry:
     revision = standing.revision
@@ -390,7 +400,7 @@ def _entry(
         reason=standing.reason,
         score_ms=standing.score_ms,
         speedup_vs_reference=speedup_vs_reference,
-        vs_parent=_compare_with_parent(standing, parent, ranking_by),
+        vs_parent=_compare_with_parent(standing, parent, retimed, ranking_by),
         flags=[str(flag) for flag in revision.flags] + standing.flags,
         benchmarks=[
             ShapeTiming(
@@ -408,19 +418,63 @@ def _entry(
     )
 
 
-def _compare_with_parent(standing: _Standing, parent: _Standing | None, ranking_by: str) -> str | None:
-    """scoring.compare on the per-call times of the shapes both were timed on; None when either
-    has no timings or they were timed on different shapes."""
-    if parent is None or not standing.timed_shapes or not parent.timed_shapes:
+@dataclass
+class _Retimed:
+    """A revision timed again beside others in one run (harness.store.models.Retiming): its
+    per-call times by shape key, and the variance that the run's drift between its first and
+    last timing adds to a comparison with it (scoring.timing_variance; 0 with one timing)."""
+
+    times: dict[str, list[float]]
+    extra_variance: float
+
+
+def _retimings(session: Session, task: str, mode: str | None, env_key: str) -> dict[tuple[str, int], _Retimed]:
+    """(batch, revision id) -> each revision timed again beside others in this environment and mode."""
+    ranking_by = load_task(task).ranking_by
+    rows = session.scalars(
+        select(Retiming).where(Retiming.task == task, Retiming.env_key == env_key, Retiming.mode == (mode or ""))
+    )
+    retimed = {}
+    for row in rows:
+        means = [item.get("means_ms") or [] for item in row.shapes]
+        two = all(len(pair) == 2 for pair in means) and means
+        extra = timing_variance([a for a, _ in means], [b for _, b in means], ranking_by) if two else 0.0
+        retimed[(row.batch, row.revision_id)] = _Retimed(
+            {shape_key(item["shape"]): item["times_ms"] for item in row.shapes}, extra
+        )
+    return retimed
+
+
+def _compare_with_parent(
+    standing: _Standing,
+    parent: _Standing | None,
+    retimed: dict[tuple[str, int], _Retimed],
+    ranking_by: str,
+) -> str | None:
+    """scoring.compare on the per-call times of the shapes both were timed on, in one
+    interleaved run only: the parent's run of the same batch, or the parent timed again in that
+    batch beside it (a Retiming; then the drift between its first and last timing in that run
+    widens the test: scoring.timing_variance). Drift between runs is not in
+    the per-call variance the test uses, so two runs are never compared: None then, and when
+    either has no timings or they were timed on different shapes."""
+    if parent is None or not standing.timed_shapes or standing.batch is None:
         return None
-    parent_times = {shape_key(shape.shape): shape.times_ms for shape in parent.timed_shapes}
+    extra_variance = 0.0
+    if parent.batch == standing.batch and parent.timed_shapes:
+        parent_times = {shape_key(shape.shape): shape.times_ms for shape in parent.timed_shapes}
+    elif (standing.batch, parent.revision.id) in retimed:
+        found = retimed[(standing.batch, parent.revision.id)]
+        parent_times, extra_variance = found.times, found.extra_variance
+    else:
+        return None
     own_keys = [shape_key(shape.shape) for shape in standing.timed_shapes]
-    if sorted(own_keys) != sorted(parent_times):
+    if not parent_times or sorted(own_keys) != sorted(parent_times):
         return None
     own_times = [shape.times_ms for shape in standing.timed_shapes]
     if not all(own_times) or not all(parent_times.values()):
         return None
-    return compare(own_times, [parent_times[key] for key in own_keys], ranking_by).verdict
+    parent_in_order = [parent_times[key] for key in own_keys]
+    return compare(own_times, parent_in_order, ranking_by, extra_variance=extra_variance).verdict
 
 
 # --- rendering ------------------------------------------------------------------------------

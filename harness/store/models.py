@@ -154,6 +154,9 @@ class Run(Base):
     wall_s: Mapped[float | None]
     score_ms: Mapped[float | None]
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # The interleaved run (one job: revisions evaluated together, shape by shape) this result
+    # came from; a faster/slower verdict compares timings of one batch only (harness.report.leaderboard).
+    batch: Mapped[str | None] = mapped_column(String(32), index=True)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
 
@@ -226,6 +229,27 @@ class ShapeResult(Base):
         return (self.check.get("timing") or {}).get("compile_s") or 0.0
 
 
+class Retiming(Base):
+    """A revision timed again in an interleaved run beside revisions it is compared with (an
+    evolution step re-times the parent beside its children), without a run of its own: the
+    leaderboard ranks runs; a comparison reads the per-call times of one batch."""
+
+    __tablename__ = "retimings"
+    __table_args__ = (UniqueConstraint("batch", "revision_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    batch: Mapped[str] = mapped_column(String(32), index=True)
+    revision_id: Mapped[int] = mapped_column(ForeignKey("revisions.id"))
+    task: Mapped[str] = mapped_column(String(100))
+    mode: Mapped[str] = mapped_column(String(20))
+    env_key: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(30))
+    score_ms: Mapped[float | None]
+    # [{"shape": {...}, "times_ms": [...]}, ...] per timed shape, in the run's order
+    shapes: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Secret(Base):
     __tablename__ = "secrets"
 
@@ -241,7 +265,8 @@ class Experiment(Base):
     proposer, time limit, where it started), where it stands, and its steps.
 
     `status`: `running` while it runs (also what an experiment killed with -9 is left in),
-    `interrupted` (Ctrl-C), `finished`, `stopped` (it could not go on: `reason` says why).
+    `interrupted` (Ctrl-C), `finished`, `stopped` (it could not go on: `reason` says why),
+    `failed` (every generation ended without a child to evaluate: `reason` says how).
     """
 
     __tablename__ = "experiments"
@@ -268,9 +293,15 @@ class ExperimentStep(Base):
 
     `status` is the child's evaluation status (`pass`, `wrong_answer`, ...) or why there is no
     child to evaluate (`proposer_failed`, `proposer_timeout`, `edit_failed`, `unchanged`,
-    `duplicate`); `evaluating` while the child is registered but its result not recorded yet.
-    `finished_at` is set once the step is complete: a resumed experiment redoes or completes the
-    first generation without it.
+    `duplicate`); `proposing` while the proposer is asked, `evaluating` while the child is
+    registered but its result not recorded yet. `finished_at` is set once the step is complete: a
+    resumed experiment asks again or completes every step without it.
+
+    With `--parallel K` steps overlap: `sees` is how many steps had landed (finished) when this
+    one chose its parent (it chose among those steps' children only), `arrival` the order in which
+    this one landed. `compared_in` names the interleaved run (a `Run.batch`) in which the child
+    and its parent were timed together; `vs_parent` comes from that run only, and
+    `parent_score_ms` is the parent's score there.
     """
 
     __tablename__ = "experiment_steps"
@@ -294,6 +325,11 @@ class ExperimentStep(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     score_ms: Mapped[float | None]  # the child's score, when it passed and was timed
     vs_parent: Mapped[str | None] = mapped_column(String(30))  # faster | slower | same within noise
+    compared_in: Mapped[str | None] = mapped_column(String(32))
+    parent_score_ms: Mapped[float | None]
+    stderr: Mapped[str] = mapped_column(Text, default="")  # the proposer's, its tail
+    sees: Mapped[int] = mapped_column(default=0)
+    arrival: Mapped[int | None]
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
 

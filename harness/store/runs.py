@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -262,10 +263,22 @@ def _verdict_columns(outcome) -> dict:
     return columns
 
 
+def new_batch() -> str:
+    """A fresh id for one interleaved run (a job's revisions evaluated together)."""
+    return uuid.uuid4().hex[:16]
+
+
 def record_run(
-    session: Session, run_id: int, worker: str, evaluation: Evaluation, *, score_ms: float | None = None
+    session: Session,
+    run_id: int,
+    worker: str,
+    evaluation: Evaluation,
+    *,
+    score_ms: float | None = None,
+    batch: str | None = None,
 ) -> Run | None:
-    """Write the evaluation into the claimed run and mark it done, in the caller's transaction.
+    """Write the evaluation into the claimed run and mark it done, in the caller's transaction;
+    `batch` names the interleaved run it came from (new_batch, one per job).
     Returns None (and writes nothing) when the claim is no longer this worker's: its claim expired
     and another worker took the key over, whose result counts instead."""
     run = session.get(
@@ -281,6 +294,7 @@ def record_run(
     run.compile_s = evaluation.compile_s
     run.wall_s = evaluation.wall_s
     run.score_ms = score_ms
+    run.batch = batch
     run.details = {
         "filename": evaluation.filename,
         "code_sha256": evaluation.code_sha256,

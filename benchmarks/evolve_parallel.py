@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Issue 19's measurement: the same evolution experiment with `--parallel 1` and `--parallel K`,
+a proposer that takes SLEEP seconds per reply (builtin:mutate behind a sleep:
+benchmarks/sleepy_mutate.py), and both wall times (the target: K=4 in at most 40 % of K=1's).
+
+Both runs start from the same store: the seeds registered and the lineage's revisions (and the
+task's reference) already evaluated, so neither pays for the starting pool; each run gets its own
+copy. Each prints the experiment's story to a log beside the store; the table at the end gives
+both wall times, their ratio, and each run's best child against its parent, from the interleaved
+run that timed them together.
+
+    python benchmarks/evolve_parallel.py --device cuda --workdir out/evolve-parallel
+    python benchmarks/evolve_parallel.py --device cpu --generations 3 --sleep 2 --budget 0.2   # a quick try
+
+The serial run alone takes about 12 x (20 s + an evaluation): where one call may not run that
+long (the device tool's 10 minutes), run each in its own call with the same --workdir:
+`--only 1`, then `--only 4`; results.json keeps what each call measured and the table shows all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def harness(store: Path, *args: object, log: Path | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "harness", *(str(arg) for arg in args)]
+    env = {**os.environ, "HARNESS_DB": f"sqlite:///{store}", "PYTHONPATH": str(ROOT)}
+    if log is None:
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=ROOT)
+    with log.open("w") as out:
+        return subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, check=False, cwd=ROOT)
+
+
+def prepare(workdir: Path, lineage: str, device: str, budget: float) -> Path:
+    """A store with the seeds registered and the lineage's revisions evaluated."""
+    store = workdir / "start.sqlite"
+    if store.exists():
+        return store
+    seeded = harness(store, "seed")
+    if seeded.returncode != 0:
+        sys.exit(f"harness seed failed:\n{seeded.stdout}{seeded.stderr}")
+    db = sqlite3.connect(store)
+    ids = [
+        row[0]
+        for row in db.execute(
+            "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = ?", (lineage,)
+        )
+    ]
+    db.close()
+    if not ids:
+        sys.exit(f"no lineage {lineage!r} among the seeds")
+    only = [arg for revision_id in ids for arg in ("--only", revision_id)]
+    done = harness(
+        store, "tournament", "--device", device, "--mode", "benchmark", "--budget", budget, *only,
+        log=workdir / "start.log",
+    )
+    if done.returncode != 0:
+        sys.exit(f"the starting tournament failed: see {workdir / 'start.log'}")
+    return store
+
+
+def run(workdir: Path, start: Path, parallel: int, args: argparse.Namespace) -> dict:
+    store = workdir / f"parallel-{parallel}.sqlite"
+    store.unlink(missing_ok=True)
+    source, target = sqlite3.connect(start), sqlite3.connect(store)
+    source.backup(target)  # WAL included
+    source.close()
+    target.close()
+    proposer = shlex.join([sys.executable, str(ROOT / "benchmarks" / "sleepy_mutate.py"), str(args.sleep)])
+    log = workdir / f"parallel-{parallel}.log"
+    started = time.perf_counter()
+    done = harness(
+        store, "evolve", "--lineage", args.lineage, "--generations", args.generations, "--proposer", proposer,
+        "--seed", args.seed, "--budget", args.budget, "--device", args.device, "--parallel", parallel, log=log,
+    )
+    wall_s = time.perf_counter() - started
+    if done.returncode != 0:
+        sys.exit(f"evolve --parallel {parallel} failed (exit {done.returncode}): see {log}")
+    story = harness(store, "experiments", "show", "1")
+    (workdir / f"parallel-{parallel}-story.txt").write_text(story.stdout)
+    harness(store, "experiments", "show", "1", "--format", "html", "--out", workdir / f"parallel-{parallel}.html")
+    db = sqlite3.connect(store)
+    status = db.execute("select status, reason from experiments where id = 1").fetchone()
+    best = db.execute(
+        "select generation, child_id, parent_id, score_ms, parent_score_ms, vs_parent, compared_in "
+        "from experiment_steps where experiment_id = 1 and status = 'pass' and score_ms is not null "
+        "order by score_ms limit 1"
+    ).fetchone()
+    counts = dict(db.execute("select status, count(*) from experiment_steps where experiment_id = 1 group by status"))
+    db.close()
+    return {"parallel": parallel, "wall_s": round(wall_s, 1), "status": status, "steps": counts, "best": best}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", type=Path, default=Path("out/evolve-parallel"))
+    parser.add_argument("--lineage", default="conv2d_parallel_oh")
+    parser.add_argument("--generations", type=int, default=12)
+    parser.add_argument("--sleep", type=float, default=20.0, help="seconds per proposer reply")
+    parser.add_argument("--parallel", type=int, default=4, help="K of the parallel run (the other is 1)")
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--budget", type=float, default=1.0)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--only", type=int, help="run only this --parallel value (1 or K) in this call")
+    args = parser.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    start = prepare(args.workdir, args.lineage, args.device, args.budget)
+    record = args.workdir / "results.json"
+    recorded = {result["parallel"]: result for result in json.loads(record.read_text())} if record.exists() else {}
+    for parallel in [args.only] if args.only else [1, args.parallel]:
+        recorded[parallel] = run(args.workdir, start, parallel, args)
+        record.write_text(json.dumps(sorted(recorded.values(), key=lambda result: result["parallel"]), indent=2))
+    results = sorted(recorded.values(), key=lambda result: result["parallel"])
+    print(f"{'parallel':>8} {'wall s':>8}  status / steps / best child against its parent (same run)")
+    for result in results:
+        print(f"{result['parallel']:>8} {result['wall_s']:>8}  {result['status'][0]}; {result['steps']}")
+        if result["best"]:
+            generation, child, parent, score, parent_score, verdict, batch = result["best"]
+            against = f"parent {parent} {parent_score:.4g} ms" if parent_score is not None else f"parent {parent}: no shared run"
+            print(f"{'':>18}best: generation {generation}, submission {child} {score:.4g} ms vs {against}: {verdict} (run {batch})")
+    if len(results) > 1 and results[0]["parallel"] == 1:
+        serial, parallel = results[0], results[-1]
+        print(f"ratio: {parallel['wall_s'] / serial['wall_s']:.1%} of the serial wall time (target: at most 40 %)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""Evaluating an experiment's revisions, and judging each child against its parent in one run.
+
+The experiment's only calls into the plan layer (harness.plan: the tournament, claims, limits)
+are in this module.
+
+- `evaluate_revisions`: the starting pool, as `harness tournament --only ID --mode benchmark`
+  does (check, then time the passing ones with the task's reference).
+- `evaluate_children`: the children that arrived together are checked together (the test
+  phase, interleaved shape by shape); then the passing ones are timed in one interleaved job per
+  parent: the parent first and last, its children between, shape by shape (P B C P' P B C P'
+  ...), so that drift hits the parent and its children alike and siblings share the cost of the
+  parent's timing. The parent's two timings are taken together (their per-call times joined):
+  its mean stands for the middle of the run, and drift between the first and the last timing
+  shows in its spread, so that it widens the comparison's noise instead of passing for a
+  difference (an A-B-A design); the difference between its first and last timing measures the
+  run's drift between blocks of calls, which the comparison adds to its variance
+  (harness.scoring.timing_variance).
+  Each child's timing is its benchmark run (recorded with the job's batch); the parent's is a
+  `Retiming` of the same batch, so that the leaderboard, the story and `harness history` compare
+  the child with its parent inside that run only (harness.report.leaderboard). A child whose run
+  is already stored (a resumed experiment) is not timed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from harness.errors import HarnessError
+from harness.store.models import Retiming, Run
+from harness.store.revisions import get_revision, revision_code
+from harness.store.runs import find_run, new_batch, record_run, release_claim, reuse_or_claim, worker_name
+from harness.store.session import Store
+
+if TYPE_CHECKING:
+    from harness.evolve.experiment import ExperimentSettings
+    from harness.executors import Executor, Job
+    from harness.sandbox.evaluation import Evaluation, ShapeOutcome
+
+TIMED_MODE = "benchmark"  # the run mode an experiment times in (the evaluation's public seeds)
+
+Landed = Callable[[list[int]], None]  # child ids whose evaluation is complete, in order
+Progress = Callable[[int, str], None]  # (revision id, what it is doing)
+
+
+def _stopping_rule(settings: ExperimentSettings):
+    from harness.config import get_settings
+    from harness.timing import StoppingRule
+
+    budget_s = (
+        settings.budget_s if settings.budget_s is not None else get_settings().shape_budget(settings.device)
+    )
+    return StoppingRule(budget_s=budget_s)
+
+
+def evaluate_revisions(
+    store: Store, revision_ids: list[int], settings: ExperimentSettings, executor: Executor | None = None
+) -> None:
+    """Check the revisions, then time the passing ones with the task's reference; the runs land
+    in the store (results already stored for this environment are reused)."""
+    from harness.plan.tournament import run_tournament
+
+    run_tournament(
+        store,
+        task=settings.task,
+        device=settings.device,
+        mode=TIMED_MODE,
+        only=revision_ids,
+        rule=_stopping_rule(settings),
+        executor=executor,
+    )
+
+
+@dataclass
+class _Family:
+    parent_id: int
+    parent_timed: bool  # the parent has a timed run here: it is timed again beside its children
+    children: list[int]
+
+
+def evaluate_children(
+    store: Store,
+    children: list[tuple[int, int]],
+    settings: ExperimentSettings,
+    *,
+    landed: Landed,
+    progress: Progress = lambda revision_id, state: None,
+    executor: Executor | None = None,
+) -> None:
+    """Evaluate (child, parent) pairs: check every child, then time each parent's passing
+    children beside it (module docstring), on the executor (default: this process; with one
+    worker per GPU the families' jobs run side by side, each on one GPU). `landed` hears the
+    children whose evaluation is complete: the failing ones after the checks, the others as
+    their parent's job is recorded."""
+    from harness.executors import EvaluationRequest, InProcess, Job
+    from harness.plan.phases import claim_ttl_s, store_limits
+    from harness.plan.tournament import TournamentProgress, run_tournament
+    from harness.sandbox.devices import default_shape_set
+    from harness.sandbox.limits import SandboxLimits
+    from harness.tasks import load_task
+
+    child_ids = [child for child, _ in children]
+    for child in child_ids:
+        progress(child, "checking")
+
+    with store.session() as session:
+        label_of = {}
+        for child in child_ids:
+            revision = get_revision(session, child)
+            label_of[f"{revision.lineage.name} r{revision.number}"] = child
+
+    class CheckProgress(TournamentProgress):
+        def step(self, description: str, advance: int = 1) -> None:
+            for label, child in label_of.items():
+                if description.startswith(label):
+                    progress(child, f"checking: {description[len(label) :].lstrip(': ')}")
+
+    own_executor = executor is None
+    executor = executor or InProcess()
+    checked = run_tournament(
+        store,
+        task=settings.task,
+        device=settings.device,
+        mode="test",
+        only=child_ids,
+        executor=executor,
+        progress=CheckProgress(),
+    )
+    passed = set(checked.phases[0].passed) if checked.phases else set()
+    environment = checked.environment
+    landed([child for child in child_ids if child not in passed])
+
+    task = load_task(settings.task)
+    shape_set = default_shape_set(environment.device, timed=True)
+    limits = store_limits(store, SandboxLimits.from_settings())
+    rule = _stopping_rule(settings)
+    worker = worker_name()
+    families: dict[int, _Family] = {}
+    for child, parent in children:
+        if child in passed:
+            families.setdefault(parent, _Family(parent, False, [])).children.append(child)
+
+    jobs: list[Job] = []
+    next_parent_key = -1  # parents' requests get negative keys: they are not runs
+    timed_already: list[int] = []
+    open_claims: set[int] = set()
+    labels: dict[int, int] = {}  # request key -> revision id
+    with store.session() as session:
+        for family in families.values():
+            # the job times every child and the parent twice, shape by shape
+            ttl_s = claim_ttl_s(limits, len(task.shapes(shape_set)) * (len(family.children) + 2), rule)
+            requests = []
+            for child in family.children:
+                found = reuse_or_claim(
+                    session,
+                    child,
+                    task,
+                    TIMED_MODE,
+                    environment,
+                    shape_set=shape_set,
+                    worker=worker,
+                    ttl_s=ttl_s,
+                    force=False,
+                )
+                if found.run is None or found.reused:  # stored already, or another worker's now
+                    timed_already.append(child)
+                    continue
+                requests.append(
+                    _request(session, found.run.id, child, environment, limits, rule, EvaluationRequest)
+                )
+                open_claims.add(found.run.id)
+                labels[found.run.id] = child
+            parent_run = find_run(session, family.parent_id, task.name, TIMED_MODE, environment.env_key)
+            family.parent_timed = parent_run is not None and parent_run.score_ms is not None
+            if requests and family.parent_timed:  # first and last; together they become a Retiming
+                first, last = next_parent_key, next_parent_key - 1
+                next_parent_key -= 2
+                for key, at in ((first, 0), (last, len(requests) + 1)):
+                    request = _request(
+                        session, key, family.parent_id, environment, limits, rule, EvaluationRequest
+                    )
+                    requests.insert(at, request)
+                    labels[key] = family.parent_id
+            if requests:
+                jobs.append(Job(device=environment.device, env_key=environment.env_key, requests=requests))
+    landed(timed_already)
+
+    failures: list[str] = []
+
+    def on_shape(key: int, outcome: ShapeOutcome) -> None:
+        timing = f" {outcome.mean_ms:.4g} ms" if outcome.mean_ms is not None else ""
+        what = "timing beside its children" if key < 0 else "timing beside its parent"
+        progress(labels[key], f"{what}: {outcome.set_name}[{outcome.index}] {outcome.status}{timing}")
+
+    def done(job: Job, evaluations: list[Evaluation]) -> None:
+        batch = new_batch()
+        parent_timings = [
+            evaluation for request, evaluation in zip(job.requests, evaluations) if request.key < 0
+        ]
+        with store.session() as session:
+            for request, evaluation in zip(job.requests, evaluations):
+                if request.key > 0:
+                    record_run(
+                        session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch
+                    )
+            if parent_timings:
+                parent_id = labels[job.requests[0].key]
+                session.add(_retiming(batch, parent_id, environment.env_key, task, parent_timings))
+        open_claims.difference_update(request.key for request in job.requests)
+        landed([labels[request.key] for request in job.requests if request.key > 0])
+
+    def failed(job: Job, reason: str) -> None:
+        keys = [request.key for request in job.requests if request.key > 0]
+        with store.session() as session:
+            for key in keys:
+                release_claim(session, key, worker)
+        open_claims.difference_update(keys)
+        failures.append(reason)
+
+    try:
+        executor.run(jobs, on_shape, done, failed)
+    except BaseException:
+        if open_claims:
+            with store.session() as session:
+                for key in sorted(open_claims):
+                    release_claim(session, key, worker)
+        raise
+    finally:
+        if own_executor:
+            executor.close()
+    if failures:
+        raise HarnessError(f"timing the children beside their parents failed: {failures[0]}")
+
+
+def _request(session, key: int, revision_id: int, environment, limits, rule, request_type):
+    revision = get_revision(session, revision_id)
+    return request_type.make(
+        key,
+        revision_code(revision),
+        revision.filename,
+        revision.task,
+        device=environment.device,
+        limits=limits,
+        label=f"{revision.lineage.name} r{revision.number}",
+        mode="test",
+        timed=True,
+        rule=rule,
+    )
+
+
+def _retiming(batch: str, revision_id: int, env_key: str, task, timings: list[Evaluation]) -> Retiming:
+    """The parent's timings of one job taken together: per shape, the per-call times of every
+    timing joined; its score from the joined means. Not passing when any timing failed."""
+    from harness.scoring import score
+
+    failed = next((evaluation for evaluation in timings if evaluation.status != "pass"), None)
+    shapes: list[dict] = []
+    if failed is None:
+        by_shape: dict[tuple[str, int], dict] = {}
+        for evaluation in timings:
+            for outcome in evaluation.shapes:
+                if outcome.times_ms and outcome.mean_ms is not None:
+                    item = by_shape.setdefault(
+                        (outcome.set_name, outcome.index), {"shape": outcome.shape, "times_ms": [], "means_ms": []}
+                    )
+                    item["times_ms"] += list(outcome.times_ms)
+                    item["means_ms"].append(outcome.mean_ms)  # each timing's own: the run's drift
+        shapes = [by_shape[key] for key in sorted(by_shape)]
+    means = [sum(item["times_ms"]) / len(item["times_ms"]) for item in shapes]
+    return Retiming(
+        batch=batch,
+        revision_id=revision_id,
+        task=task.name,
+        mode=TIMED_MODE,
+        env_key=env_key,
+        status=failed.status if failed is not None else "pass",
+        score_ms=score(means, task.ranking_by) if means else None,
+        shapes=shapes,
+    )
+
+
+def parent_score_in_batch(session, batch: str | None, parent_id: int, env_key: str) -> float | None:
+    """The parent's score in the interleaved run `batch`: its run of that batch, or its
+    retiming there."""
+    from sqlalchemy import select
+
+    if batch is None:
+        return None
+    run = session.scalar(select(Run).where(Run.revision_id == parent_id, Run.batch == batch))
+    if run is not None:
+        return run.score_ms
+    retiming = session.scalar(
+        select(Retiming).where(
+            Retiming.revision_id == parent_id, Retiming.batch == batch, Retiming.env_key == env_key
+        )
+    )
+    return retiming.score_ms if retiming is not None else None
