@@ -29,7 +29,14 @@ from harness.sandbox.devices import default_shape_set
 from harness.sandbox.limits import SandboxLimits
 from harness.store.models import Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
-from harness.store.runs import estimated_cost, new_batch, record_run, release_claim, reuse_or_claim
+from harness.store.runs import (
+    TIME_LIMITS,
+    estimated_cost,
+    new_batch,
+    record_run,
+    release_claim,
+    reuse_or_claim,
+)
 from harness.store.session import Store, postgres_socket_directories
 from harness.tasks import load_task, revision_secret
 
@@ -205,6 +212,7 @@ class PhaseRun:
         found = reuse_or_claim(
             session, item.revision_id, task, phase.run_kind, self.environment, shape_set=shape_set,
             worker=self.worker, ttl_s=claim_ttl_s(self.limits, item.shape_count, rule), force=self.force,
+            limits=self.limits.model_dump(include=set(TIME_LIMITS)),
         )
         if found.run is None or found.reused:
             item.run, item.reused, item.busy_with = found.run, found.reused, found.busy_with
@@ -254,7 +262,8 @@ def evaluate_and_record(
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
                 run = record_run(
-                    session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch
+                    session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch,
+                    limits=request.limits,
                 )
                 dispatched.recorded[request.key] = run
         open_claims.difference_update(request.key for request in job.requests)

@@ -176,6 +176,21 @@ class ReuseOrClaim:
     busy_with: str = ""
 
 
+# The time limits a run is recorded with: a timeout under a shorter one than today's is not final.
+TIME_LIMITS = ("startup_timeout_s", "import_timeout_s", "call_timeout_s", "evaluation_timeout_s")
+
+
+def timed_out_under_shorter_limits(run: Run, limits: dict[str, float] | None) -> bool:
+    """Whether `run` ended in a timeout under a time limit shorter than the same limit in
+    `limits` (a run recorded before limits were kept counts as final)."""
+    recorded = (run.details or {}).get("limits") or {}
+    if run.status != "timeout" or not limits or not recorded:
+        return False
+    return any(
+        name in recorded and name in limits and float(recorded[name]) < float(limits[name]) for name in TIME_LIMITS
+    )
+
+
 def covers_shapes(run: Run, task: TaskSpec, shape_set: str) -> bool:
     """Whether a stored run covers exactly the task's current shapes of `shape_set` and was judged
     with both verdicts (a changed task file, or a run from before the verdicts, is stale)."""
@@ -202,12 +217,19 @@ def reuse_or_claim(
     worker: str,
     ttl_s: float,
     force: bool,
+    limits: dict[str, float] | None = None,
 ) -> ReuseOrClaim:
-    """The finished run for this key when it covers the task's current shapes (unless `force`);
-    otherwise a claim for `worker` (replacing a stale or forced result); or, when another worker
-    holds the key, who does. Commit before doing the claimed work."""
+    """The finished run for this key when it covers the task's current shapes (unless `force`, or
+    it timed out under a shorter time limit than `limits`); otherwise a claim for `worker`
+    (replacing a stale or forced result); or, when another worker holds the key, who does. Commit
+    before doing the claimed work."""
     existing = find_run(session, revision_id, task.name, mode, environment.env_key)
-    if existing is not None and not force and covers_shapes(existing, task, shape_set):
+    if (
+        existing is not None
+        and not force
+        and covers_shapes(existing, task, shape_set)
+        and not timed_out_under_shorter_limits(existing, limits)
+    ):
         return ReuseOrClaim(existing, reused=True)
     run = claim_run(
         session, revision_id, task.name, mode, environment, worker=worker, ttl_s=ttl_s,
@@ -276,6 +298,7 @@ def record_run(
     *,
     score_ms: float | None = None,
     batch: str | None = None,
+    limits: dict[str, float] | None = None,
 ) -> Run | None:
     """Write the evaluation into the claimed run and mark it done, in the caller's transaction;
     `batch` names the interleaved run it came from (new_batch, one per job).
@@ -304,6 +327,7 @@ def record_run(
         "isolation": evaluation.isolation,
         "autotuners": [tuner.model_dump() for tuner in evaluation.autotuners],
         "log_tail": evaluation.log_tail,
+        **({"limits": {name: limits[name] for name in TIME_LIMITS if name in limits}} if limits else {}),
     }
     run.shapes = [
         ShapeResult(
