@@ -133,7 +133,10 @@ CHECK_EVERY_CONFIG = textwrap.dedent(
     """\
     import importlib.util, sys
     import torch
-    from harness.tasks.conv2d_v2_reference import generate_input, ref_kernel
+    from harness.tasks import load_reference, load_task
+
+    reference = load_reference(load_task("conv2d_v2"))
+    generate_input, ref_kernel = reference.generate_input, reference.ref_kernel
 
     spec = importlib.util.spec_from_file_location("candidate", sys.argv[1])
     module = importlib.util.module_from_spec(spec)

@@ -35,6 +35,12 @@ def ok(result) -> str:
     return result.stdout
 
 
+def some_failed(result) -> str:
+    """A tournament with a failing revision: exit code 1 (README, "Exit codes")."""
+    assert result.returncode == 1, result.stderr
+    return result.stdout
+
+
 def copy_problem(tmp_path: Path, name: str) -> Path:
     """A copy of a test problem with the set's utils.py one folder up, as GPU MODE keeps it."""
     problems = tmp_path / "problems"
@@ -194,7 +200,7 @@ def test_a_tournament_and_a_leaderboard_per_task_on_the_cpu(harness, task, mode,
     ok(harness("task", "add", PROBLEMS / f"{task}_py"))
     for kind in ("correct", "wrong"):
         ok(harness("register", PROBLEMS / f"{task}_py" / "solutions" / f"{kind}.py", "--task", task, "--lineage", f"{task}_{kind}"))
-    ok(harness("tournament", "--task", task, "--device", "cpu", "--mode", mode, timeout=600))
+    some_failed(harness("tournament", "--task", task, "--device", "cpu", "--mode", mode, timeout=600))
     board = json.loads(ok(harness("leaderboard", "--task", task, "--format", "json")))
     entries = {entry["lineage"]: entry for entry in board["entries"]}
     assert board["verdict"] == "gpumode" and board["exact_answer"] is False and board["mode"] == mode
@@ -206,7 +212,7 @@ def test_a_tournament_and_a_leaderboard_per_task_on_the_cpu(harness, task, mode,
     table = ok(harness("leaderboard", "--task", task))
     assert "[no exact answer: only GPU MODE's verdict]" in table
     # the stored task's runs are its version 1's; a second tournament reuses all of them
-    again = ok(harness("tournament", "--task", task, "--device", "cpu", "--mode", mode, timeout=600))
+    again = some_failed(harness("tournament", "--task", task, "--device", "cpu", "--mode", mode, timeout=600))
     assert "3 reused" in again
     refused = harness("leaderboard", "--task", task, "--verdict", "accurate")
     assert refused.returncode == 2
@@ -254,7 +260,7 @@ def test_an_added_task_reaches_the_tournaments_gpu_workers(harness, store_url):
     ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
     for kind in ("correct", "wrong"):
         ok(harness("register", PROBLEMS / "vectoradd_py" / "solutions" / f"{kind}.py", "--task", "vectoradd"))
-    ok(harness("tournament", "--task", "vectoradd", "--device", "cpu", "--gpus", "2", "--mode", "test", timeout=600))
+    some_failed(harness("tournament", "--task", "vectoradd", "--device", "cpu", "--gpus", "2", "--mode", "test", timeout=600))
     statuses = rows(store_url, "SELECT r.filename, u.status FROM runs u JOIN revisions r ON r.id = u.revision_id")
     assert sorted(statuses) == [("correct.py", "pass"), ("vectoradd_reference.py", "pass"), ("wrong.py", "wrong_answer")]
 

@@ -163,7 +163,7 @@ def create_experiment(
     if gpus is not None:
         from harness.executors import make_executor
 
-        make_executor(gpus=gpus).close()  # a bad count, or more GPUs than there are, fails here
+        make_executor(gpus=gpus, device=device).close()  # a bad count, or more GPUs than there are, fails here
     with store.session() as session:
         if from_id is not None:
             start = get_revision(session, from_id)
@@ -304,7 +304,7 @@ class _Loop:
     def run(self) -> tuple[str, str]:
         from harness.executors import make_executor
 
-        self.executor = make_executor(gpus=self.settings.gpus) if self.settings.gpus else None
+        self.executor = make_executor(gpus=self.settings.gpus, device=self.settings.device) if self.settings.gpus else None
         try:
             return self._run()
         finally:
