@@ -127,6 +127,11 @@ class Evaluation(BaseModel):
     # the child was kept from this candidate's previous phase (startup_s and compile_s are then 0)
     child_reused: bool = False
     wall_s: float = 0.0
+    # when the evaluation began (its child's spawn, or its turn with a kept one) and ended, in
+    # seconds since the epoch on the evaluating host's clock: evaluations checked side by side
+    # overlap (harness.sandbox.evaluation.evaluate_side_by_side)
+    started_at: float | None = None
+    ended_at: float | None = None
     isolation: str = ""
     autotuners: list[AutotunerInfo] = []
     shapes: list[ShapeOutcome] = []

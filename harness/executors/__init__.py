@@ -160,24 +160,33 @@ def check_environment(job: Job) -> Environment:
     return environment
 
 
-def run_job(job: Job, on_shape: ShapeCallback | None = None, pool: ChildPool | None = None) -> list[Evaluation]:
-    """Evaluate the job's requests in this process, interleaved shape by shape. Children kept in
+def run_job(
+    job: Job,
+    on_shape: ShapeCallback | None = None,
+    pool: ChildPool | None = None,
+    on_evaluation: Callable[[EvaluationRequest, Evaluation], None] | None = None,
+) -> list[Evaluation]:
+    """Evaluate the job's requests in this process: the untimed ones side by side, the timed ones
+    interleaved shape by shape (harness.sandbox.evaluation.evaluate_interleaved). Children kept in
     the pool (default: this process's, harness.sandbox.pool) by an earlier job (an earlier phase)
     are adopted by the requests of the same candidates; the others are stopped before anything
-    runs. The first group's other children are spawned before anything imports torch here
-    (harness.sandbox.supervisor is free of it), so that this process's own torch import, when it
-    is the first, overlaps their start."""
-    from harness.sandbox.devices import INTERLEAVE_GROUP
+    runs. The first children (a group of timed ones, or as many untimed ones as run at once) are
+    spawned before anything imports torch here (harness.sandbox.supervisor is free of it), so that
+    this process's own torch import, when it is the first, overlaps their start. `on_evaluation`
+    hears of each evaluation as it ends (on this thread), before the job is over."""
+    from harness.sandbox.devices import INTERLEAVE_GROUP, check_parallelism
     from harness.sandbox.limits import SandboxLimits
     from harness.sandbox.pool import CHILD_POOL
     from harness.tasks import load_task
 
     pool = pool or CHILD_POOL
+    timed = any(request.timed for request in job.requests)
+    ahead = INTERLEAVE_GROUP if timed or check_parallelism() == 1 else check_parallelism()
     try:
         pool.start_early(
             [
                 (base64.b64decode(r.code), load_task(r.task), r.device, SandboxLimits(**r.limits))
-                for r in job.requests[:INTERLEAVE_GROUP]
+                for r in job.requests[:ahead]
             ]
         )
         from harness.sandbox.evaluation import evaluate_interleaved
@@ -192,13 +201,17 @@ def run_job(job: Job, on_shape: ShapeCallback | None = None, pool: ChildPool | N
             raise
     finally:
         pool.close_waiting()
-    keys = {id(evaluator): request.key for evaluator, request in zip(evaluators, job.requests)}
+    requests = {id(evaluator): request for evaluator, request in zip(evaluators, job.requests)}
 
     def shape_done(evaluator: Evaluator, outcome: ShapeOutcome) -> None:
         if on_shape is not None:
-            on_shape(keys[id(evaluator)], outcome)
+            on_shape(requests[id(evaluator)].key, outcome)
 
-    return evaluate_interleaved(evaluators, shape_done)
+    def evaluated(evaluator: Evaluator, evaluation: Evaluation) -> None:
+        if on_evaluation is not None:
+            on_evaluation(requests[id(evaluator)], evaluation)
+
+    return evaluate_interleaved(evaluators, shape_done, on_evaluation=evaluated)
 
 
 def split_jobs(device: str, env_key: str, requests: list[EvaluationRequest], slots: int) -> list[Job]:
@@ -236,8 +249,12 @@ class InProcess:
         return probe_environment(device)
 
     def run(self, jobs, on_shape, on_done, on_failed) -> None:
+        """Each evaluation is handed to `on_done` as it ends, as a job of its own request: an
+        interrupted job loses none that ended."""
         for job in jobs:
-            on_done(job, run_job(job, on_shape))
+            run_job(job, on_shape, on_evaluation=lambda request, evaluation, job=job: on_done(
+                job.model_copy(update={"requests": [request]}), [evaluation]
+            ))
 
     def close(self) -> None:
         if "harness.sandbox.pool" in sys.modules:

@@ -260,9 +260,10 @@ def evaluate_and_record(
                 on_recorded(request, evaluation)
 
     def failed(job: Job, reason: str) -> None:
-        release([request.key for request in job.requests])
-        for request in job.requests:
-            dispatched.failed[request.key] = reason
+        unwritten = [request.key for request in job.requests if request.key in open_claims]
+        release(unwritten)  # those of its evaluations that ended were written as they ended
+        for key in unwritten:
+            dispatched.failed[key] = reason
 
     jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots)
     try:
