@@ -158,8 +158,17 @@ class ShapeDone(Message):
     outcome: ShapeOutcome
 
 
+class EvaluationDone(Message):
+    """The job's request `key` ended: its evaluation, sent as soon as it ends (the job's
+    `JobDone` then leaves it out), so that a job cut short loses none that ended."""
+
+    type: Literal["evaluated"] = "evaluated"
+    key: int
+    evaluation: Evaluation
+
+
 class JobDone(Message):
-    """The job's evaluations, one per request, in the job's order."""
+    """The job's evaluations not sent before (`EvaluationDone`), in the job's order."""
 
     type: Literal["done"] = "done"
     evaluations: list[Evaluation]
@@ -182,6 +191,8 @@ class DeviceProbed(Message):
     environment: dict
 
 
-WorkerMessage = Annotated[WorkerReady | ShapeDone | JobDone | JobFailed | DeviceProbed, Field(discriminator="type")]
+WorkerMessage = Annotated[
+    WorkerReady | ShapeDone | EvaluationDone | JobDone | JobFailed | DeviceProbed, Field(discriminator="type")
+]
 WORKER_MESSAGE: TypeAdapter[WorkerMessage] = TypeAdapter(WorkerMessage)
 

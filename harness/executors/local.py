@@ -70,8 +70,9 @@ class GpuWorker:
             return ("failed", job, self._why_gone())
         from pydantic import ValidationError
 
-        from harness.wire import WORKER_MESSAGE, JobDone, JobFailed, ShapeDone
+        from harness.wire import WORKER_MESSAGE, EvaluationDone, JobDone, JobFailed, ShapeDone
 
+        evaluated: set[int] = set()  # the keys whose evaluation came on its own (EvaluationDone)
         for line in self.process.stdout:
             try:
                 message = WORKER_MESSAGE.validate_json(line)
@@ -82,8 +83,13 @@ class GpuWorker:
                 return ("failed", job, f"worker on GPU {self.device} sent {what}")
             if isinstance(message, ShapeDone):
                 events.put(("shape", job, message))
+            elif isinstance(message, EvaluationDone):
+                sent = [request for request in job.requests if request.key == message.key]
+                evaluated.update(request.key for request in sent)
+                events.put(("evaluated", job.model_copy(update={"requests": sent}), [message.evaluation]))
             elif isinstance(message, JobDone):
-                return ("done", job, message.evaluations)
+                left = [request for request in job.requests if request.key not in evaluated]
+                return ("done", job.model_copy(update={"requests": left}), message.evaluations)
             elif isinstance(message, JobFailed):
                 return ("failed", job, f"worker on GPU {self.device}: {message.error}")
         return ("failed", job, self._why_gone())
@@ -194,6 +200,8 @@ class GpuWorkers:
                     continue
                 if kind == "shape":
                     on_shape(payload.key, payload.outcome)
+                elif kind == "evaluated":
+                    on_done(job, payload)  # one evaluation of a job still running
                 elif kind == "done":
                     finished += 1
                     on_done(job, payload)
