@@ -158,6 +158,14 @@ class ShapeDone(Message):
     outcome: ShapeOutcome
 
 
+class ActivityChanged(Message):
+    """The job's request `key` does something else now (harness.sandbox.evaluation.ACTIVITIES)."""
+
+    type: Literal["activity"] = "activity"
+    key: int
+    activity: Literal["building", "checking", "timing", "done"]
+
+
 class EvaluationDone(Message):
     """The job's request `key` ended: its evaluation, sent as soon as it ends (the job's
     `JobDone` then leaves it out), so that a job cut short loses none that ended."""
@@ -192,7 +200,7 @@ class DeviceProbed(Message):
 
 
 WorkerMessage = Annotated[
-    WorkerReady | ShapeDone | EvaluationDone | JobDone | JobFailed | DeviceProbed, Field(discriminator="type")
+    WorkerReady | ShapeDone | ActivityChanged | EvaluationDone | JobDone | JobFailed | DeviceProbed, Field(discriminator="type")
 ]
 WORKER_MESSAGE: TypeAdapter[WorkerMessage] = TypeAdapter(WorkerMessage)
 

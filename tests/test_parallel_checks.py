@@ -247,3 +247,83 @@ def test_ctrl_c_in_a_parallel_test_phase_keeps_what_ended_and_leaves_no_process(
     while _alive(seen) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _alive(seen) == [], "processes outlived the interrupted command"
+
+
+def test_each_evaluation_tells_what_it_does_in_order():
+    """Side by side: building, checking, done; timed (interleaved): building, then checking and
+    timing in turn per shape, done; every change heard on the caller's thread."""
+    limits = SandboxLimits.from_settings(**QUICK)
+    heard: list[tuple[str, str, str]] = []
+
+    def told(evaluator, activity):
+        heard.append((evaluator.evaluation.filename, activity, threading.current_thread().name))
+
+    checked = [Evaluator(REFERENCE.read_bytes() + b"\n# %d\n" % copy, f"copy_{copy}.py", TASK, device="cpu",
+                         limits=limits) for copy in range(2)]
+    timed = Evaluator(REFERENCE.read_bytes(), "timed.py", TASK, device="cpu", timed=True, limits=limits,
+                      rule=StoppingRule(min_runs=2, max_runs=3, budget_s=0.1))
+    evaluations = evaluate_interleaved([*checked, timed], parallel=2, on_activity=told)
+    assert [evaluation.status for evaluation in evaluations] == ["pass"] * 3
+    assert {thread for _, _, thread in heard} == {threading.main_thread().name}
+    for name in ("copy_0.py", "copy_1.py"):
+        assert [activity for file, activity, _ in heard if file == name] == ["building", "checking", "done"]
+    assert [activity for file, activity, _ in heard if file == "timed.py"] == [
+        "building", *["checking", "timing"] * len(TASK.smoke), "done"]
+
+
+def test_the_progress_bar_counts_what_builds_and_checks_and_names_what_is_timed():
+    import io
+
+    from rich.console import Console
+
+    from harness.report.progress import RichTournamentProgress
+
+    with RichTournamentProgress(Console(file=io.StringIO(), force_terminal=False)) as progress:
+        progress.start_phase("test", 8)
+        for label, activity in [("a r1", "building"), ("b r1", "building"), ("c r1", "building"),
+                                ("a r1", "checking"), ("b r1", "checking")]:
+            progress.activity(label, activity)
+        assert progress.now_text() == "building 1 · checking 2"
+        progress.activity("a r1", "done")
+        progress.activity("c r1", "timing")
+        assert progress.now_text() == "checking 1 · timing c r1"
+        assert progress.progress.tasks[0].fields["now"] == "checking 1 · timing c r1"
+        progress.end_phase()
+        progress.start_phase("benchmark", 4)
+        assert progress.now_text() == ""
+
+
+def test_gpu_workers_tell_activities_and_store_each_evaluation_as_it_ends(tmp_path, store_url):
+    """Through two CPU workers (`--gpus 2` on the CPU): the parent hears each revision build,
+    check and end, and every run is stored with its span."""
+    from harness.executors.local import GpuWorkers
+    from harness.plan.tournament import TournamentProgress, run_tournament
+    from harness.store.session import open_store
+
+    ids = [_register(tmp_path, store_url, f"copy_{copy}.py", REFERENCE.read_bytes() + b"\n# %d\n" % copy)
+           for copy in range(3)]
+
+    class Recorded(TournamentProgress):
+        def __init__(self):
+            self.heard: list[tuple[str, str]] = []
+
+        def activity(self, label, activity):
+            self.heard.append((label, activity))
+
+    progress = Recorded()
+    executor = GpuWorkers(["0", "1"])
+    try:
+        with open_store(store_url) as store:
+            result = run_tournament(store, device="cpu", mode="test", progress=progress, executor=executor)
+    finally:
+        executor.close()
+    assert sorted(result.phases[0].passed) == sorted(ids)
+    labels = {label for label, _ in progress.heard}
+    assert len(labels) == 3
+    for label in labels:
+        assert [activity for heard, activity in progress.heard if heard == label] == ["building", "checking", "done"]
+    spans = rows(store_url, "select details from runs where state = 'done'")
+    assert len(spans) == 3
+    for (details,) in spans:
+        details = json.loads(details)
+        assert details["started_at"] < details["ended_at"]

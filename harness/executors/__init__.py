@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from harness.wire import Evaluation, ShapeOutcome
 
 ShapeCallback = Callable[[int, "ShapeOutcome"], None]  # (request key, outcome)
+ActivityCallback = Callable[[int, str], None]  # (request key, what it does now: Evaluator.tell)
 
 
 class EvaluationRequest(BaseModel):
@@ -136,9 +137,13 @@ class Executor(Protocol):
         on_shape: ShapeCallback,
         on_done: Callable[[Job, list[Evaluation]], None],
         on_failed: Callable[[Job, str], None],
+        on_activity: ActivityCallback | None = None,
     ) -> None:
         """Run every job; the callbacks come on the caller's thread. A job whose worker failed
-        (not its candidates: those are statuses) goes to `on_failed`; the others go on."""
+        (not its candidates: those are statuses) goes to `on_failed`; the others go on.
+        `on_done` may come several times per job, with the requests whose evaluations ended;
+        `on_activity` hears what each evaluation does (building, checking, timing, done) where
+        the executor can tell."""
         ...
 
     def close(self) -> None: ...
@@ -165,6 +170,7 @@ def run_job(
     on_shape: ShapeCallback | None = None,
     pool: ChildPool | None = None,
     on_evaluation: Callable[[EvaluationRequest, Evaluation], None] | None = None,
+    on_activity: ActivityCallback | None = None,
 ) -> list[Evaluation]:
     """Evaluate the job's requests in this process: the untimed ones side by side, the timed ones
     interleaved shape by shape (harness.sandbox.evaluation.evaluate_interleaved). Children kept in
@@ -173,7 +179,8 @@ def run_job(
     runs. The first children (a group of timed ones, or as many untimed ones as run at once) are
     spawned before anything imports torch here (harness.sandbox.supervisor is free of it), so that
     this process's own torch import, when it is the first, overlaps their start. `on_evaluation`
-    hears of each evaluation as it ends (on this thread), before the job is over."""
+    hears of each evaluation as it ends (on this thread), before the job is over; `on_activity`
+    of what each does (harness.sandbox.evaluation.ACTIVITIES)."""
     from harness.sandbox.devices import INTERLEAVE_GROUP, check_parallelism
     from harness.sandbox.limits import SandboxLimits
     from harness.sandbox.pool import CHILD_POOL
@@ -211,7 +218,11 @@ def run_job(
         if on_evaluation is not None:
             on_evaluation(requests[id(evaluator)], evaluation)
 
-    return evaluate_interleaved(evaluators, shape_done, on_evaluation=evaluated)
+    def activity(evaluator: Evaluator, now: str) -> None:
+        if on_activity is not None:
+            on_activity(requests[id(evaluator)].key, now)
+
+    return evaluate_interleaved(evaluators, shape_done, on_evaluation=evaluated, on_activity=activity)
 
 
 def split_jobs(device: str, env_key: str, requests: list[EvaluationRequest], slots: int) -> list[Job]:
@@ -248,13 +259,18 @@ class InProcess:
 
         return probe_environment(device)
 
-    def run(self, jobs, on_shape, on_done, on_failed) -> None:
+    def run(self, jobs, on_shape, on_done, on_failed, on_activity=None) -> None:
         """Each evaluation is handed to `on_done` as it ends, as a job of its own request: an
         interrupted job loses none that ended."""
         for job in jobs:
-            run_job(job, on_shape, on_evaluation=lambda request, evaluation, job=job: on_done(
-                job.model_copy(update={"requests": [request]}), [evaluation]
-            ))
+            run_job(
+                job,
+                on_shape,
+                on_evaluation=lambda request, evaluation, job=job: on_done(
+                    job.model_copy(update={"requests": [request]}), [evaluation]
+                ),
+                on_activity=on_activity,
+            )
 
     def close(self) -> None:
         if "harness.sandbox.pool" in sys.modules:

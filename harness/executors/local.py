@@ -70,7 +70,14 @@ class GpuWorker:
             return ("failed", job, self._why_gone())
         from pydantic import ValidationError
 
-        from harness.wire import WORKER_MESSAGE, EvaluationDone, JobDone, JobFailed, ShapeDone
+        from harness.wire import (
+            WORKER_MESSAGE,
+            ActivityChanged,
+            EvaluationDone,
+            JobDone,
+            JobFailed,
+            ShapeDone,
+        )
 
         evaluated: set[int] = set()  # the keys whose evaluation came on its own (EvaluationDone)
         for line in self.process.stdout:
@@ -83,6 +90,8 @@ class GpuWorker:
                 return ("failed", job, f"worker on GPU {self.device} sent {what}")
             if isinstance(message, ShapeDone):
                 events.put(("shape", job, message))
+            elif isinstance(message, ActivityChanged):
+                events.put(("activity", job, message))
             elif isinstance(message, EvaluationDone):
                 sent = [request for request in job.requests if request.key == message.key]
                 evaluated.update(request.key for request in sent)
@@ -177,6 +186,7 @@ class GpuWorkers:
         on_shape: ShapeCallback,
         on_done: Callable[[Job, list], None],
         on_failed: Callable[[Job, str], None],
+        on_activity: Callable[[int, str], None] | None = None,
     ) -> None:
         if not jobs:
             return
@@ -200,6 +210,9 @@ class GpuWorkers:
                     continue
                 if kind == "shape":
                     on_shape(payload.key, payload.outcome)
+                elif kind == "activity":
+                    if on_activity is not None:
+                        on_activity(payload.key, payload.activity)
                 elif kind == "evaluated":
                     on_done(job, payload)  # one evaluation of a job still running
                 elif kind == "done":

@@ -112,6 +112,7 @@ class RayExecutor:
         on_shape: ShapeCallback,
         on_done: Callable[[Job, list], None],
         on_failed: Callable[[Job, str], None],
+        on_activity: Callable[[int, str], None] | None = None,  # a Ray task answers once: not told
     ) -> None:
         ray = self.ray
         pending = {self._job.remote(job.model_dump_json()): job for job in jobs}

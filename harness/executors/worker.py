@@ -41,7 +41,7 @@ def main() -> int:
     import harness.sandbox.evaluation  # noqa: F401  (imports torch and the sandbox now)
     from harness.errors import HarnessError
     from harness.executors import Job, check_environment, run_job
-    from harness.wire import EvaluationDone, JobDone, JobFailed, ShapeDone, WorkerReady
+    from harness.wire import ActivityChanged, EvaluationDone, JobDone, JobFailed, ShapeDone, WorkerReady
 
     if "--cuda" in sys.argv[1:]:
         import torch
@@ -59,6 +59,7 @@ def main() -> int:
                 job,
                 lambda key, outcome: send(ShapeDone(key=key, outcome=outcome)),
                 on_evaluation=lambda request, evaluation: send(EvaluationDone(key=request.key, evaluation=evaluation)),
+                on_activity=lambda key, activity: send(ActivityChanged(key=key, activity=activity)),
             )
         except (HarnessError, ValueError) as exc:  # ValueError: pydantic's, a malformed job
             text = str(exc).strip()

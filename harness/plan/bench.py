@@ -68,11 +68,18 @@ def bench_revisions(
 
 
 def run_bench(
-    plan: PhaseRun, benched: list[PlannedRevision], mode: str, progress: Callable[[str], None] | None = None
+    plan: PhaseRun,
+    benched: list[PlannedRevision],
+    mode: str,
+    progress: Callable[[str], None] | None = None,
+    activity: Callable[[str, str], None] | None = None,
 ) -> None:
     """The timed phase over `with_references`' items (bench_revisions, the tournament), then
-    each item's comparisons with the reference and its parent."""
+    each item's comparisons with the reference and its parent; `activity` hears (revision label,
+    what its evaluation does now)."""
     listener = PhaseListener()
+    if activity is not None:
+        listener.activity = lambda item, now: activity(item.label, now)
     if progress is not None:
 
         def shape_done(item, outcome) -> None:

@@ -119,6 +119,8 @@ class PhaseListener:
     not_dispatched: Callable[[PlannedRevision], None] = lambda item: None  # reused, or busy elsewhere
     shape_done: Callable[[PlannedRevision, ShapeOutcome], None] = lambda item, outcome: None
     recorded: Callable[[PlannedRevision, Evaluation], None] = lambda item, evaluation: None
+    # what a revision's evaluation does now (building, checking, timing, done), where the executor tells
+    activity: Callable[[PlannedRevision, str], None] = lambda item, activity: None
     worker_failed: Callable[[PlannedRevision], None] = lambda item: None
 
 
@@ -183,6 +185,7 @@ class PhaseRun:
             worker=self.worker,
             on_shape=lambda key, outcome: listener.shape_done(claimed[key], outcome),
             on_recorded=lambda request, evaluation: listener.recorded(claimed[request.key], evaluation),
+            on_activity=lambda key, activity: listener.activity(claimed[key], activity),
         )
         for key, item in claimed.items():
             if key in dispatched.failed:
@@ -235,6 +238,7 @@ def evaluate_and_record(
     worker: str,
     on_shape: Callable[[int, ShapeOutcome], None] | None = None,
     on_recorded: Callable[[EvaluationRequest, Evaluation], None] | None = None,
+    on_activity: Callable[[int, str], None] | None = None,
 ) -> Dispatched:
     """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
     each job's results as the job ends, one transaction per job. The claims of a job whose worker
@@ -267,7 +271,7 @@ def evaluate_and_record(
 
     jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots)
     try:
-        executor.run(jobs, on_shape or (lambda key, outcome: None), done, failed)
+        executor.run(jobs, on_shape or (lambda key, outcome: None), done, failed, on_activity=on_activity)
     except BaseException:
         if open_claims:
             release(sorted(open_claims))

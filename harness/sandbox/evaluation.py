@@ -66,6 +66,9 @@ from harness.wire import TIMING_STATISTICS, CheckReply, Evaluation, ShapeOutcome
 
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
+# what an evaluation does at a time (Evaluator.tell): its child starts and imports the candidate
+# (extension builds and compiles at import included), its shapes are checked, a shape is timed
+ACTIVITIES = ("building", "checking", "timing", "done")
 KEEP_LIMIT = INTERLEAVE_GROUP  # children kept at most for a next phase (`keep_child`)
 _keep_lock = threading.Lock()  # evaluators checked side by side keep their children from threads
 STOP_WAIT_S = 2 * SHUTDOWN_GRACE_S + 5  # an interrupted side-by-side phase waits this long for its threads
@@ -301,6 +304,9 @@ class Evaluator:
         self.force_configs = device == "cpu" if force_configs is None else force_configs
         self.config_count = 0
         self.stopped = False  # the import failed, or a shape ended the evaluation
+        # told what the evaluation does now (ACTIVITIES), for progress; set by whoever runs it
+        self.on_activity: Callable[[str], None] | None = None
+        self.activity = ""
         # A child kept by an earlier evaluation of the same candidate is adopted, ready; with
         # `keep_child`, a child that passed everything is kept for the next one (`release_child`).
         # A child spawned early for this evaluation (`ChildPool.start_early`) is taken as it is.
@@ -367,6 +373,13 @@ class Evaluator:
     def shape_count(self) -> int:
         return len(self.shapes)
 
+    def tell(self, activity: str) -> None:
+        """Say what the evaluation does from now on (one of ACTIVITIES), once per change."""
+        if activity != self.activity:
+            self.activity = activity
+            if self.on_activity is not None:
+                self.on_activity(activity)
+
     def begin_now(self) -> None:
         """The evaluation begins now, not when this Evaluator was made (it waited for its turn in
         `evaluate_side_by_side`): `wall_s` and `started_at` count from here."""
@@ -381,6 +394,8 @@ class Evaluator:
     def spawn(self) -> bool:
         """Start the child without waiting for its imports; False (and the evaluation's status
         says why) when it died at once. An adopted child, or one spawned early, runs already."""
+        if not self.adopted:
+            self.tell("building")
         if self.adopted or self.spawned_early:
             return True
         try:
@@ -452,11 +467,13 @@ class Evaluator:
             # that leaves out the batch, say, would reuse them here): the first check makes them
             # forget, so that this phase tunes on its own shapes as a fresh process would.
             forget, self.forget_tuning = self.forget_tuning, False
+            self.tell("checking")
             self.config_count = _check_shape(
                 self.child, self.task, self.reference, outcome, shape, seed, self.config_count, self.force_configs,
                 forget,
             )
             if self.timed and outcome.status == "pass" and all_passed_before:
+                self.tell("timing")
                 self._time_shape(outcome, shape)
         except ChildFailure as failure:
             outcome.status, outcome.reason, outcome.passed = failure.status, failure.reason, False
@@ -485,6 +502,7 @@ class Evaluator:
             evaluation.score_ms = scoring.score(means, self.task.ranking_by)
         evaluation.wall_s = perf_counter() - self.started
         evaluation.ended_at = time.time()
+        self.tell("done")
         return evaluation
 
     def _time_shape(self, outcome: ShapeOutcome, shape: Shape) -> None:
@@ -664,12 +682,17 @@ def evaluate_interleaved(
     group_size: int = INTERLEAVE_GROUP,
     parallel: int | None = None,
     on_evaluation: Callable[[Evaluator, Evaluation], None] | None = None,
+    on_activity: Callable[[Evaluator, str], None] | None = None,
 ) -> list[Evaluation]:
     """Run several evaluators: the untimed ones side by side (`evaluate_side_by_side`, `parallel`
     at once: default settings.check_parallelism, `check_parallelism`), then the timed ones
     interleaved (`evaluate_in_groups`); with `parallel=1` the untimed ones are interleaved too, as
     before. Returns the evaluations in the evaluators' order; `on_shape` hears of every shape that
-    ran and `on_evaluation` of every evaluation as it ends, both on this thread."""
+    ran, `on_evaluation` of every evaluation as it ends, and `on_activity` of what each does
+    (ACTIVITIES) as it changes, all on this thread."""
+    if on_activity is not None:
+        for evaluator in evaluators:
+            evaluator.on_activity = functools.partial(on_activity, evaluator)
     untimed = [evaluator for evaluator in evaluators if not evaluator.timed]
     count = side_by_side_count(untimed, parallel) if untimed else 1
     side_by_side = untimed if count > 1 else []
@@ -771,6 +794,14 @@ def evaluate_side_by_side(
     todo = deque(evaluators)
     interrupted = threading.Event()
 
+    def relay(evaluator: Evaluator, activity: str) -> None:
+        events.put(("activity", evaluator, activity))
+
+    told = {id(evaluator): evaluator.on_activity for evaluator in evaluators if evaluator.on_activity is not None}
+    for evaluator in evaluators:  # told on the evaluator's thread, heard on this one
+        if id(evaluator) in told:
+            evaluator.on_activity = functools.partial(relay, evaluator)
+
     def work() -> None:
         while not interrupted.is_set():
             try:
@@ -809,6 +840,9 @@ def evaluate_side_by_side(
                     continue
                 if kind == "error":
                     raise payload
+                if kind == "activity":
+                    told[id(evaluator)](payload)
+                    continue
                 if kind == "shape":
                     if on_shape is not None:
                         on_shape(evaluator, payload)
