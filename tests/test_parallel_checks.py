@@ -327,3 +327,54 @@ def test_gpu_workers_tell_activities_and_store_each_evaluation_as_it_ends(tmp_pa
     for (details,) in spans:
         details = json.loads(details)
         assert details["started_at"] < details["ended_at"]
+
+
+@pytest.fixture(scope="module")
+def cpu_ray_cluster(tmp_path_factory) -> str:
+    """A local Ray cluster on this CPU with no GPU resource; its address."""
+    import shutil
+    import socket
+    import sys
+
+    ray = Path(sys.executable).parent / "ray"
+    if not ray.exists():
+        pytest.fail("ray is not installed in this environment: ./setup.sh installs the ray extra")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    temp = tmp_path_factory.mktemp("ray")
+    env = {**os.environ, "RAY_TMPDIR": str(temp)}
+    started = subprocess.run(
+        [str(ray), "start", "--head", "--port", str(port), "--num-cpus", "2", "--num-gpus", "0",
+         "--disable-usage-stats", "--include-dashboard", "false", "--object-store-memory", "200000000",
+         "--node-ip-address", "127.0.0.1", f"--temp-dir={temp}"],
+        capture_output=True, text=True, env=env, timeout=180, check=False,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120, check=False)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_ray_checks_on_the_cpus_of_a_cluster_without_gpus(tmp_path, store_url, cpu_ray_cluster):
+    """`--executor ray --device cpu` on a cluster with CPUs only: its tasks ask for a CPU each and
+    the revisions are checked and stored; without `--device cpu` it refuses in one line."""
+    ids = [_register(tmp_path, store_url, f"copy_{copy}.py", REFERENCE.read_bytes() + b"\n# %d\n" % copy)
+           for copy in range(2)]
+    env = {**os.environ, "HARNESS_DB": store_url}
+    done = subprocess.run(
+        [str(HARNESS_SCRIPT), "tournament", "--device", "cpu", "--mode", "test", "--executor", "ray",
+         "--ray-address", cpu_ray_cluster],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "test: 2 revisions, 2 evaluated now" in done.stdout, done.stdout
+    assert sorted(rows(store_url, "select revision_id, status from runs")) == [(i, "pass") for i in sorted(ids)]
+    refused = subprocess.run(
+        [str(HARNESS_SCRIPT), "tournament", "--mode", "test", "--executor", "ray", "--ray-address", cpu_ray_cluster],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and "the Ray cluster has no GPU resource" in refused.stderr, refused.stderr

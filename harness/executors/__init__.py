@@ -13,7 +13,8 @@ store.
   without `--gpus`).
 - `GpuWorkers` (`--gpus N|all`): one worker process per GPU, pinned with CUDA_VISIBLE_DEVICES,
   each running one job at a time; so two timings never share a GPU.
-- `RayExecutor` (`--executor ray`): each job is a Ray task asking for one GPU.
+- `RayExecutor` (`--executor ray`): each job is a Ray task asking for one GPU (for `--device cpu`
+  on a cluster without GPUs: one CPU).
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def run_job(
     pool: ChildPool | None = None,
     on_evaluation: Callable[[EvaluationRequest, Evaluation], None] | None = None,
     on_activity: ActivityCallback | None = None,
+    parallel: int | None = None,
 ) -> list[Evaluation]:
     """Evaluate the job's requests in this process: the untimed ones side by side, the timed ones
     interleaved shape by shape (harness.sandbox.evaluation.evaluate_interleaved). Children kept in
@@ -180,7 +182,8 @@ def run_job(
     spawned before anything imports torch here (harness.sandbox.supervisor is free of it), so that
     this process's own torch import, when it is the first, overlaps their start. `on_evaluation`
     hears of each evaluation as it ends (on this thread), before the job is over; `on_activity`
-    of what each does (harness.sandbox.evaluation.ACTIVITIES)."""
+    of what each does (harness.sandbox.evaluation.ACTIVITIES). `parallel`: untimed evaluations at
+    once (default: settings.check_parallelism)."""
     from harness.sandbox.devices import INTERLEAVE_GROUP, check_parallelism
     from harness.sandbox.limits import SandboxLimits
     from harness.sandbox.pool import CHILD_POOL
@@ -188,7 +191,8 @@ def run_job(
 
     pool = pool or CHILD_POOL
     timed = any(request.timed for request in job.requests)
-    ahead = INTERLEAVE_GROUP if timed or check_parallelism() == 1 else check_parallelism()
+    count = check_parallelism() if parallel is None else max(1, parallel)
+    ahead = INTERLEAVE_GROUP if timed or count == 1 else count
     try:
         pool.start_early(
             [
@@ -222,7 +226,9 @@ def run_job(
         if on_activity is not None:
             on_activity(requests[id(evaluator)].key, now)
 
-    return evaluate_interleaved(evaluators, shape_done, on_evaluation=evaluated, on_activity=activity)
+    return evaluate_interleaved(
+        evaluators, shape_done, parallel=parallel, on_evaluation=evaluated, on_activity=activity
+    )
 
 
 def split_jobs(device: str, env_key: str, requests: list[EvaluationRequest], slots: int) -> list[Job]:

@@ -44,7 +44,7 @@ def visible_gpus() -> list[str]:
 class GpuWorker:
     """One long-lived worker process pinned to one GPU; runs the jobs it is given, one at a time."""
 
-    def __init__(self, device: str, cuda: bool) -> None:
+    def __init__(self, device: str, cuda: bool, check_parallelism: int = 0) -> None:
         self.device = device
         self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         self.process = subprocess.Popen(
@@ -52,7 +52,7 @@ class GpuWorker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": device},
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": device, **_parallelism_env(check_parallelism)},
             text=True,
             start_new_session=True,  # Ctrl-C reaches the parent only; it stops the workers
         )
@@ -133,6 +133,11 @@ class GpuWorker:
         self.log.close()
 
 
+def _parallelism_env(check_parallelism: int) -> dict[str, str]:
+    """HARNESS_CHECK_PARALLELISM for a worker, when the parent's share of the node is set."""
+    return {"HARNESS_CHECK_PARALLELISM": str(check_parallelism)} if check_parallelism else {}
+
+
 class GpuWorkers:
     name = "local"
     keeps_children = True  # each worker lives for the whole tournament
@@ -144,6 +149,17 @@ class GpuWorkers:
         self.slots = len(devices)
         self._in_process = InProcess()
         self._workers: dict[str, GpuWorker] = {}
+
+    @property
+    def check_parallelism(self) -> int:
+        """Untimed evaluations at once per worker: the setting when given, else (0, automatic)
+        this node's cores shared out between the workers."""
+        from harness.config import get_settings
+
+        setting = get_settings().check_parallelism
+        if setting:
+            return setting
+        return max(1, len(os.sched_getaffinity(0)) // len(self.devices))
 
     @classmethod
     def for_gpus(cls, gpus: str) -> GpuWorkers:
@@ -170,7 +186,7 @@ class GpuWorkers:
         cuda = device != "cpu"
         for gpu in self.devices:
             if gpu not in self._workers or not self._workers[gpu].alive:
-                self._workers[gpu] = GpuWorker(gpu, cuda)
+                self._workers[gpu] = GpuWorker(gpu, cuda, self.check_parallelism)
 
     def resolve_device(self, device: str | None) -> str:
         device = self._in_process.resolve_device(device)
@@ -235,7 +251,7 @@ class GpuWorkers:
                 return
             worker = self._workers.get(gpu)
             if worker is None or not worker.alive:  # a worker that died is replaced for the next job
-                worker = self._workers[gpu] = GpuWorker(gpu, job.device != "cpu")
+                worker = self._workers[gpu] = GpuWorker(gpu, job.device != "cpu", self.check_parallelism)
             events.put(worker.run(job, events))
 
     def _stop_all(self, grace_s: float) -> None:

@@ -5,7 +5,7 @@ A run is keyed by (revision, task, run kind, environment); a completed run is re
 `force`. The others are claimed (committed), evaluated together in sandboxed children interleaved
 shape by shape (`evaluate_interleaved`, so that drift hits every revision alike) on an executor
 (harness.executors; with several GPUs each worker times its share, interleaved on its GPU), and
-written one transaction per job. The task's reference candidate (its lineage, when registered)
+written as each evaluation ends. The task's reference candidate (its lineage, when registered)
 joins every bench, so that each revision's speedup against it comes from the same environment.
 
 Modes (harness.plan.phases.TIMED_PHASES): `benchmark` checks each shape with its public seed and

@@ -4,7 +4,7 @@ phase, harness.plan.phases; its table is harness.report.checks).
 Per revision: a completed run for (revision, task, run kind, environment) is reused unless
 `force`; otherwise the run is claimed (committed). The claimed revisions are evaluated outside any
 transaction on an executor (harness.executors: this process, one worker per GPU, or Ray),
-interleaved shape by shape, and each job's results are written in one transaction. A failing or
+side by side (settings.check_parallelism), and each evaluation is written as it ends. A failing or
 hostile revision is a status in its run; the next revision is checked all the same.
 """
 

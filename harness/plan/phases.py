@@ -4,8 +4,9 @@ For each revision: its finished run in this environment is reused (unless forced
 shapes changed), or its run is claimed in the store (committed) and becomes an
 `EvaluationRequest` (everything a worker needs, nothing of the store), or another worker holds the
 claim. The requests go to an executor (harness.executors: this process, one worker per GPU, or
-Ray), interleaved shape by shape; each job's results are written as the job ends, one transaction
-per job (`evaluate_and_record`). Then each revision settles: its run, a worker that took the claim
+Ray), the untimed ones side by side and the timed ones interleaved shape by shape; each
+evaluation is written as it ends, one transaction each (a Ray job's together, as the job ends:
+`evaluate_and_record`). Then each revision settles: its run, a worker that took the claim
 over, or its own worker's failure (not the candidate's: a failing or hostile candidate is a status
 in its run).
 
@@ -241,9 +242,10 @@ def evaluate_and_record(
     on_activity: Callable[[int, str], None] | None = None,
 ) -> Dispatched:
     """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
-    each job's results as the job ends, one transaction per job. The claims of a job whose worker
-    failed are released (the next tournament does them); on an interruption every claim not yet
-    written is released and the exception goes on."""
+    the results as the executor hands them over (each evaluation as it ends in this process and
+    the GPU workers, a Ray job's as the job ends), one transaction each time. The claims of a job
+    whose worker failed that were not written yet are released (the next tournament does them);
+    on an interruption every claim not yet written is released and the exception goes on."""
     dispatched = Dispatched()
     open_claims = {request.key for request in requests}
 
