@@ -348,7 +348,7 @@ def tournament(
 
         runner = None
         try:
-            runner = make_executor(executor, gpus=gpus, ray_address=ray_address)
+            runner = make_executor(executor, gpus=gpus, ray_address=ray_address, device=device)
             with RichTournamentProgress(Console(stderr=True)) as progress:
                 result = run_tournament(
                     store, task=task, device=device, mode=mode, only=only, force=force, rule=rule,

@@ -285,8 +285,11 @@ class InProcess:
             CHILD_POOL.close_waiting()
 
 
-def make_executor(executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None) -> Executor:
-    """`local` (with `gpus`: one worker per GPU, "all" or a count) or `ray`."""
+def make_executor(
+    executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None, device: str | None = None
+) -> Executor:
+    """`local` (with `gpus`: one worker per GPU, "all" or a count) or `ray` (`device`, when given,
+    is checked against the cluster's resources at once)."""
     if executor == "local":
         if gpus is None:
             return InProcess()
@@ -298,5 +301,5 @@ def make_executor(executor: str = "local", *, gpus: str | None = None, ray_addre
             raise HarnessError("--gpus is for the local executor; Ray gives each job one GPU of the cluster")
         from harness.executors.ray import RayExecutor
 
-        return RayExecutor(ray_address)
+        return RayExecutor(ray_address, device)
     raise HarnessError(f"unknown executor {executor!r}: use local or ray")

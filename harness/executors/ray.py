@@ -26,6 +26,10 @@ from harness.executors import Job, ShapeCallback
 from harness.wire import WORKER_MESSAGE, DeviceProbed, JobDone, JobFailed, WorkerMessage
 
 POLL_S = 1.0
+NO_GPU = (
+    "the Ray cluster has no GPU resource: on cuda each evaluation asks for one GPU "
+    "(--device cpu checks on the cluster's CPUs)"
+)
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -70,7 +74,7 @@ class RayExecutor:
     name = "ray"
     keeps_children = False  # a Ray task ends with its job
 
-    def __init__(self, address: str | None = None) -> None:
+    def __init__(self, address: str | None = None, device: str | None = None) -> None:
         try:
             import ray
         except ImportError:
@@ -91,13 +95,13 @@ class RayExecutor:
         self._probe = ray.remote(num_gpus=1, max_retries=0)(_probe_task)
         self._job = ray.remote(num_gpus=1, max_retries=0)(_job_task)
         self._probed: DeviceProbed | None = None
+        if self.gpus < 1 and device != "cpu":
+            self.close()
+            raise HarnessError(NO_GPU)
 
     def _probe_cluster(self, device: str | None) -> DeviceProbed:
         if self.gpus < 1 and device != "cpu":
-            raise HarnessError(
-                "the Ray cluster has no GPU resource: on cuda each evaluation asks for one GPU "
-                "(--device cpu checks on the cluster's CPUs)"
-            )
+            raise HarnessError(NO_GPU)
         if self.gpus < 1 and not self.on_cpus:
             if self.cpus < 1:
                 raise HarnessError("the Ray cluster has neither a GPU nor a CPU resource")
