@@ -163,7 +163,7 @@ class ActivityChanged(Message):
 
     type: Literal["activity"] = "activity"
     key: int
-    activity: Literal["building", "checking", "timing", "done"]
+    activity: Literal["building", "checking", "timing", "waiting", "done"]
 
 
 class EvaluationDone(Message):

@@ -250,8 +250,9 @@ def test_ctrl_c_in_a_parallel_test_phase_keeps_what_ended_and_leaves_no_process(
 
 
 def test_each_evaluation_tells_what_it_does_in_order():
-    """Side by side: building, checking, done; timed (interleaved): building, then checking and
-    timing in turn per shape, done; every change heard on the caller's thread."""
+    """Side by side: building, checking, done; timed (interleaved): building, then per shape
+    checking, timing and waiting for the next turn, done; every change heard on the caller's
+    thread."""
     limits = SandboxLimits.from_settings(**QUICK)
     heard: list[tuple[str, str, str]] = []
 
@@ -268,7 +269,7 @@ def test_each_evaluation_tells_what_it_does_in_order():
     for name in ("copy_0.py", "copy_1.py"):
         assert [activity for file, activity, _ in heard if file == name] == ["building", "checking", "done"]
     assert [activity for file, activity, _ in heard if file == "timed.py"] == [
-        "building", *["checking", "timing"] * len(TASK.smoke), "done"]
+        "building", *["checking", "timing", "waiting"] * len(TASK.smoke), "done"]
 
 
 def test_the_progress_bar_counts_what_builds_and_checks_and_names_what_is_timed():
@@ -287,6 +288,8 @@ def test_the_progress_bar_counts_what_builds_and_checks_and_names_what_is_timed(
         progress.activity("a r1", "done")
         progress.activity("c r1", "timing")
         assert progress.now_text() == "checking 1 · timing c r1"
+        progress.activity("c r1", "waiting")
+        assert progress.now_text() == "checking 1"
         assert progress.progress.tasks[0].fields["now"] == "checking 1 · timing c r1"
         progress.end_phase()
         progress.start_phase("benchmark", 4)

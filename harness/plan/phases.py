@@ -120,7 +120,7 @@ class PhaseListener:
     not_dispatched: Callable[[PlannedRevision], None] = lambda item: None  # reused, or busy elsewhere
     shape_done: Callable[[PlannedRevision, ShapeOutcome], None] = lambda item, outcome: None
     recorded: Callable[[PlannedRevision, Evaluation], None] = lambda item, evaluation: None
-    # what a revision's evaluation does now (building, checking, timing, done), where the executor tells
+    # what a revision's evaluation does now (building, checking, timing, waiting, done), where told
     activity: Callable[[PlannedRevision, str], None] = lambda item, activity: None
     worker_failed: Callable[[PlannedRevision], None] = lambda item: None
 

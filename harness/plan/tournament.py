@@ -70,7 +70,8 @@ class TournamentProgress:
     def step(self, description: str, advance: int = 1) -> None: ...
 
     def activity(self, label: str, activity: str) -> None:
-        """What a revision's evaluation does now: building, checking, timing, or done."""
+        """What a revision's evaluation does now: building, checking, timing, waiting (for its
+        turn, interleaved) or done."""
 
     def end_phase(self) -> None: ...
 

@@ -34,7 +34,7 @@ class RichTournamentProgress(TournamentProgress):
             console=console,
         )
         self.current: TaskID | None = None
-        self.activities: dict[str, str] = {}  # revision label -> building | checking | timing
+        self.activities: dict[str, str] = {}  # revision label -> building | checking | timing | waiting
 
     def __enter__(self) -> Self:
         self.progress.start()

@@ -67,8 +67,9 @@ from harness.wire import TIMING_STATISTICS, CheckReply, Evaluation, ShapeOutcome
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
 # what an evaluation does at a time (Evaluator.tell): its child starts and imports the candidate
-# (extension builds and compiles at import included), its shapes are checked, a shape is timed
-ACTIVITIES = ("building", "checking", "timing", "done")
+# (extension builds and compiles at import included), its shapes are checked, a shape is timed,
+# it waits for its next turn (interleaved: the others run their shape meanwhile), it has ended
+ACTIVITIES = ("building", "checking", "timing", "waiting", "done")
 KEEP_LIMIT = INTERLEAVE_GROUP  # children kept at most for a next phase (`keep_child`)
 _keep_lock = threading.Lock()  # evaluators checked side by side keep their children from threads
 STOP_WAIT_S = 2 * SHUTDOWN_GRACE_S + 5  # an interrupted side-by-side phase waits this long for its threads
@@ -759,6 +760,7 @@ def evaluate_in_groups(
                 for evaluator in group:
                     if index < evaluator.shape_count and not evaluator.stopped:
                         outcome = evaluator.run_shape(index)
+                        evaluator.tell("waiting")
                         if on_shape is not None:
                             on_shape(evaluator, outcome)
             for evaluator in group:
