@@ -288,17 +288,18 @@ def test_the_progress_bar_counts_what_builds_and_checks_and_names_what_is_timed(
         progress.activity("a r1", "done")
         progress.activity("c r1", "timing")
         assert progress.now_text() == "checking 1 · timing c r1"
+        assert progress.progress.tasks[0].fields["now"] == "checking 1 · timing c r1"
         progress.activity("c r1", "waiting")
         assert progress.now_text() == "checking 1"
-        assert progress.progress.tasks[0].fields["now"] == "checking 1 · timing c r1"
         progress.end_phase()
         progress.start_phase("benchmark", 4)
         assert progress.now_text() == ""
 
 
-def test_gpu_workers_tell_activities_and_store_each_evaluation_as_it_ends(tmp_path, store_url):
-    """Through two CPU workers (`--gpus 2` on the CPU): the parent hears each revision build,
-    check and end, and every run is stored with its span."""
+def test_gpu_workers_tell_activities_and_store_each_evaluation_as_it_ends(tmp_path, store_url, monkeypatch):
+    """Through two CPU workers (`--gpus 2` on the CPU), two checks at once in each: the parent
+    hears each revision build, check and end, and every run is stored with its span."""
+    monkeypatch.setenv("HARNESS_CHECK_PARALLELISM", "2")
     from harness.executors.local import GpuWorkers
     from harness.plan.tournament import TournamentProgress, run_tournament
     from harness.store.session import open_store
