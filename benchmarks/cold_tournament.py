@@ -5,6 +5,7 @@ with serial phases (HARNESS_CHECK_PARALLELISM=1), each run in a fresh process as
 
     python benchmarks/cold_tournament.py --device cuda --out "$OUT/cold"           # the H200 run
     python benchmarks/cold_tournament.py --device cpu --mode test --out /tmp/cold  # a dry run
+    python benchmarks/cold_tournament.py --device cuda --gpus 2 --runs side-by-side --out "$OUT/x2"
 
 Per run it prints the wall time of `harness tournament` and where it went, from what the store
 recorded (each evaluation's `started_at`/`ended_at`, startup, import, per-shape call and timing
@@ -70,6 +71,8 @@ def run_once(label: str, parallelism: str, args: argparse.Namespace, out: Path) 
     command = [*harness, "tournament", "--device", args.device, "--mode", args.mode, "--budget", str(args.budget)]
     for revision in args.only:
         command += ["--only", str(revision)]
+    if args.gpus:
+        command += ["--gpus", args.gpus]
     started = time.time()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     wall_s = time.time() - started
@@ -120,7 +123,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--mode", default="benchmark")
     parser.add_argument("--budget", type=float, default=1.0)
-    parser.add_argument("--only", type=int, nargs="*", default=SEED_REVISIONS)
+    parser.add_argument("--only", type=int, nargs="*", default=SEED_REVISIONS, help="[] for every seed revision")
+    parser.add_argument("--gpus", help="passed to `harness tournament --gpus` (one worker per GPU)")
     parser.add_argument("--runs", nargs="*", default=list(RUNS), choices=list(RUNS))
     parser.add_argument("--out", type=Path, default=Path("cold-tournament"))
     args = parser.parse_args()
