@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -135,9 +138,40 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-_recent_cases: list[tuple[tuple, ReferenceCase]] = []  # the most recent cases, newest last
-_recent_cases_lock = threading.Lock()
+@dataclass
+class _CaseSlot:
+    """A kept case, or one being made: whoever comes first makes it under `lock`, the others wait
+    for it there (and only those that want the same case)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    case: ReferenceCase | None = None
+
+
+_recent_cases: OrderedDict[tuple, _CaseSlot] = OrderedDict()  # the most recent cases, newest last
+_recent_cases_lock = threading.Lock()  # guards the dict only; never held while a case is made
 RECENT_CASES = 2  # a shape's check case and its timed calls' case (benchmark mode) in turn
+_kept_case_counts: list[int] = []  # the counts asked for by `keeping_reference_cases`, innermost last
+
+
+@contextmanager
+def keeping_reference_cases(count: int) -> Iterator[None]:
+    """Keep at least `count` recent cases for the duration: evaluations checked side by side in
+    threads (harness.sandbox.evaluation) are at different shapes at once, and with only the last
+    two kept each would make its shape's case again."""
+    with _recent_cases_lock:
+        _kept_case_counts.append(count)
+    try:
+        yield
+    finally:
+        with _recent_cases_lock:
+            _kept_case_counts.remove(count)
+            _evict_cases()
+
+
+def _evict_cases() -> None:
+    """Drop the oldest cases above the kept count (the caller holds `_recent_cases_lock`)."""
+    while len(_recent_cases) > max([RECENT_CASES, *_kept_case_counts]):
+        _recent_cases.popitem(last=False)
 
 
 def reference_case(
@@ -146,24 +180,24 @@ def reference_case(
     """Inputs from the task's generator, the reference in the task's dtype, and the exact answer
     (`make_reference_case`), shared by every evaluation in this process.
 
-    The last two cases are kept: a tournament checks shape k of every revision in turn with the
-    same seed, and (benchmark mode) times them on one secret seed per shape and run; computing a
-    large reference and exact answer once instead of once per revision is most of the parent's
-    work on big shapes. Nobody writes into a case, so sharing it is safe; a case made without
-    `exact_now` computes its exact answer when first asked, once."""
+    The last two cases are kept (more within `keeping_reference_cases`): a tournament checks shape
+    k of every revision with the same seed, and (benchmark mode) times them on one secret seed per
+    shape and run; computing a large reference and exact answer once instead of once per revision
+    is most of the parent's work on big shapes. Nobody writes into a case, so sharing it is safe;
+    a case made without `exact_now` computes its exact answer when first asked, once. Threads that
+    want different cases make them at the same time; those that want the same one wait for the
+    first to make it."""
     key = (task.name, reference.__name__, tuple(sorted(shape.parameters.items())), seed, device)
-    with _recent_cases_lock:  # evaluations may run in threads (tests do)
-        for index, (known, case) in enumerate(_recent_cases):
-            if known == key:
-                _recent_cases.append(_recent_cases.pop(index))
-                if exact_now and case.exact() is not None:
-                    case.scale()
-                return case
-        while len(_recent_cases) >= RECENT_CASES:  # free the oldest case's memory before making the next
-            _recent_cases.pop(0)
-        case = make_reference_case(reference, shape, seed, device, exact_now=exact_now, exact_answer=task.exact_answer)
-        _recent_cases.append((key, case))
-        return case
+    with _recent_cases_lock:
+        slot = _recent_cases.pop(key, None) or _CaseSlot()
+        _recent_cases[key] = slot
+        _evict_cases()
+    with slot.lock:
+        if slot.case is None:
+            slot.case = make_reference_case(reference, shape, seed, device, exact_now=exact_now, exact_answer=task.exact_answer)
+        elif exact_now and slot.case.exact() is not None:
+            slot.case.scale()
+        return slot.case
 
 
 def make_reference_case(

@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     # On the CPU each autotune config is checked: at most this many per shape (config 0, which
     # timing uses, and a sample of the rest chosen by the shape's seed).
     max_checked_autotune_configs: int = 16
+    # Untimed evaluations (the test phase, every check outside a timed phase) run this many at
+    # once, each in its own child; 0 picks it from the cores and, on CUDA, the free GPU memory
+    # (harness.sandbox.devices.check_parallelism); 1 checks one revision after another.
+    check_parallelism: int = 0
     # Resources of a sandboxed child (docs/threat-model.md says what happens when one is hit):
     # memory (address space per process on the CPU; resident memory of all its processes),
     # processes, bytes in each writable place (private tmpfs, working and exchange directories),

@@ -127,6 +127,11 @@ class Evaluation(BaseModel):
     # the child was kept from this candidate's previous phase (startup_s and compile_s are then 0)
     child_reused: bool = False
     wall_s: float = 0.0
+    # when the evaluation began (its child's spawn, or its turn with a kept one) and ended, in
+    # seconds since the epoch on the evaluating host's clock: evaluations checked side by side
+    # overlap (harness.sandbox.evaluation.evaluate_side_by_side)
+    started_at: float | None = None
+    ended_at: float | None = None
     isolation: str = ""
     autotuners: list[AutotunerInfo] = []
     shapes: list[ShapeOutcome] = []
@@ -153,8 +158,25 @@ class ShapeDone(Message):
     outcome: ShapeOutcome
 
 
+class ActivityChanged(Message):
+    """The job's request `key` does something else now (harness.sandbox.evaluation.ACTIVITIES)."""
+
+    type: Literal["activity"] = "activity"
+    key: int
+    activity: Literal["building", "checking", "timing", "waiting", "done"]
+
+
+class EvaluationDone(Message):
+    """The job's request `key` ended: its evaluation, sent as soon as it ends (the job's
+    `JobDone` then leaves it out), so that a job cut short loses none that ended."""
+
+    type: Literal["evaluated"] = "evaluated"
+    key: int
+    evaluation: Evaluation
+
+
 class JobDone(Message):
-    """The job's evaluations, one per request, in the job's order."""
+    """The job's evaluations not sent before (`EvaluationDone`), in the job's order."""
 
     type: Literal["done"] = "done"
     evaluations: list[Evaluation]
@@ -177,6 +199,8 @@ class DeviceProbed(Message):
     environment: dict
 
 
-WorkerMessage = Annotated[WorkerReady | ShapeDone | JobDone | JobFailed | DeviceProbed, Field(discriminator="type")]
+WorkerMessage = Annotated[
+    WorkerReady | ShapeDone | ActivityChanged | EvaluationDone | JobDone | JobFailed | DeviceProbed, Field(discriminator="type")
+]
 WORKER_MESSAGE: TypeAdapter[WorkerMessage] = TypeAdapter(WorkerMessage)
 

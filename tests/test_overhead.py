@@ -30,7 +30,10 @@ def _evaluator(path: Path, **limits: float) -> Evaluator:
     return Evaluator(path.read_bytes(), path.name, TASK, device="cpu", limits=settings)
 
 
-def test_a_group_starts_together_and_each_child_keeps_its_status_deadlines_and_place():
+@pytest.mark.parametrize("parallel", [1, 3], ids=["interleaved", "side_by_side"])
+def test_a_group_starts_together_and_each_child_keeps_its_status_deadlines_and_place(parallel):
+    """Interleaved (`parallel=1`) in groups of four, or three at a time side by side: each child
+    keeps its status, its own deadlines and its place in the answer."""
     files = [
         (REFERENCE, {}),
         (BAD / "syntax_error.py", {}),
@@ -40,7 +43,7 @@ def test_a_group_starts_together_and_each_child_keeps_its_status_deadlines_and_p
         (BAD / "wrong_answer.py", {}),
     ]
     evaluators = [_evaluator(path, **limits) for path, limits in files]
-    evaluations = evaluate_interleaved(evaluators, group_size=4)
+    evaluations = evaluate_interleaved(evaluators, group_size=4, parallel=parallel)
 
     assert [e.filename for e in evaluations] == [path.name for path, _ in files]
     statuses = {e.filename: (e.status, e.reason) for e in evaluations}
@@ -55,6 +58,11 @@ def test_a_group_starts_together_and_each_child_keeps_its_status_deadlines_and_p
     assert passed.startup_s is not None and passed.startup_s > 0 and passed.compile_s is not None
     assert all(s.status == "pass" for s in passed.shapes)
 
+    for evaluator in evaluators:
+        assert evaluator.child.proc is not None and evaluator.child.proc.poll() is not None
+        assert not evaluator.child.workdir.exists() and not evaluator.child.io_dir.exists()
+    if parallel > 1:
+        return
     # groups of four: every child of a group was spawned before any of them had imported torch
     for group in (evaluators[:4], evaluators[4:]):
         spawned = [e.child.started for e in group]
@@ -67,7 +75,8 @@ def test_a_group_starts_together_and_each_child_keeps_its_status_deadlines_and_p
         assert not evaluator.child.workdir.exists() and not evaluator.child.io_dir.exists()
 
 
-def test_a_start_interrupted_by_ctrl_c_ends_every_child_and_raises():
+@pytest.mark.parametrize("parallel", [1, 2], ids=["interleaved", "side_by_side"])
+def test_a_start_interrupted_by_ctrl_c_ends_every_child_and_raises(parallel):
     evaluators = [_evaluator(REFERENCE), _evaluator(BAD / "import_loop.py")]
     main = threading.main_thread().ident
     timer = threading.Timer(1.5, lambda: signal.pthread_kill(main, signal.SIGINT))
@@ -75,13 +84,13 @@ def test_a_start_interrupted_by_ctrl_c_ends_every_child_and_raises():
     started = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            evaluate_interleaved(evaluators)
+            evaluate_interleaved(evaluators, parallel=parallel)
     finally:
         timer.cancel()
     assert time.monotonic() - started < 30, "the import_loop child's 60 s deadline was not waited out"
     for evaluator in evaluators:
         assert evaluator.child.proc is None or evaluator.child.proc.poll() is not None
-    assert not [thread for thread in threading.enumerate() if thread.name.startswith("start-")]
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith(("start-", "check-"))]
 
 
 def test_kernel_caches_are_kept_per_code_hash(tmp_path, monkeypatch):

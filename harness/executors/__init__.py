@@ -13,7 +13,8 @@ store.
   without `--gpus`).
 - `GpuWorkers` (`--gpus N|all`): one worker process per GPU, pinned with CUDA_VISIBLE_DEVICES,
   each running one job at a time; so two timings never share a GPU.
-- `RayExecutor` (`--executor ray`): each job is a Ray task asking for one GPU.
+- `RayExecutor` (`--executor ray`): each job is a Ray task asking for one GPU (for `--device cpu`
+  on a cluster without GPUs: one CPU).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from harness.wire import Evaluation, ShapeOutcome
 
 ShapeCallback = Callable[[int, "ShapeOutcome"], None]  # (request key, outcome)
+ActivityCallback = Callable[[int, str], None]  # (request key, what it does now: Evaluator.tell)
 
 
 class EvaluationRequest(BaseModel):
@@ -136,9 +138,13 @@ class Executor(Protocol):
         on_shape: ShapeCallback,
         on_done: Callable[[Job, list[Evaluation]], None],
         on_failed: Callable[[Job, str], None],
+        on_activity: ActivityCallback | None = None,
     ) -> None:
         """Run every job; the callbacks come on the caller's thread. A job whose worker failed
-        (not its candidates: those are statuses) goes to `on_failed`; the others go on."""
+        (not its candidates: those are statuses) goes to `on_failed`; the others go on.
+        `on_done` may come several times per job, with the requests whose evaluations ended;
+        `on_activity` hears what each evaluation does (building, checking, timing, done) where
+        the executor can tell."""
         ...
 
     def close(self) -> None: ...
@@ -160,24 +166,38 @@ def check_environment(job: Job) -> Environment:
     return environment
 
 
-def run_job(job: Job, on_shape: ShapeCallback | None = None, pool: ChildPool | None = None) -> list[Evaluation]:
-    """Evaluate the job's requests in this process, interleaved shape by shape. Children kept in
+def run_job(
+    job: Job,
+    on_shape: ShapeCallback | None = None,
+    pool: ChildPool | None = None,
+    on_evaluation: Callable[[EvaluationRequest, Evaluation], None] | None = None,
+    on_activity: ActivityCallback | None = None,
+    parallel: int | None = None,
+) -> list[Evaluation]:
+    """Evaluate the job's requests in this process: the untimed ones side by side, the timed ones
+    interleaved shape by shape (harness.sandbox.evaluation.evaluate_interleaved). Children kept in
     the pool (default: this process's, harness.sandbox.pool) by an earlier job (an earlier phase)
     are adopted by the requests of the same candidates; the others are stopped before anything
-    runs. The first group's other children are spawned before anything imports torch here
-    (harness.sandbox.supervisor is free of it), so that this process's own torch import, when it
-    is the first, overlaps their start."""
-    from harness.sandbox.devices import INTERLEAVE_GROUP
+    runs. The first children (a group of timed ones, or as many untimed ones as run at once) are
+    spawned before anything imports torch here (harness.sandbox.supervisor is free of it), so that
+    this process's own torch import, when it is the first, overlaps their start. `on_evaluation`
+    hears of each evaluation as it ends (on this thread), before the job is over; `on_activity`
+    of what each does (harness.sandbox.evaluation.ACTIVITIES). `parallel`: untimed evaluations at
+    once (default: settings.check_parallelism)."""
+    from harness.sandbox.devices import INTERLEAVE_GROUP, check_parallelism
     from harness.sandbox.limits import SandboxLimits
     from harness.sandbox.pool import CHILD_POOL
     from harness.tasks import load_task
 
     pool = pool or CHILD_POOL
+    timed = any(request.timed for request in job.requests)
+    count = check_parallelism() if parallel is None else max(1, parallel)
+    ahead = INTERLEAVE_GROUP if timed or count == 1 else count
     try:
         pool.start_early(
             [
                 (base64.b64decode(r.code), load_task(r.task), r.device, SandboxLimits(**r.limits))
-                for r in job.requests[:INTERLEAVE_GROUP]
+                for r in job.requests[:ahead]
             ]
         )
         from harness.sandbox.evaluation import evaluate_interleaved
@@ -192,13 +212,23 @@ def run_job(job: Job, on_shape: ShapeCallback | None = None, pool: ChildPool | N
             raise
     finally:
         pool.close_waiting()
-    keys = {id(evaluator): request.key for evaluator, request in zip(evaluators, job.requests)}
+    requests = {id(evaluator): request for evaluator, request in zip(evaluators, job.requests)}
 
     def shape_done(evaluator: Evaluator, outcome: ShapeOutcome) -> None:
         if on_shape is not None:
-            on_shape(keys[id(evaluator)], outcome)
+            on_shape(requests[id(evaluator)].key, outcome)
 
-    return evaluate_interleaved(evaluators, shape_done)
+    def evaluated(evaluator: Evaluator, evaluation: Evaluation) -> None:
+        if on_evaluation is not None:
+            on_evaluation(requests[id(evaluator)], evaluation)
+
+    def activity(evaluator: Evaluator, now: str) -> None:
+        if on_activity is not None:
+            on_activity(requests[id(evaluator)].key, now)
+
+    return evaluate_interleaved(
+        evaluators, shape_done, parallel=parallel, on_evaluation=evaluated, on_activity=activity
+    )
 
 
 def split_jobs(device: str, env_key: str, requests: list[EvaluationRequest], slots: int) -> list[Job]:
@@ -235,9 +265,18 @@ class InProcess:
 
         return probe_environment(device)
 
-    def run(self, jobs, on_shape, on_done, on_failed) -> None:
+    def run(self, jobs, on_shape, on_done, on_failed, on_activity=None) -> None:
+        """Each evaluation is handed to `on_done` as it ends, as a job of its own request: an
+        interrupted job loses none that ended."""
         for job in jobs:
-            on_done(job, run_job(job, on_shape))
+            run_job(
+                job,
+                on_shape,
+                on_evaluation=lambda request, evaluation, job=job: on_done(
+                    job.model_copy(update={"requests": [request]}), [evaluation]
+                ),
+                on_activity=on_activity,
+            )
 
     def close(self) -> None:
         if "harness.sandbox.pool" in sys.modules:
@@ -250,7 +289,7 @@ def make_executor(
     executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None, device: str | None = None
 ) -> Executor:
     """`local` (with `gpus`: one worker per GPU, "all" or a count; CPU workers with device "cpu")
-    or `ray`."""
+    or `ray` (`device`, when given, is checked against the cluster's resources at once)."""
     if executor == "local":
         if gpus is None:
             return InProcess()
@@ -262,5 +301,5 @@ def make_executor(
             raise HarnessError("--gpus is for the local executor; Ray gives each job one GPU of the cluster")
         from harness.executors.ray import RayExecutor
 
-        return RayExecutor(ray_address)
+        return RayExecutor(ray_address, device)
     raise HarnessError(f"unknown executor {executor!r}: use local or ray")

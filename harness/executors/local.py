@@ -44,7 +44,7 @@ def visible_gpus() -> list[str]:
 class GpuWorker:
     """One long-lived worker process pinned to one GPU; runs the jobs it is given, one at a time."""
 
-    def __init__(self, device: str, cuda: bool) -> None:
+    def __init__(self, device: str, cuda: bool, check_parallelism: int = 0) -> None:
         self.device = device
         self.log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         self.process = subprocess.Popen(
@@ -52,7 +52,7 @@ class GpuWorker:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
-            env={**os.environ, "CUDA_VISIBLE_DEVICES": device},
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": device, **_parallelism_env(check_parallelism)},
             text=True,
             start_new_session=True,  # Ctrl-C reaches the parent only; it stops the workers
         )
@@ -70,8 +70,16 @@ class GpuWorker:
             return ("failed", job, self._why_gone())
         from pydantic import ValidationError
 
-        from harness.wire import WORKER_MESSAGE, JobDone, JobFailed, ShapeDone
+        from harness.wire import (
+            WORKER_MESSAGE,
+            ActivityChanged,
+            EvaluationDone,
+            JobDone,
+            JobFailed,
+            ShapeDone,
+        )
 
+        evaluated: set[int] = set()  # the keys whose evaluation came on its own (EvaluationDone)
         for line in self.process.stdout:
             try:
                 message = WORKER_MESSAGE.validate_json(line)
@@ -82,8 +90,15 @@ class GpuWorker:
                 return ("failed", job, f"worker on GPU {self.device} sent {what}")
             if isinstance(message, ShapeDone):
                 events.put(("shape", job, message))
+            elif isinstance(message, ActivityChanged):
+                events.put(("activity", job, message))
+            elif isinstance(message, EvaluationDone):
+                sent = [request for request in job.requests if request.key == message.key]
+                evaluated.update(request.key for request in sent)
+                events.put(("evaluated", job.model_copy(update={"requests": sent}), [message.evaluation]))
             elif isinstance(message, JobDone):
-                return ("done", job, message.evaluations)
+                left = [request for request in job.requests if request.key not in evaluated]
+                return ("done", job.model_copy(update={"requests": left}), message.evaluations)
             elif isinstance(message, JobFailed):
                 return ("failed", job, f"worker on GPU {self.device}: {message.error}")
         return ("failed", job, self._why_gone())
@@ -118,6 +133,11 @@ class GpuWorker:
         self.log.close()
 
 
+def _parallelism_env(check_parallelism: int) -> dict[str, str]:
+    """HARNESS_CHECK_PARALLELISM for a worker, when the parent's share of the node is set."""
+    return {"HARNESS_CHECK_PARALLELISM": str(check_parallelism)} if check_parallelism else {}
+
+
 class GpuWorkers:
     name = "local"
     keeps_children = True  # each worker lives for the whole tournament
@@ -129,6 +149,17 @@ class GpuWorkers:
         self.slots = len(devices)
         self._in_process = InProcess()
         self._workers: dict[str, GpuWorker] = {}
+
+    @property
+    def check_parallelism(self) -> int:
+        """Untimed evaluations at once per worker: the setting when given, else (0, automatic)
+        this node's cores shared out between the workers."""
+        from harness.config import get_settings
+
+        setting = get_settings().check_parallelism
+        if setting:
+            return setting
+        return max(1, len(os.sched_getaffinity(0)) // len(self.devices))
 
     @classmethod
     def for_gpus(cls, gpus: str, device: str | None = None) -> GpuWorkers:
@@ -157,7 +188,7 @@ class GpuWorkers:
         cuda = device != "cpu"
         for gpu in self.devices:
             if gpu not in self._workers or not self._workers[gpu].alive:
-                self._workers[gpu] = GpuWorker(gpu, cuda)
+                self._workers[gpu] = GpuWorker(gpu, cuda, self.check_parallelism)
 
     def resolve_device(self, device: str | None) -> str:
         device = self._in_process.resolve_device(device)
@@ -173,6 +204,7 @@ class GpuWorkers:
         on_shape: ShapeCallback,
         on_done: Callable[[Job, list], None],
         on_failed: Callable[[Job, str], None],
+        on_activity: Callable[[int, str], None] | None = None,
     ) -> None:
         if not jobs:
             return
@@ -196,6 +228,11 @@ class GpuWorkers:
                     continue
                 if kind == "shape":
                     on_shape(payload.key, payload.outcome)
+                elif kind == "activity":
+                    if on_activity is not None:
+                        on_activity(payload.key, payload.activity)
+                elif kind == "evaluated":
+                    on_done(job, payload)  # one evaluation of a job still running
                 elif kind == "done":
                     finished += 1
                     on_done(job, payload)
@@ -216,7 +253,7 @@ class GpuWorkers:
                 return
             worker = self._workers.get(gpu)
             if worker is None or not worker.alive:  # a worker that died is replaced for the next job
-                worker = self._workers[gpu] = GpuWorker(gpu, job.device != "cpu")
+                worker = self._workers[gpu] = GpuWorker(gpu, job.device != "cpu", self.check_parallelism)
             events.put(worker.run(job, events))
 
     def _stop_all(self, grace_s: float) -> None:

@@ -1,7 +1,9 @@
 """Jobs as Ray tasks on a cluster (`harness tournament --executor ray [--ray-address ADDRESS]`).
 
 Each job is one Ray task that asks for one GPU (`num_gpus=1`; Ray pins it with
-CUDA_VISIBLE_DEVICES). The task runs the job as a local worker would (`harness.executors.run_job`:
+CUDA_VISIBLE_DEVICES). On a cluster without GPUs, `--device cpu` jobs ask for one CPU each instead
+and check their revisions one at a time (the interpreter's checks, side by side across the
+cluster's CPUs); with GPUs in the cluster, `--device cpu` jobs still ask for a GPU each. The task runs the job as a local worker would (`harness.executors.run_job`:
 sandboxed children on that node, the reference computed there) and returns the evaluations to the
 driver, which alone writes them to the store. The driver needs no GPU: the device and the
 environment are probed by a Ray task on a GPU of the cluster, and every task checks that its node
@@ -24,6 +26,10 @@ from harness.executors import Job, ShapeCallback
 from harness.wire import WORKER_MESSAGE, DeviceProbed, JobDone, JobFailed, WorkerMessage
 
 POLL_S = 1.0
+NO_GPU = (
+    "the Ray cluster has no GPU resource: on cuda each evaluation asks for one GPU "
+    "(--device cpu checks on the cluster's CPUs)"
+)
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -41,15 +47,16 @@ def _probe_task(device: str | None) -> str:
         return JobFailed(error=str(exc)).model_dump_json()
 
 
-def _job_task(job_json: str) -> str:
-    """On a cluster GPU: the job's evaluations, or an error (a harness.wire message as JSON)."""
+def _job_task(job_json: str, parallel: int | None = None) -> str:
+    """On a cluster GPU (or CPU): the job's evaluations, or an error (a harness.wire message as
+    JSON). `parallel`: untimed evaluations at once (default: the node's automatic count)."""
     from harness.executors import check_environment, run_job
     from harness.wire import JobDone, JobFailed
 
     try:
         job = Job.model_validate_json(job_json)
         check_environment(job)
-        evaluations = run_job(job)
+        evaluations = run_job(job, parallel=parallel)
     except HarnessError as exc:
         return JobFailed(error=str(exc)).model_dump_json()
     return JobDone(evaluations=evaluations).model_dump_json()
@@ -67,7 +74,7 @@ class RayExecutor:
     name = "ray"
     keeps_children = False  # a Ray task ends with its job
 
-    def __init__(self, address: str | None = None) -> None:
+    def __init__(self, address: str | None = None, device: str | None = None) -> None:
         try:
             import ray
         except ImportError:
@@ -81,16 +88,26 @@ class RayExecutor:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = address or "the default (RAY_ADDRESS, a running local cluster, or a new one)"
             raise HarnessError(f"cannot reach a Ray cluster at {where}: {_first_line(exc)}") from None
-        gpus = int(ray.cluster_resources().get("GPU", 0))
-        if gpus < 1:
-            self.close()
-            raise HarnessError("the Ray cluster has no GPU resource: each evaluation asks for one GPU")
-        self.slots = gpus
+        resources = ray.cluster_resources()
+        self.gpus, self.cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
+        self.on_cpus = False  # its tasks ask for CPUs: a cluster without GPUs, --device cpu
+        self.slots = max(self.gpus, 1)
         self._probe = ray.remote(num_gpus=1, max_retries=0)(_probe_task)
         self._job = ray.remote(num_gpus=1, max_retries=0)(_job_task)
         self._probed: DeviceProbed | None = None
+        if self.gpus < 1 and device != "cpu":
+            self.close()
+            raise HarnessError(NO_GPU)
 
     def _probe_cluster(self, device: str | None) -> DeviceProbed:
+        if self.gpus < 1 and device != "cpu":
+            raise HarnessError(NO_GPU)
+        if self.gpus < 1 and not self.on_cpus:
+            if self.cpus < 1:
+                raise HarnessError("the Ray cluster has neither a GPU nor a CPU resource")
+            self.on_cpus, self.slots = True, self.cpus
+            self._probe = self._probe.options(num_gpus=0, num_cpus=1)
+            self._job = self._job.options(num_gpus=0, num_cpus=1)
         if self._probed is None or device not in (None, self._probed.device):
             answer = _decode(self.ray.get(self._probe.remote(device)))
             if isinstance(answer, JobFailed):
@@ -112,9 +129,11 @@ class RayExecutor:
         on_shape: ShapeCallback,
         on_done: Callable[[Job, list], None],
         on_failed: Callable[[Job, str], None],
+        on_activity: Callable[[int, str], None] | None = None,  # a Ray task answers once: not told
     ) -> None:
         ray = self.ray
-        pending = {self._job.remote(job.model_dump_json()): job for job in jobs}
+        parallel = 1 if self.on_cpus else None  # a task on one CPU checks one revision at a time
+        pending = {self._job.remote(job.model_dump_json(), parallel): job for job in jobs}
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)

@@ -41,7 +41,7 @@ def main() -> int:
     import harness.sandbox.evaluation  # noqa: F401  (imports torch and the sandbox now)
     from harness.errors import HarnessError
     from harness.executors import Job, check_environment, run_job
-    from harness.wire import JobDone, JobFailed, ShapeDone, WorkerReady
+    from harness.wire import ActivityChanged, EvaluationDone, JobDone, JobFailed, ShapeDone, WorkerReady
 
     if "--cuda" in sys.argv[1:]:
         import torch
@@ -55,14 +55,17 @@ def main() -> int:
         try:
             job = Job.model_validate_json(line)
             check_environment(job)
-            evaluations = run_job(
-                job, lambda key, outcome: send(ShapeDone(key=key, outcome=outcome))
+            run_job(
+                job,
+                lambda key, outcome: send(ShapeDone(key=key, outcome=outcome)),
+                on_evaluation=lambda request, evaluation: send(EvaluationDone(key=request.key, evaluation=evaluation)),
+                on_activity=lambda key, activity: send(ActivityChanged(key=key, activity=activity)),
             )
         except (HarnessError, ValueError) as exc:  # ValueError: pydantic's, a malformed job
             text = str(exc).strip()
             send(JobFailed(error=text.splitlines()[0] if text else type(exc).__name__))
             continue
-        send(JobDone(evaluations=evaluations))
+        send(JobDone(evaluations=[]))  # each was sent as it ended
     return 0
 
 

@@ -5,7 +5,7 @@ A run is keyed by (revision, task, run kind, environment); a completed run is re
 `force`. The others are claimed (committed), evaluated together in sandboxed children interleaved
 shape by shape (`evaluate_interleaved`, so that drift hits every revision alike) on an executor
 (harness.executors; with several GPUs each worker times its share, interleaved on its GPU), and
-written one transaction per job. The task's reference candidate (its lineage, when registered)
+written as each evaluation ends. The task's reference candidate (its lineage, when registered)
 joins every bench, so that each revision's speedup against it comes from the same environment.
 
 Modes (harness.plan.phases.TIMED_PHASES): `benchmark` checks each shape with its public seed and
@@ -68,11 +68,18 @@ def bench_revisions(
 
 
 def run_bench(
-    plan: PhaseRun, benched: list[PlannedRevision], mode: str, progress: Callable[[str], None] | None = None
+    plan: PhaseRun,
+    benched: list[PlannedRevision],
+    mode: str,
+    progress: Callable[[str], None] | None = None,
+    activity: Callable[[str, str], None] | None = None,
 ) -> None:
     """The timed phase over `with_references`' items (bench_revisions, the tournament), then
-    each item's comparisons with the reference and its parent."""
+    each item's comparisons with the reference and its parent; `activity` hears (revision label,
+    what its evaluation does now)."""
     listener = PhaseListener()
+    if activity is not None:
+        listener.activity = lambda item, now: activity(item.label, now)
     if progress is not None:
 
         def shape_done(item, outcome) -> None:

@@ -4,7 +4,7 @@ phase, harness.plan.phases; its table is harness.report.evaluations).
 Per revision: a completed run for (revision, task, run kind, environment) is reused unless
 `force`; otherwise the run is claimed (committed). The claimed revisions are evaluated outside any
 transaction on an executor (harness.executors: this process, one worker per GPU, or Ray),
-interleaved shape by shape, and each job's results are written in one transaction. A failing or
+side by side (settings.check_parallelism), and each evaluation is written as it ends. A failing or
 hostile revision is a status in its run; the next revision is checked all the same.
 """
 
@@ -70,8 +70,10 @@ def run_checks(
     progress: CheckProgress | None = None,
     *,
     keep_children: bool = False,
+    activity: Callable[[str, str], None] | None = None,
 ) -> None:
-    """The checked phase over validated, distinct revisions (check_revisions, the tournament)."""
+    """The checked phase over validated, distinct revisions (check_revisions, the tournament);
+    `activity` hears (revision label, what its evaluation does now)."""
     progress = progress or (lambda line, steps: None)
     listener = PhaseListener(
         not_dispatched=lambda item: progress(f"{item.label}: {item.stored_or_busy()}", item.shape_count),
@@ -81,4 +83,6 @@ def run_checks(
         ),
         worker_failed=lambda item: progress(f"{item.label}: worker failed", item.shape_count),
     )
+    if activity is not None:
+        listener.activity = lambda item, now: activity(item.label, now)
     plan.run(CHECK_PHASES[mode], checked, listener, keep_children=keep_children)

@@ -4,8 +4,9 @@ For each revision: its finished run in this environment is reused (unless forced
 shapes changed), or its run is claimed in the store (committed) and becomes an
 `EvaluationRequest` (everything a worker needs, nothing of the store), or another worker holds the
 claim. The requests go to an executor (harness.executors: this process, one worker per GPU, or
-Ray), interleaved shape by shape; each job's results are written as the job ends, one transaction
-per job (`evaluate_and_record`). Then each revision settles: its run, a worker that took the claim
+Ray), the untimed ones side by side and the timed ones interleaved shape by shape; each
+evaluation is written as it ends, one transaction each (a Ray job's together, as the job ends:
+`evaluate_and_record`). Then each revision settles: its run, a worker that took the claim
 over, or its own worker's failure (not the candidate's: a failing or hostile candidate is a status
 in its run).
 
@@ -126,6 +127,8 @@ class PhaseListener:
     not_dispatched: Callable[[PlannedRevision], None] = lambda item: None  # reused, or busy elsewhere
     shape_done: Callable[[PlannedRevision, ShapeOutcome], None] = lambda item, outcome: None
     recorded: Callable[[PlannedRevision, Evaluation], None] = lambda item, evaluation: None
+    # what a revision's evaluation does now (building, checking, timing, waiting, done), where told
+    activity: Callable[[PlannedRevision, str], None] = lambda item, activity: None
     worker_failed: Callable[[PlannedRevision], None] = lambda item: None
 
 
@@ -190,6 +193,7 @@ class PhaseRun:
             worker=self.worker,
             on_shape=lambda key, outcome: listener.shape_done(claimed[key], outcome),
             on_recorded=lambda request, evaluation: listener.recorded(claimed[request.key], evaluation),
+            on_activity=lambda key, activity: listener.activity(claimed[key], activity),
         )
         for key, item in claimed.items():
             if key in dispatched.failed:
@@ -243,11 +247,13 @@ def evaluate_and_record(
     worker: str,
     on_shape: Callable[[int, ShapeOutcome], None] | None = None,
     on_recorded: Callable[[EvaluationRequest, Evaluation], None] | None = None,
+    on_activity: Callable[[int, str], None] | None = None,
 ) -> Dispatched:
     """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
-    each job's results as the job ends, one transaction per job. The claims of a job whose worker
-    failed are released (the next tournament does them); on an interruption every claim not yet
-    written is released and the exception goes on."""
+    the results as the executor hands them over (each evaluation as it ends in this process and
+    the GPU workers, a Ray job's as the job ends), one transaction each time. The claims of a job
+    whose worker failed that were not written yet are released (the next tournament does them);
+    on an interruption every claim not yet written is released and the exception goes on."""
     dispatched = Dispatched()
     open_claims = {request.key for request in requests}
 
@@ -258,12 +264,12 @@ def evaluate_and_record(
         open_claims.difference_update(keys)
 
     def done(job: Job, evaluations: list[Evaluation]) -> None:
-        batch = new_batch()  # one job: one interleaved run
+        """Called as evaluations end: a whole job's at once, or one at a time (a job of one)."""
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
                 run = record_run(
-                    session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch,
-                    limits=request.limits,
+                    session, request.key, worker, evaluation, score_ms=evaluation.score_ms,
+                    batch=batch_of[request.key], limits=request.limits,
                 )
                 dispatched.recorded[request.key] = run
         open_claims.difference_update(request.key for request in job.requests)
@@ -272,13 +278,15 @@ def evaluate_and_record(
                 on_recorded(request, evaluation)
 
     def failed(job: Job, reason: str) -> None:
-        release([request.key for request in job.requests])
-        for request in job.requests:
-            dispatched.failed[request.key] = reason
+        unwritten = [request.key for request in job.requests if request.key in open_claims]
+        release(unwritten)  # those of its evaluations that ended were written as they ended
+        for key in unwritten:
+            dispatched.failed[key] = reason
 
     jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots)
+    batch_of = {request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests}  # one job: one interleaved run
     try:
-        executor.run(jobs, on_shape or (lambda key, outcome: None), done, failed)
+        executor.run(jobs, on_shape or (lambda key, outcome: None), done, failed, on_activity=on_activity)
     except BaseException:
         if open_claims:
             release(sorted(open_claims))

@@ -69,6 +69,10 @@ class TournamentProgress:
 
     def step(self, description: str, advance: int = 1) -> None: ...
 
+    def activity(self, label: str, activity: str) -> None:
+        """What a revision's evaluation does now: building, checking, timing, waiting (for its
+        turn, interleaved) or done."""
+
     def end_phase(self) -> None: ...
 
 
@@ -149,9 +153,9 @@ def _run_phase(
             items = [PlannedRevision.of(get_revision(session, revision_id)) for revision_id in revision_ids]
     progress.start_phase(phase, sum(len(load_task(item.task).shapes(shape_set)) for item in items))
     if timed:
-        run_bench(plan, items, phase, progress.step)
+        run_bench(plan, items, phase, progress.step, progress.activity)
     else:
-        run_checks(plan, items, "test", progress.step, keep_children=keep_children)
+        run_checks(plan, items, "test", progress.step, keep_children=keep_children, activity=progress.activity)
     for item in items:
         _count(outcome, item)
     progress.end_phase()

@@ -1,5 +1,7 @@
 """A rich progress bar for the tournament: one bar per phase (revisions or revision x shape steps),
-with elapsed and remaining time, on stderr so that stdout keeps only the results."""
+with elapsed and remaining time, and what is going on now: how many revisions are building (their
+children start and import them), how many are being checked (side by side in the test phase), and
+which one is timed (one at a time); on stderr so that stdout keeps only the results."""
 
 from __future__ import annotations
 
@@ -38,10 +40,12 @@ class RichTournamentProgress(TournamentProgress):
             TimeElapsedColumn(),
             TextColumn("left"),
             TimeRemainingColumn(),
+            TextColumn("{task.fields[now]}", markup=False),
             TextColumn("{task.description}", markup=False),
             console=console,
         )
         self.current: TaskID | None = None
+        self.activities: dict[str, str] = {}  # revision label -> building | checking | timing | waiting
 
     def __enter__(self) -> Self:
         return self
@@ -59,7 +63,8 @@ class RichTournamentProgress(TournamentProgress):
         empty line above its error)."""
         if not self.started:
             self.progress.start()
-        self.current = self.progress.add_task("", total=steps, phase=phase)
+        self.activities.clear()
+        self.current = self.progress.add_task("", total=steps, phase=phase, now="")
 
     def step(self, description: str, advance: int = 1) -> None:
         if self.current is not None:
@@ -68,8 +73,28 @@ class RichTournamentProgress(TournamentProgress):
                 phase = self.progress.tasks[self.current].fields["phase"]
                 self.progress.console.print(f"{phase}: {description}", highlight=False, markup=False)
 
+    def activity(self, label: str, activity: str) -> None:
+        if activity == "done":
+            self.activities.pop(label, None)
+        else:
+            self.activities[label] = activity
+        if self.current is not None:
+            self.progress.update(self.current, now=self.now_text())
+
+    def now_text(self) -> str:
+        """"building 2 · checking 3 · timing conv2d_v2_reference r1": the counts, and the revision
+        timed (one at a time)."""
+        parts = []
+        for activity in ("building", "checking", "timing"):
+            labels = [label for label, now in self.activities.items() if now == activity]
+            if len(labels) == 1 and activity == "timing":
+                parts.append(f"timing {labels[0]}")
+            elif labels:
+                parts.append(f"{activity} {len(labels)}")
+        return " · ".join(parts)
+
     def end_phase(self) -> None:
         if self.current is not None:
             task = self.progress.tasks[self.current]
-            self.progress.update(self.current, completed=task.total, description="done")
+            self.progress.update(self.current, completed=task.total, description="done", now="")
         self.current = None

@@ -19,9 +19,12 @@ import functools
 import hashlib
 import json
 import math
+import queue
 import random
 import secrets
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
 from time import perf_counter
@@ -34,7 +37,14 @@ from harness.config import get_settings
 from harness.environment import confirm_device_name
 from harness.errors import HarnessError
 from harness.sandbox.calibration import Calibrator
-from harness.sandbox.devices import INTERLEAVE_GROUP, MODES, default_shape_set, resolve_device
+from harness.sandbox.devices import (
+    INTERLEAVE_GROUP,
+    MODES,
+    check_parallelism,
+    default_shape_set,
+    gpu_check_parallelism,
+    resolve_device,
+)
 from harness.sandbox.isolation import IsolationLevel
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.pool import CHILD_POOL, ChildPool, child_key
@@ -56,7 +66,13 @@ from harness.wire import TIMING_STATISTICS, CheckReply, Evaluation, ShapeOutcome
 
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
+# what an evaluation does at a time (Evaluator.tell): its child starts and imports the candidate
+# (extension builds and compiles at import included), its shapes are checked, a shape is timed,
+# it waits for its next turn (interleaved: the others run their shape meanwhile), it has ended
+ACTIVITIES = ("building", "checking", "timing", "waiting", "done")
 KEEP_LIMIT = INTERLEAVE_GROUP  # children kept at most for a next phase (`keep_child`)
+_keep_lock = threading.Lock()  # evaluators checked side by side keep their children from threads
+STOP_WAIT_S = 2 * SHUTDOWN_GRACE_S + 5  # an interrupted side-by-side phase waits this long for its threads
 
 
 def peak_bandwidth_gbs(device: str) -> float:
@@ -272,6 +288,7 @@ class Evaluator:
         code_sha256 = hashlib.sha256(code).hexdigest()
         self.reference = load_reference(task)
         self.started = perf_counter()
+        started_at = time.time()
         self.evaluation = Evaluation(
             status="pass",
             task=task.name,
@@ -281,6 +298,7 @@ class Evaluator:
             mode=mode,
             timed=timed,
             shape_set=shape_set,
+            started_at=started_at,
             shapes=[
                 ShapeOutcome(set_name=shape_set, index=i, shape={**s.parameters, "seed": s.seed})
                 for i, s in enumerate(self.shapes)
@@ -290,6 +308,9 @@ class Evaluator:
         self.force_configs = device == "cpu" if force_configs is None else force_configs
         self.config_count = 0
         self.stopped = False  # the import failed, or a shape ended the evaluation
+        # told what the evaluation does now (ACTIVITIES), for progress; set by whoever runs it
+        self.on_activity: Callable[[str], None] | None = None
+        self.activity = ""
         # A child kept by an earlier evaluation of the same candidate is adopted, ready; with
         # `keep_child`, a child that passed everything is kept for the next one (`release_child`).
         # A child spawned early for this evaluation (`ChildPool.start_early`) is taken as it is.
@@ -332,17 +353,18 @@ class Evaluator:
         (with `keep_child`, when every shape passed and it can serve again), else ask it to stop
         without waiting (`finish` waits)."""
         passed = self.evaluation.status == "pass" and all(s.status == "pass" for s in self.evaluation.shapes)
-        if (
-            self.keep_child
-            and passed
-            and not self.stopped
-            and self.child.serving
-            and self.child_key not in self.pool.kept
-            and len(self.pool.kept) < KEEP_LIMIT
-        ):
-            self.pool.kept[self.child_key] = self.child
-            self.kept = True
-        else:
+        with _keep_lock:
+            if (
+                self.keep_child
+                and passed
+                and not self.stopped
+                and self.child.serving
+                and self.child_key not in self.pool.kept
+                and len(self.pool.kept) < KEEP_LIMIT
+            ):
+                self.pool.kept[self.child_key] = self.child
+                self.kept = True
+        if not self.kept:
             self.child.request_shutdown()
 
     @functools.cached_property
@@ -354,6 +376,19 @@ class Evaluator:
     @property
     def shape_count(self) -> int:
         return len(self.shapes)
+
+    def tell(self, activity: str) -> None:
+        """Say what the evaluation does from now on (one of ACTIVITIES), once per change."""
+        if activity != self.activity:
+            self.activity = activity
+            if self.on_activity is not None:
+                self.on_activity(activity)
+
+    def begin_now(self) -> None:
+        """The evaluation begins now, not when this Evaluator was made (it waited for its turn in
+        `evaluate_side_by_side`): `wall_s` and `started_at` count from here."""
+        self.started = perf_counter()
+        self.evaluation.started_at = time.time()
 
     def start(self) -> bool:
         """Spawn the child and import the candidate; False when no shape can run.
@@ -369,6 +404,8 @@ class Evaluator:
             self.evaluation.status, self.evaluation.reason = "unsupported", unsupported
             self.stopped = True
             return False
+        if not self.adopted:
+            self.tell("building")
         if self.adopted or self.spawned_early:
             return True
         try:
@@ -440,11 +477,13 @@ class Evaluator:
             # that leaves out the batch, say, would reuse them here): the first check makes them
             # forget, so that this phase tunes on its own shapes as a fresh process would.
             forget, self.forget_tuning = self.forget_tuning, False
+            self.tell("checking")
             self.config_count = _check_shape(
                 self.child, self.task, self.reference, outcome, shape, seed, self.config_count, self.force_configs,
                 forget,
             )
             if self.timed and outcome.status == "pass" and all_passed_before:
+                self.tell("timing")
                 self._time_shape(outcome, shape)
         except ChildFailure as failure:
             outcome.status, outcome.reason, outcome.passed = failure.status, failure.reason, False
@@ -472,6 +511,8 @@ class Evaluator:
         if self.timed and evaluation.status == "pass" and all(m is not None for m in means):
             evaluation.score_ms = scoring.score(means, self.task.ranking_by)
         evaluation.wall_s = perf_counter() - self.started
+        evaluation.ended_at = time.time()
+        self.tell("done")
         return evaluation
 
     def _time_shape(self, outcome: ShapeOutcome, shape: Shape) -> None:
@@ -653,6 +694,54 @@ def evaluate_interleaved(
     on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None,
     *,
     group_size: int = INTERLEAVE_GROUP,
+    parallel: int | None = None,
+    on_evaluation: Callable[[Evaluator, Evaluation], None] | None = None,
+    on_activity: Callable[[Evaluator, str], None] | None = None,
+) -> list[Evaluation]:
+    """Run several evaluators: the untimed ones side by side (`evaluate_side_by_side`, `parallel`
+    at once: default settings.check_parallelism, `check_parallelism`), then the timed ones
+    interleaved (`evaluate_in_groups`); with `parallel=1` the untimed ones are interleaved too, as
+    before. Returns the evaluations in the evaluators' order; `on_shape` hears of every shape that
+    ran, `on_evaluation` of every evaluation as it ends, and `on_activity` of what each does
+    (ACTIVITIES) as it changes, all on this thread."""
+    if on_activity is not None:
+        for evaluator in evaluators:
+            evaluator.on_activity = functools.partial(on_activity, evaluator)
+    untimed = [evaluator for evaluator in evaluators if not evaluator.timed]
+    count = side_by_side_count(untimed, parallel) if untimed else 1
+    side_by_side = untimed if count > 1 else []
+    rest = [evaluator for evaluator in evaluators if not (count > 1 and not evaluator.timed)]
+    results: dict[int, Evaluation] = {}
+    try:
+        if side_by_side:
+            done = evaluate_side_by_side(side_by_side, on_shape, on_evaluation, parallel=count)
+            results.update(zip(map(id, side_by_side), done))
+        if rest:
+            done = evaluate_in_groups(rest, on_shape, on_evaluation, group_size=group_size)
+            results.update(zip(map(id, rest), done))
+    finally:
+        for evaluator in evaluators:  # those that never ran (an interruption in the first part)
+            evaluator.close()
+    return [results[id(evaluator)] for evaluator in evaluators]
+
+
+def side_by_side_count(evaluators: list[Evaluator], parallel: int | None = None) -> int:
+    """How many of these untimed evaluators run at once: `parallel`, or the host's bound
+    (`check_parallelism`) and, when automatic on CUDA, the GPU's free memory's."""
+    if parallel is not None:
+        return max(1, parallel)
+    count = check_parallelism()
+    if get_settings().check_parallelism == 0 and any(evaluator.device == "cuda" for evaluator in evaluators):
+        count = min(count, gpu_check_parallelism())
+    return count
+
+
+def evaluate_in_groups(
+    evaluators: list[Evaluator],
+    on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None,
+    on_evaluation: Callable[[Evaluator, Evaluation], None] | None = None,
+    *,
+    group_size: int = INTERLEAVE_GROUP,
 ) -> list[Evaluation]:
     """Run several evaluators shape by shape: each checks (and times) shape k before any goes on
     to shape k + 1, so that clock and temperature drift hits every candidate alike. At most
@@ -684,12 +773,111 @@ def evaluate_interleaved(
                 for evaluator in group:
                     if index < evaluator.shape_count and not evaluator.stopped:
                         outcome = evaluator.run_shape(index)
+                        evaluator.tell("waiting")
                         if on_shape is not None:
                             on_shape(evaluator, outcome)
             for evaluator in group:
                 evaluator.release_child()
-            evaluations += [evaluator.finish() for evaluator in group]
+            for evaluator in group:
+                evaluations.append(evaluator.finish())
+                if on_evaluation is not None:
+                    on_evaluation(evaluator, evaluations[-1])
     return evaluations
+
+
+def evaluate_side_by_side(
+    evaluators: list[Evaluator],
+    on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None,
+    on_evaluation: Callable[[Evaluator, Evaluation], None] | None = None,
+    *,
+    parallel: int,
+) -> list[Evaluation]:
+    """Untimed evaluators, `parallel` at once: each runs from its child's start to its finish on
+    a thread of its own, shape after shape, while the others do the same; nothing here is timed,
+    so nothing waits for anyone else. (A timing elsewhere in this process still runs alone: it
+    stops every other child of the pool for its duration, `ChildPool.others_stopped`, and these
+    children's deadlines stand still meanwhile.) The parent's share, making each shape's inputs
+    and reference and judging the outputs, runs on the threads too; the cases of every shape are
+    kept meanwhile (`checking.keeping_reference_cases`), made once each, by whichever thread
+    wants one first.
+
+    The callbacks come on this thread, `on_evaluation` as soon as an evaluation ends, so that a
+    caller can write it at once. When interrupted (Ctrl-C) or when a thread fails in the harness
+    (not a candidate: that is a status), every child is killed, the threads are waited for, and
+    the exception goes on; evaluations that ended before were already handed over."""
+    events: queue.SimpleQueue[tuple[str, Evaluator, object]] = queue.SimpleQueue()
+    todo = deque(evaluators)
+    interrupted = threading.Event()
+
+    def relay(evaluator: Evaluator, activity: str) -> None:
+        events.put(("activity", evaluator, activity))
+
+    told = {id(evaluator): evaluator.on_activity for evaluator in evaluators if evaluator.on_activity is not None}
+    for evaluator in evaluators:  # told on the evaluator's thread, heard on this one
+        if id(evaluator) in told:
+            evaluator.on_activity = functools.partial(relay, evaluator)
+
+    def work() -> None:
+        while not interrupted.is_set():
+            try:
+                evaluator = todo.popleft()
+            except IndexError:
+                return
+            try:
+                evaluator.begin_now()
+                if evaluator.start():
+                    for index in range(evaluator.shape_count):
+                        if evaluator.stopped or interrupted.is_set():
+                            break
+                        events.put(("shape", evaluator, evaluator.run_shape(index)))
+                evaluator.release_child()
+                events.put(("done", evaluator, evaluator.finish()))
+            except BaseException as exc:  # noqa: BLE001 - raised on the caller's thread below
+                events.put(("error", evaluator, exc))
+                return
+
+    shape_count = max(evaluator.shape_count for evaluator in evaluators)
+    threads = [
+        threading.Thread(target=work, name=f"check-{index}", daemon=True)
+        for index in range(min(parallel, len(evaluators)))
+    ]
+    results: dict[int, Evaluation] = {}
+    with checking.keeping_reference_cases(shape_count + 1):
+        try:
+            for thread in threads:
+                thread.start()
+            if any(evaluator.device == "cuda" for evaluator in evaluators):
+                confirm_device_name()  # as in start_evaluators: while the children import
+            while len(results) < len(evaluators):
+                try:
+                    kind, evaluator, payload = events.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if kind == "error":
+                    raise payload
+                if kind == "activity":
+                    told[id(evaluator)](payload)
+                    continue
+                if kind == "shape":
+                    if on_shape is not None:
+                        on_shape(evaluator, payload)
+                    continue
+                results[id(evaluator)] = payload
+                if on_evaluation is not None:
+                    on_evaluation(evaluator, payload)
+        except BaseException:
+            interrupted.set()
+            todo.clear()
+            deadline = time.monotonic() + STOP_WAIT_S
+            while any(thread.is_alive() for thread in threads) and time.monotonic() < deadline:
+                for evaluator in evaluators:  # again and again: a thread may spawn one meanwhile
+                    evaluator.child.kill_group()
+                for thread in threads:
+                    thread.join(timeout=0.1)
+            for evaluator in evaluators:
+                evaluator.close()
+            raise
+    return [results[id(evaluator)] for evaluator in evaluators]
 
 
 def start_evaluators(evaluators: list[Evaluator]) -> list[bool]:

@@ -324,6 +324,8 @@ def record_run(
         "shape_set": evaluation.shape_set,
         "startup_s": evaluation.startup_s,
         "child_reused": evaluation.child_reused,
+        "started_at": evaluation.started_at,
+        "ended_at": evaluation.ended_at,
         "isolation": evaluation.isolation,
         "autotuners": [tuner.model_dump() for tuner in evaluation.autotuners],
         "log_tail": evaluation.log_tail,
