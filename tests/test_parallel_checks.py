@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,7 @@ def test_untimed_evaluations_overlap_and_reference_cases_are_made_once_per_shape
         return real_make(reference, shape, seed, device, **options)
 
     monkeypatch.setattr(checking, "make_reference_case", counted)
+    monkeypatch.setattr(checking, "_recent_cases", OrderedDict())  # no case left by an earlier test
     limits = SandboxLimits.from_settings(**QUICK)
     evaluators = [
         Evaluator(busy_code(copy, 0.4), f"busy_{copy}.py", TASK, device="cpu", limits=limits) for copy in range(3)

@@ -193,22 +193,38 @@ def evaluate_children(
         what = "timing beside its children" if key < 0 else "timing beside its parent"
         progress(labels[key], f"{what}: {outcome.set_name}[{outcome.index}] {outcome.status}{timing}")
 
+    # One job: one interleaved run (batch). The executor hands evaluations over as they end, a
+    # whole job's or one at a time; the parent's timings are joined once all of its job's are in.
+    batch_of = {request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests}
+    parent_keys = {
+        batch_of[job.requests[0].key]: [request.key for request in job.requests if request.key < 0]
+        for job in jobs
+        if job.requests
+    }
+    parent_timings: dict[str, dict[int, Evaluation]] = {}
+    waiting: dict[str, list[int]] = {}  # children recorded, their batch's parent timings not all in
+
     def done(job: Job, evaluations: list[Evaluation]) -> None:
-        batch = new_batch()
-        parent_timings = [
-            evaluation for request, evaluation in zip(job.requests, evaluations) if request.key < 0
-        ]
+        touched: set[str] = set()
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
+                batch = batch_of[request.key]
+                touched.add(batch)
                 if request.key > 0:
                     record_run(
                         session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch
                     )
-            if parent_timings:
-                parent_id = labels[job.requests[0].key]
-                session.add(_retiming(batch, parent_id, environment.env_key, task, parent_timings))
+                    waiting.setdefault(batch, []).append(labels[request.key])
+                    continue
+                timings = parent_timings.setdefault(batch, {})
+                timings[request.key] = evaluation
+                if len(timings) == len(parent_keys[batch]):
+                    joined = [timings[key] for key in parent_keys[batch]]  # first and last, in job order
+                    session.add(_retiming(batch, labels[request.key], environment.env_key, task, joined))
         open_claims.difference_update(request.key for request in job.requests)
-        landed([labels[request.key] for request in job.requests if request.key > 0])
+        # a child lands (and is compared with its parent) once its batch's parent timing is stored
+        complete = [b for b in touched if len(parent_timings.get(b, {})) == len(parent_keys[b])]
+        landed([child for batch in complete for child in waiting.pop(batch, [])])
 
     def failed(job: Job, reason: str) -> None:
         keys = [request.key for request in job.requests if request.key > 0]
@@ -217,6 +233,8 @@ def evaluate_children(
                 release_claim(session, key, worker)
         open_claims.difference_update(keys)
         failures.append(reason)
+        for batch in {batch_of[request.key] for request in job.requests}:  # recorded, never compared
+            landed(waiting.pop(batch, []))
 
     try:
         executor.run(jobs, on_shape, done, failed)
@@ -262,7 +280,8 @@ def _retiming(batch: str, revision_id: int, env_key: str, task, timings: list[Ev
             for outcome in evaluation.shapes:
                 if outcome.times_ms and outcome.mean_ms is not None:
                     item = by_shape.setdefault(
-                        (outcome.set_name, outcome.index), {"shape": outcome.shape, "times_ms": [], "means_ms": []}
+                        (outcome.set_name, outcome.index),
+                        {"shape": outcome.shape, "times_ms": [], "means_ms": []},
                     )
                     item["times_ms"] += list(outcome.times_ms)
                     item["means_ms"].append(outcome.mean_ms)  # each timing's own: the run's drift

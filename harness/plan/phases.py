@@ -73,7 +73,9 @@ CHECK_PHASES = {  # harness test --mode
 }
 TIMED_PHASES = {  # harness bench --mode, and the tournament's timed phases
     "benchmark": Phase("benchmark", "test", timed=True, cost_sources=("benchmark", "test")),
-    "leaderboard": Phase("leaderboard", "leaderboard", timed=True, cost_sources=("leaderboard", "benchmark", "test")),
+    "leaderboard": Phase(
+        "leaderboard", "leaderboard", timed=True, cost_sources=("leaderboard", "benchmark", "test")
+    ),
 }
 
 
@@ -212,10 +214,19 @@ class PhaseRun:
         shape_set = default_shape_set(self.environment.device, timed=phase.timed)
         item.shape_count = len(task.shapes(shape_set))
         rule = self.rule if phase.timed else None
-        cost = estimated_cost(session, item.revision_id, task.name, self.environment.env_key, prefer=phase.cost_sources)
+        cost = estimated_cost(
+            session, item.revision_id, task.name, self.environment.env_key, prefer=phase.cost_sources
+        )
         found = reuse_or_claim(
-            session, item.revision_id, task, phase.run_kind, self.environment, shape_set=shape_set,
-            worker=self.worker, ttl_s=claim_ttl_s(self.limits, item.shape_count, rule), force=self.force,
+            session,
+            item.revision_id,
+            task,
+            phase.run_kind,
+            self.environment,
+            shape_set=shape_set,
+            worker=self.worker,
+            ttl_s=claim_ttl_s(self.limits, item.shape_count, rule),
+            force=self.force,
             limits=self.limits.model_dump(include=set(TIME_LIMITS)),
         )
         if found.run is None or found.reused:
@@ -224,9 +235,18 @@ class PhaseRun:
         item.run_id, item.run = found.run.id, None
         secret_seed = leaderboard_seed(session, revision) if phase.seed_policy == "leaderboard" else None
         return EvaluationRequest.make(
-            found.run.id, revision_code(revision), revision.filename, task.name,
-            device=self.environment.device, limits=self.limits, label=item.label, mode=phase.seed_policy,
-            timed=phase.timed, secret_seed=secret_seed, rule=rule, cost=cost,
+            found.run.id,
+            revision_code(revision),
+            revision.filename,
+            task.name,
+            device=self.environment.device,
+            limits=self.limits,
+            label=item.label,
+            mode=phase.seed_policy,
+            timed=phase.timed,
+            secret_seed=secret_seed,
+            rule=rule,
+            cost=cost,
         )
 
 
@@ -268,8 +288,13 @@ def evaluate_and_record(
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
                 run = record_run(
-                    session, request.key, worker, evaluation, score_ms=evaluation.score_ms,
-                    batch=batch_of[request.key], limits=request.limits,
+                    session,
+                    request.key,
+                    worker,
+                    evaluation,
+                    score_ms=evaluation.score_ms,
+                    batch=batch_of[request.key],
+                    limits=request.limits,
                 )
                 dispatched.recorded[request.key] = run
         open_claims.difference_update(request.key for request in job.requests)
@@ -284,7 +309,9 @@ def evaluate_and_record(
             dispatched.failed[key] = reason
 
     jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots)
-    batch_of = {request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests}  # one job: one interleaved run
+    batch_of = {
+        request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests
+    }  # one job: one interleaved run
     try:
         executor.run(jobs, on_shape or (lambda key, outcome: None), done, failed, on_activity=on_activity)
     except BaseException:
