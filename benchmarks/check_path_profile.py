@@ -54,31 +54,87 @@ def main() -> None:
     shape = task.shapes("benchmarks")[args.shape]
     device, repeats, results = args.device, args.repeats, {}
     print(f"{device} {torch.cuda.get_device_name() if device == 'cuda' else ''}; shape {shape.parameters}")
-    case = timed("parent: reference case (fp32 + float64)",
-                 lambda: checking.make_reference_case(reference, shape, shape.seed, device), 1, device, results)
+    case = timed(
+        "parent: reference case (fp32 + float64)",
+        lambda: checking.make_reference_case(reference, shape, shape.seed, device),
+        1,
+        device,
+        results,
+    )
     data = reference.generate_input(**shape.parameters, seed=shape.seed, device=device)
     inputs = [data[i] for i in task.input_indices]
     output = case.expected.clone()
     io = Path(tempfile.mkdtemp(prefix="harness-io-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     before = timed("child: copy the inputs", lambda: [t.clone() for t in inputs], repeats, device, results)
-    sums = timed("child: bit sums of the inputs", lambda: [bit_sum(t) for t in before], repeats, device, results)
-    info = timed("child: export the output (new file)", lambda: export_tensor(output, io / "out.bin"), repeats, device, results)
-    timed("child: compare inputs with the copies", lambda: [changed_elements(b, a) for b, a in zip(before, inputs)],
-          repeats, device, results)
-    received = timed("parent: read the output back", lambda: read_tensor(io / "out.bin", info, device), repeats, device, results)
-    timed("parent: compare_output", lambda: checking.compare_output(received, case, rtol=task.rtol, atol=task.atol),
-          repeats, device, results)
-    reply = CheckReply(token="t", id=1, inputs=[describe(t) for t in inputs], inputs_changed=[0] * len(inputs),
-                       inputs_bit_sums=sums)
-    timed("parent: judge the inputs", lambda: checking.inputs_problem(task, case, reply), repeats, device, results)
+    sums = timed(
+        "child: bit sums of the inputs", lambda: [bit_sum(t) for t in before], repeats, device, results
+    )
+    info = timed(
+        "child: export the output (new file)",
+        lambda: export_tensor(output, io / "out.bin"),
+        repeats,
+        device,
+        results,
+    )
+    timed(
+        "child: compare inputs with the copies",
+        lambda: [changed_elements(b, a) for b, a in zip(before, inputs)],
+        repeats,
+        device,
+        results,
+    )
+    received = timed(
+        "parent: read the output back",
+        lambda: read_tensor(io / "out.bin", info, device),
+        repeats,
+        device,
+        results,
+    )
+    timed(
+        "parent: compare_output",
+        lambda: checking.compare_output(received, case, rtol=task.rtol, atol=task.atol),
+        repeats,
+        device,
+        results,
+    )
+    reply = CheckReply(
+        token="t",
+        id=1,
+        inputs=[describe(t) for t in inputs],
+        inputs_changed=[0] * len(inputs),
+        inputs_bit_sums=sums,
+    )
+    timed(
+        "parent: judge the inputs",
+        lambda: checking.inputs_problem(task, case, reply),
+        repeats,
+        device,
+        results,
+    )
     wrong = received.clone()
     wrong.view(-1)[::1000] += 1.0
-    timed("parent: compare_output, 0.1% wrong", lambda: checking.compare_output(wrong, case, rtol=task.rtol, atol=task.atol),
-          2, device, results)
-    timed("isolation probe (detect_isolation, fresh)", lambda: isolation._probe_isolation(device), 1, device, results)
+    timed(
+        "parent: compare_output, 0.1% wrong",
+        lambda: checking.compare_output(wrong, case, rtol=task.rtol, atol=task.atol),
+        2,
+        device,
+        results,
+    )
+    timed(
+        "isolation probe (detect_isolation, fresh)",
+        lambda: isolation._probe_isolation(device),
+        1,
+        device,
+        results,
+    )
     for code in ("pass", "import torch", f"import torch; torch.zeros(1, device='{device}')"):
-        timed(f"python -c {code[:34]!r}", lambda code=code: subprocess.run([sys.executable, "-c", code], check=True),
-              2, "cpu", results)
+        timed(
+            f"python -c {code[:34]!r}",
+            lambda code=code: subprocess.run([sys.executable, "-c", code], check=True),
+            2,
+            "cpu",
+            results,
+        )
 
 
 if __name__ == "__main__":

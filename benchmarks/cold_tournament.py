@@ -68,7 +68,16 @@ def run_once(label: str, parallelism: str, args: argparse.Namespace, out: Path) 
     seeded = subprocess.run([*harness, "seed"], env=env, capture_output=True, text=True, check=False)
     if seeded.returncode != 0:
         sys.exit(f"harness seed failed: {seeded.stderr.strip()}")
-    command = [*harness, "tournament", "--device", args.device, "--mode", args.mode, "--budget", str(args.budget)]
+    command = [
+        *harness,
+        "tournament",
+        "--device",
+        args.device,
+        "--mode",
+        args.mode,
+        "--budget",
+        str(args.budget),
+    ]
     for revision in args.only:
         command += ["--only", str(revision)]
     if args.gpus:
@@ -84,9 +93,11 @@ def run_once(label: str, parallelism: str, args: argparse.Namespace, out: Path) 
 
 def measure(store: Path) -> dict:
     connection = sqlite3.connect(store)
-    runs = connection.execute("select id, revision_id, mode, status, score_ms, details, compile_s from runs").fetchall()
+    runs = connection.execute(
+        "select id, revision_id, mode, status, score_ms, details, compile_s from runs"
+    ).fetchall()
     shapes: dict[int, list[tuple[dict, list]]] = {}
-    for run_id, check, times in connection.execute("select run_id, \"check\", times_ms from shape_results"):
+    for run_id, check, times in connection.execute('select run_id, "check", times_ms from shape_results'):
         shapes.setdefault(run_id, []).append((json.loads(check or "{}"), json.loads(times or "[]")))
     connection.close()
     building, checking = [], []
@@ -119,11 +130,15 @@ def measure(store: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--mode", default="benchmark")
     parser.add_argument("--budget", type=float, default=1.0)
-    parser.add_argument("--only", type=int, nargs="*", default=SEED_REVISIONS, help="[] for every seed revision")
+    parser.add_argument(
+        "--only", type=int, nargs="*", default=SEED_REVISIONS, help="[] for every seed revision"
+    )
     parser.add_argument("--gpus", help="passed to `harness tournament --gpus` (one worker per GPU)")
     parser.add_argument("--runs", nargs="*", default=list(RUNS), choices=list(RUNS))
     parser.add_argument("--out", type=Path, default=Path("cold-tournament"))

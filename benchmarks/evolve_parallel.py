@@ -38,7 +38,9 @@ def harness(store: Path, *args: object, log: Path | None = None) -> subprocess.C
     if log is None:
         return subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=ROOT)
     with log.open("w") as out:
-        return subprocess.run(command, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, check=False, cwd=ROOT)
+        return subprocess.run(
+            command, env=env, stdout=out, stderr=subprocess.STDOUT, text=True, check=False, cwd=ROOT
+        )
 
 
 def prepare(workdir: Path, lineage: str, device: str, budget: float) -> Path:
@@ -61,7 +63,15 @@ def prepare(workdir: Path, lineage: str, device: str, budget: float) -> Path:
         sys.exit(f"no lineage {lineage!r} among the seeds")
     only = [arg for revision_id in ids for arg in ("--only", revision_id)]
     done = harness(
-        store, "tournament", "--device", device, "--mode", "benchmark", "--budget", budget, *only,
+        store,
+        "tournament",
+        "--device",
+        device,
+        "--mode",
+        "benchmark",
+        "--budget",
+        budget,
+        *only,
         log=workdir / "start.log",
     )
     if done.returncode != 0:
@@ -80,15 +90,32 @@ def run(workdir: Path, start: Path, parallel: int, args: argparse.Namespace) -> 
     log = workdir / f"parallel-{parallel}.log"
     started = time.perf_counter()
     done = harness(
-        store, "evolve", "--lineage", args.lineage, "--generations", args.generations, "--proposer", proposer,
-        "--seed", args.seed, "--budget", args.budget, "--device", args.device, "--parallel", parallel, log=log,
+        store,
+        "evolve",
+        "--lineage",
+        args.lineage,
+        "--generations",
+        args.generations,
+        "--proposer",
+        proposer,
+        "--seed",
+        args.seed,
+        "--budget",
+        args.budget,
+        "--device",
+        args.device,
+        "--parallel",
+        parallel,
+        log=log,
     )
     wall_s = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"evolve --parallel {parallel} failed (exit {done.returncode}): see {log}")
     story = harness(store, "experiments", "show", "1")
     (workdir / f"parallel-{parallel}-story.txt").write_text(story.stdout)
-    harness(store, "experiments", "show", "1", "--format", "html", "--out", workdir / f"parallel-{parallel}.html")
+    harness(
+        store, "experiments", "show", "1", "--format", "html", "--out", workdir / f"parallel-{parallel}.html"
+    )
     db = sqlite3.connect(store)
     status = db.execute("select status, reason from experiments where id = 1").fetchone()
     best = db.execute(
@@ -96,13 +123,17 @@ def run(workdir: Path, start: Path, parallel: int, args: argparse.Namespace) -> 
         "from experiment_steps where experiment_id = 1 and status = 'pass' and score_ms is not null "
         "order by score_ms limit 1"
     ).fetchone()
-    counts = dict(db.execute("select status, count(*) from experiment_steps where experiment_id = 1 group by status"))
+    counts = dict(
+        db.execute("select status, count(*) from experiment_steps where experiment_id = 1 group by status")
+    )
     db.close()
     return {"parallel": parallel, "wall_s": round(wall_s, 1), "status": status, "steps": counts, "best": best}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workdir", type=Path, default=Path("out/evolve-parallel"))
     parser.add_argument("--lineage", default="conv2d_parallel_oh")
     parser.add_argument("--generations", type=int, default=12)
@@ -116,21 +147,33 @@ def main() -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     start = prepare(args.workdir, args.lineage, args.device, args.budget)
     record = args.workdir / "results.json"
-    recorded = {result["parallel"]: result for result in json.loads(record.read_text())} if record.exists() else {}
+    recorded = (
+        {result["parallel"]: result for result in json.loads(record.read_text())} if record.exists() else {}
+    )
     for parallel in [args.only] if args.only else [1, args.parallel]:
         recorded[parallel] = run(args.workdir, start, parallel, args)
-        record.write_text(json.dumps(sorted(recorded.values(), key=lambda result: result["parallel"]), indent=2))
+        record.write_text(
+            json.dumps(sorted(recorded.values(), key=lambda result: result["parallel"]), indent=2)
+        )
     results = sorted(recorded.values(), key=lambda result: result["parallel"])
     print(f"{'parallel':>8} {'wall s':>8}  status / steps / best child against its parent (same run)")
     for result in results:
         print(f"{result['parallel']:>8} {result['wall_s']:>8}  {result['status'][0]}; {result['steps']}")
         if result["best"]:
             generation, child, parent, score, parent_score, verdict, batch = result["best"]
-            against = f"parent {parent} {parent_score:.4g} ms" if parent_score is not None else f"parent {parent}: no shared run"
-            print(f"{'':>18}best: generation {generation}, submission {child} {score:.4g} ms vs {against}: {verdict} (run {batch})")
+            against = (
+                f"parent {parent} {parent_score:.4g} ms"
+                if parent_score is not None
+                else f"parent {parent}: no shared run"
+            )
+            print(
+                f"{'':>18}best: generation {generation}, submission {child} {score:.4g} ms vs {against}: {verdict} (run {batch})"
+            )
     if len(results) > 1 and results[0]["parallel"] == 1:
         serial, parallel = results[0], results[-1]
-        print(f"ratio: {parallel['wall_s'] / serial['wall_s']:.1%} of the serial wall time (target: at most 40 %)")
+        print(
+            f"ratio: {parallel['wall_s'] / serial['wall_s']:.1%} of the serial wall time (target: at most 40 %)"
+        )
 
 
 if __name__ == "__main__":

@@ -29,24 +29,46 @@ def run_count(seeded: Path, gpus: int, budget: float, mode: str, workdir: Path) 
     shutil.copyfile(seeded, store)
     log = workdir / f"scaling-{gpus}gpu.log"
     command = [
-        sys.executable, "-m", "harness", "tournament", "--device", "cuda", "--gpus", str(gpus),
-        "--mode", mode, "--budget", str(budget),
+        sys.executable,
+        "-m",
+        "harness",
+        "tournament",
+        "--device",
+        "cuda",
+        "--gpus",
+        str(gpus),
+        "--mode",
+        mode,
+        "--budget",
+        str(budget),
     ]
     started = time.perf_counter()
     with log.open("w") as out:
         done = subprocess.run(
-            command, env={**os.environ, "HARNESS_DB": f"sqlite:///{store}"}, stdout=out, stderr=subprocess.STDOUT,
+            command,
+            env={**os.environ, "HARNESS_DB": f"sqlite:///{store}"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
             check=False,
         )
     wall = time.perf_counter() - started
     phases = [line.strip() for line in log.read_text().splitlines() if " revisions, " in line]
-    return {"gpus": gpus, "wall_s": round(wall, 1), "exit": done.returncode, "mode": mode, "budget_s": budget,
-            "phases": phases, "log": str(log)}
+    return {
+        "gpus": gpus,
+        "wall_s": round(wall, 1),
+        "exit": done.returncode,
+        "mode": mode,
+        "budget_s": budget,
+        "phases": phases,
+        "log": str(log),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeded", type=Path, required=True, help="a store with the seeds registered, no runs")
+    parser.add_argument(
+        "--seeded", type=Path, required=True, help="a store with the seeds registered, no runs"
+    )
     parser.add_argument("--gpus", type=int, nargs="+", required=True, help="GPU counts to run, in order")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed calls per shape")
     parser.add_argument("--mode", default="benchmark")
@@ -57,7 +79,10 @@ def main() -> None:
         result = run_count(args.seeded, gpus, args.budget, args.mode, args.record.parent)
         with args.record.open("a") as record:
             record.write(json.dumps(result) + "\n")
-        print(f"{gpus} GPU(s): {result['wall_s']} s, exit {result['exit']}; " + "; ".join(result["phases"]), flush=True)
+        print(
+            f"{gpus} GPU(s): {result['wall_s']} s, exit {result['exit']}; " + "; ".join(result["phases"]),
+            flush=True,
+        )
 
     results = [json.loads(line) for line in args.record.read_text().splitlines() if line.strip()]
     base = next((r for r in results if r["gpus"] == 1 and r["exit"] == 0), None)

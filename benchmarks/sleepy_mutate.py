@@ -21,7 +21,9 @@ from harness.evolve.outcomes import ProposerFailed
 def parent_code(prompt: str) -> str:
     lines = prompt.split("\n")
     start = next(i for i, line in enumerate(lines) if line.startswith("# The revision to"))
-    opening = next(i for i in range(start, len(lines)) if lines[i].startswith("```") and lines[i].endswith("python"))
+    opening = next(
+        i for i in range(start, len(lines)) if lines[i].startswith("```") and lines[i].endswith("python")
+    )
     fence = lines[opening][: -len("python")]
     closing = next(i for i in range(opening + 1, len(lines)) if lines[i] == fence)
     return "\n".join(lines[opening + 1 : closing]) + "\n"

@@ -124,7 +124,7 @@ class Ledger:
 
 
 def _where(phase: str) -> str:
-    """"call on benchmarks[2] with autotune config 1" -> "benchmarks[2]"."""
+    """ "call on benchmarks[2] with autotune config 1" -> "benchmarks[2]"."""
     words = phase.split()
     return words[2] if len(words) > 2 else phase
 
@@ -174,7 +174,9 @@ def install(ledger: Ledger) -> None:
             compile_s = last.evaluation.compile_s or 0.0
             if last.evaluation.compile_s is None and last.evaluation.status == "timeout":
                 # the import ran out of time: the candidate's own import phase
-                compile_s = ledger.ready_at[id(last.child)] - last.child.started - (last.child.startup_s or 0.0)
+                compile_s = (
+                    ledger.ready_at[id(last.child)] - last.child.started - (last.child.startup_s or 0.0)
+                )
         for evaluator in evaluators:
             ledger.ready_at.pop(id(evaluator.child), None)
         compile_s = max(0.0, min(compile_s, own))
@@ -224,8 +226,12 @@ def install(ledger: Ledger) -> None:
     ledger.instrument(supervisor.ChildProcess, "time", on_time)
     ledger.instrument(evaluation, "start_evaluators", on_start)
     ledger.instrument(evaluation.Evaluator, "finish", on_finish)
-    ledger.instrument(evaluation.Evaluator, "__init__", bucket("overhead: evaluator setup (isolation probe, files)"))
-    ledger.instrument(pool.CHILD_POOL, "start_early", bucket("overhead: process starts (spawn, torch import, CUDA context)"))
+    ledger.instrument(
+        evaluation.Evaluator, "__init__", bucket("overhead: evaluator setup (isolation probe, files)")
+    )
+    ledger.instrument(
+        pool.CHILD_POOL, "start_early", bucket("overhead: process starts (spawn, torch import, CUDA context)")
+    )
     ledger.instrument(evaluation.checking, "reference_case", bucket("overhead: reference cases"))
     ledger.instrument(evaluation, "_judge", bucket("overhead: judging (read back, compare)"))
     ledger.instrument(evaluation.Evaluator, "_timed_output_problem", bucket("overhead: timed output checks"))
@@ -332,7 +338,9 @@ def run_instrumented(args: argparse.Namespace, name: str, *extra: str) -> dict:
     done = subprocess.run(command, env=harness_env(args), stderr=subprocess.PIPE, text=True, check=False)
     (args.out / f"ledger-{name}.stderr").write_text(done.stderr)
     if done.returncode != 0:
-        raise SystemExit(f"the {name} tournament failed ({done.returncode}); see {args.out}/ledger-{name}.stderr")
+        raise SystemExit(
+            f"the {name} tournament failed ({done.returncode}); see {args.out}/ledger-{name}.stderr"
+        )
     return json.loads(ledger_path.read_text())
 
 
@@ -365,7 +373,9 @@ def split_table(report: Report, ledger: dict) -> None:
     for part, buckets in items.items():
         shown = {k: v for k, v in sorted(buckets.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.05}
         if shown:
-            report(f"  {part}: " + "; ".join(f"{k.removeprefix('overhead: ')} {v:.1f}" for k, v in shown.items()))
+            report(
+                f"  {part}: " + "; ".join(f"{k.removeprefix('overhead: ')} {v:.1f}" for k, v in shown.items())
+            )
 
 
 def cache_files(cache_dir: Path) -> dict[str, tuple[int, int]]:
@@ -417,6 +427,7 @@ print("; ".join(f"{{n}} {{s:.2f}} s" for n, s in marks))
 
 def revision_rows(first: dict, forced: dict) -> list[str]:
     """Per (part, revision): import, warm-up and first calls, first run against forced run."""
+
     def key(e: dict) -> tuple[str, str]:
         return e["part"], e["code_sha256"]
 
@@ -461,13 +472,22 @@ def main() -> None:
     parser.add_argument("--task", default="conv2d_v2")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")) / "overhead")
     parser.add_argument("--steps", default="first,noop,force", help="comma-separated: first, noop, force")
-    parser.add_argument("--db", default=None, help="store URL (default: OUT/harness.sqlite, fresh for `first`)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="kernel cache (default: OUT/cache, fresh for `first`)")
     parser.add_argument(
-        "--first-ledger", type=Path, default=None, help="the first run's ledger, for `force` alone (default: OUT's)"
+        "--db", default=None, help="store URL (default: OUT/harness.sqlite, fresh for `first`)"
+    )
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help="kernel cache (default: OUT/cache, fresh for `first`)"
+    )
+    parser.add_argument(
+        "--first-ledger",
+        type=Path,
+        default=None,
+        help="the first run's ledger, for `force` alone (default: OUT's)",
     )
     parser.add_argument("--noop-repeats", type=int, default=3)
-    parser.add_argument("--cache-autotuning", action="store_true", help="HARNESS_CACHE_AUTOTUNING=1 for every run")
+    parser.add_argument(
+        "--cache-autotuning", action="store_true", help="HARNESS_CACHE_AUTOTUNING=1 for every run"
+    )
     parser.add_argument("--_run", dest="run_args", help=argparse.SUPPRESS)
     parser.add_argument("--_ledger", dest="ledger", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -497,7 +517,10 @@ def main() -> None:
     if args.cache_autotuning:
         report("HARNESS_CACHE_AUTOTUNING=1: Triton's autotuning results are kept with the kernels")
     subprocess.run(
-        [sys.executable, "-m", "harness", "seed"], env=harness_env(args), check=True, stdout=subprocess.DEVNULL
+        [sys.executable, "-m", "harness", "seed"],
+        env=harness_env(args),
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
 
     first = None
@@ -537,7 +560,9 @@ def main() -> None:
         if first is None:
             path = args.first_ledger or args.out / "ledger-first.json"
             if not path.exists():
-                raise SystemExit(f"no first run to compare with ({path}): run --steps first (with the same --out) before")
+                raise SystemExit(
+                    f"no first run to compare with ({path}): run --steps first (with the same --out) before"
+                )
             first = json.loads(path.read_text())
         listing_before = cache_listing(args.cache_dir)
         caches_mid = cache_files(args.cache_dir)
@@ -549,13 +574,18 @@ def main() -> None:
         split_table(report, forced)
         report()
         if first is not None and "caches_before" in first:
-            report("kernel caches (files, MB): before the first run -> after it -> before and after the forced run")
+            report(
+                "kernel caches (files, MB): before the first run -> after it -> before and after the forced run"
+            )
             stages = (first["caches_before"], first["caches_after"], caches_mid, caches_after)
         else:
             report("kernel caches (files, MB): before -> after the forced run")
             stages = (caches_mid, caches_after)
         for kind in caches_mid:
-            report(f"  {kind:<17}" + " -> ".join(f"{stage[kind][0]} files {stage[kind][1] / 1e6:.1f} MB" for stage in stages))
+            report(
+                f"  {kind:<17}"
+                + " -> ".join(f"{stage[kind][0]} files {stage[kind][1] / 1e6:.1f} MB" for stage in stages)
+            )
         shown = f" (first: {new_files[:5]})" if new_files else " (nothing compiled twice)"
         report(f"  new cache files in the forced run: {len(new_files)}{shown}")
         if first is not None:
@@ -564,7 +594,9 @@ def main() -> None:
             for row in revision_rows(first, forced):
                 report("  " + row)
     report()
-    report(f"written under {args.out}: report-*.txt, ledger-*.json (and .log, .stderr), harness.sqlite, cache/")
+    report(
+        f"written under {args.out}: report-*.txt, ledger-*.json (and .log, .stderr), harness.sqlite, cache/"
+    )
 
 
 if __name__ == "__main__":

@@ -244,7 +244,10 @@ _CONVOLUTIONS = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpo
 _DELEGATION_NAMES = frozenset(
     {f"torch.nn.functional.{name}" for name in _CONVOLUTIONS}
     | {f"torch.{name}" for name in _CONVOLUTIONS}
-    | {f"torch.ops.aten.{name}" for name in (*_CONVOLUTIONS, "convolution", "_convolution", "cudnn_convolution")}
+    | {
+        f"torch.ops.aten.{name}"
+        for name in (*_CONVOLUTIONS, "convolution", "_convolution", "cudnn_convolution")
+    }
     | {f"torch.nn.{name}" for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "LazyConv2d")}
     | {
         "torch.convolution",

@@ -82,10 +82,15 @@ class ReferenceCase:
                 function = getattr(self.reference, self.exact_function)
                 self.expected64, self.note = _exact_answer(function, self.data, self.flops)
             except Exception as exc:  # noqa: BLE001 - a task's reference that has no float64 path
-                self.note = f"exact answer not computed: the reference failed on float64 inputs ({_one_line(exc)})"
+                self.note = (
+                    f"exact answer not computed: the reference failed on float64 inputs ({_one_line(exc)})"
+                )
             if self.expected64 is not None and tuple(self.expected64.shape) != tuple(self.expected.shape):
                 shape = tuple(self.expected64.shape)
-                self.expected64, self.note = None, f"exact answer not used: its shape {shape} is not the reference's"
+                self.expected64, self.note = (
+                    None,
+                    f"exact answer not used: its shape {shape} is not the reference's",
+                )
         self._exact_done = True
         return self.expected64
 
@@ -194,7 +199,9 @@ def reference_case(
         _evict_cases()
     with slot.lock:
         if slot.case is None:
-            slot.case = make_reference_case(reference, shape, seed, device, exact_now=exact_now, exact_answer=task.exact_answer)
+            slot.case = make_reference_case(
+                reference, shape, seed, device, exact_now=exact_now, exact_answer=task.exact_answer
+            )
         elif exact_now and slot.case.exact() is not None:
             slot.case.scale()
         return slot.case
@@ -220,18 +227,20 @@ def make_reference_case(
     except HarnessError:
         raise
     except Exception as exc:  # the task's own code failing is the task's error, said in one line
-        raise HarnessError(f"the task's reference failed on {shape.label()} (seed {seed}): {_one_line(exc)}") from exc
+        raise HarnessError(
+            f"the task's reference failed on {shape.label()} (seed {seed}): {_one_line(exc)}"
+        ) from exc
     _synchronize(device)
     flops = reference.flops(**shape.parameters) if hasattr(reference, "flops") else None
-    case = ReferenceCase(data=data, expected=expected, reference=reference, flops=flops, exact_function=exact_answer)
+    case = ReferenceCase(
+        data=data, expected=expected, reference=reference, flops=flops, exact_function=exact_answer
+    )
     if exact_now and case.exact() is not None:
         case.scale()
     return case
 
 
-def _exact_answer(
-    function, data: tuple, flops: float | None
-) -> tuple[torch.Tensor | None, str | None]:
+def _exact_answer(function, data: tuple, flops: float | None) -> tuple[torch.Tensor | None, str | None]:
     """The reference on the inputs cast to float64: on the CPU for small, cheap shapes, else on
     the data's device; skipped (with the reason) on a CPU when it would take too long."""
     tensors = [t for t in data if isinstance(t, torch.Tensor)]
@@ -242,7 +251,9 @@ def _exact_answer(
     small = sum(t.numel() for t in tensors) <= SMALL_FOR_CPU_FLOAT64 and not expensive
     device64 = "cpu" if small else device
     data64 = tuple(
-        t.to(device=device64, dtype=torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+        t.to(device=device64, dtype=torch.float64)
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+        else t
         for t in data
     )
     expected64 = function(data64)
@@ -333,7 +344,9 @@ def compare_output(
     if not figures:
         passed = _surely_within(received, expected, rtol=rtol, atol=atol)
         if passed is not None:
-            verdicts = Verdicts(gpumode=Verdict(status="pass", failures=0), accurate=Verdict(status="pass", failures=0))
+            verdicts = Verdicts(
+                gpumode=Verdict(status="pass", failures=0), accurate=Verdict(status="pass", failures=0)
+            )
             return OutputCheck(passed=True, verdicts=verdicts, max_abs_err=passed, note=case.note)
     finite = torch.isfinite(received)
     not_finite = int((~finite).sum())
@@ -373,13 +386,17 @@ def compare_output(
                 scale = scale.to(device=exact.device, dtype=torch.float64)
                 positive = scale > 0
                 if bool(positive.any()):
-                    accuracy.max_err_over_scale = _finite_or_none(float((error.abs()[positive] / scale[positive]).max()))
+                    accuracy.max_err_over_scale = _finite_or_none(
+                        float((error.abs()[positive] / scale[positive]).max())
+                    )
         del error, received64
 
     first = []
     if mismatches:
         first = [
-            Mismatch(index=p, received=_json_number(received[tuple(p)]), expected=_json_number(expected[tuple(p)]))
+            Mismatch(
+                index=p, received=_json_number(received[tuple(p)]), expected=_json_number(expected[tuple(p)])
+            )
             for p in _first_positions(mismatched, MAX_PRINT)
         ]
     gpumode = Verdict(status="fail" if mismatches else "pass", failures=mismatches)
@@ -405,7 +422,9 @@ def compare_output(
     )
 
 
-def judge_output(task: TaskSpec, received: torch.Tensor, case: ReferenceCase, *, figures: bool = True) -> OutputCheck:
+def judge_output(
+    task: TaskSpec, received: torch.Tensor, case: ReferenceCase, *, figures: bool = True
+) -> OutputCheck:
     """The verdicts on one output: with the task's tolerance, GPU MODE's elementwise rule and the
     exact answer here (`compare_output`); without one, the problem's own check_implementation."""
     if task.rtol is not None:
@@ -430,7 +449,11 @@ def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> Out
     verdict = Verdict(status="pass" if ok else "fail", failures=0 if ok else 1, reason=reason)
     verdicts = Verdicts(gpumode=verdict, accurate=verdict.model_copy())
     return OutputCheck(
-        passed=ok, reason=reason, verdicts=verdicts, not_finite=not_finite, note="the task has no exact answer"
+        passed=ok,
+        reason=reason,
+        verdicts=verdicts,
+        not_finite=not_finite,
+        note="the task has no exact answer",
     )
 
 
@@ -441,7 +464,9 @@ def _check_result(result: object) -> tuple[bool, str]:
         return result == "", result
     if isinstance(result, bool):
         return result, ""
-    raise TypeError(f"check_implementation returned {type(result).__name__}, not (ok, message), a message or a bool")
+    raise TypeError(
+        f"check_implementation returned {type(result).__name__}, not (ok, message), a message or a bool"
+    )
 
 
 # float32 rounds |received - expected| and atol + rtol * |expected| to within a few units of 2**-24
@@ -450,7 +475,9 @@ def _check_result(result: object) -> tuple[bool, str]:
 _SURE_MARGIN = 1.0 - 2.0**-20
 
 
-def _surely_within(received: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float) -> float | None:
+def _surely_within(
+    received: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float
+) -> float | None:
     """When every element of `received` is finite and surely within GPU MODE's tolerance of
     `expected`, the largest absolute error (float32); else None, and the caller decides element by
     element in float64. One pass and one synchronization: the recheck of every timed output."""
@@ -475,7 +502,8 @@ def _gpumode_reason(
     if not_finite:
         text += f"; {not_finite} NaN/Inf (unwritten elements stay NaN)"
     shown = ", ".join(
-        f"at {tuple(m.index)}: output {_number(m.received)}, reference {_number(m.expected)}" for m in first[:3]
+        f"at {tuple(m.index)}: output {_number(m.received)}, reference {_number(m.expected)}"
+        for m in first[:3]
     )
     return f"{text}; first {shown}" if shown else text
 

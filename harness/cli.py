@@ -28,6 +28,7 @@ app = typer.Typer(
 def _root() -> None:
     """Kernel evolution harness: register revisions, check and time them, rank them."""
 
+
 DbOption = Annotated[
     str | None,
     typer.Option(
@@ -95,7 +96,11 @@ def init(db: DbOption = None) -> None:
     if db is None:
         from harness.config import IN_CHECKOUT
 
-        where = "db/ of the checkout the harness runs from" if IN_CHECKOUT else "your data folder ($XDG_DATA_HOME/harness)"
+        where = (
+            "db/ of the checkout the harness runs from"
+            if IN_CHECKOUT
+            else "your data folder ($XDG_DATA_HOME/harness)"
+        )
         print(f"the default store: {where}; --db URL or HARNESS_DB picks another")
 
 
@@ -103,13 +108,18 @@ def init(db: DbOption = None) -> None:
 def register(
     file: Annotated[Path, typer.Argument(help="The candidate file.", show_default=False)],
     lineage: Annotated[
-        str | None, typer.Option(help="Lineage name (default: the parent's lineage, else the file name's stem).")
+        str | None,
+        typer.Option(help="Lineage name (default: the parent's lineage, else the file name's stem)."),
     ] = None,
     parent: Annotated[
         int | None,
-        typer.Option(help="Parent submission id (default: the lineage's latest); the child joins the parent's lineage."),
+        typer.Option(
+            help="Parent submission id (default: the lineage's latest); the child joins the parent's lineage."
+        ),
     ] = None,
-    submission_id: Annotated[int | None, typer.Option("--id", help="Keep this external submission id.")] = None,
+    submission_id: Annotated[
+        int | None, typer.Option("--id", help="Keep this external submission id.")
+    ] = None,
     message: Annotated[str, typer.Option("--message", "-m", help="What changed.")] = "",
     author: Annotated[str, typer.Option(help="A person's or an agent's name.")] = "",
     task: Annotated[
@@ -125,8 +135,15 @@ def register(
     content = read_candidate_file(file)
     with open_store(db) as store, store.session() as session:
         outcome = register_revision(
-            session, content, str(file), lineage=lineage, parent_id=parent, submission_id=submission_id,
-            message=message, author=author, task=task,
+            session,
+            content,
+            str(file),
+            lineage=lineage,
+            parent_id=parent,
+            submission_id=submission_id,
+            message=message,
+            author=author,
+            task=task,
         )
         print(outcome.describe())
         if outcome.created and outcome.revision.flags:
@@ -137,7 +154,8 @@ def register(
 @app.command()
 def seed(
     manifest: Annotated[
-        Path | None, typer.Option(help="Seed manifest (default: candidates/manifest.yml).", show_default=False)
+        Path | None,
+        typer.Option(help="Seed manifest (default: candidates/manifest.yml).", show_default=False),
     ] = None,
     db: DbOption = None,
 ) -> None:
@@ -185,9 +203,14 @@ def list_revisions_command(
         revisions = list_revisions(session, task=task, lineage=lineage)
         for revision in revisions:
             cells = (
-                revision.id, revision.lineage.name, f"r{revision.number}",
-                "" if revision.parent_id is None else revision.parent_id, revision.task, revision.author,
-                f"{revision.created_at:%Y-%m-%d %H:%M}", ", ".join(revision.flags),
+                revision.id,
+                revision.lineage.name,
+                f"r{revision.number}",
+                "" if revision.parent_id is None else revision.parent_id,
+                revision.task,
+                revision.author,
+                f"{revision.created_at:%Y-%m-%d %H:%M}",
+                ", ".join(revision.flags),
             )
             table.add_row(*(Text(str(cell)) for cell in cells))
             records.append(revision_record(revision))
@@ -196,7 +219,10 @@ def list_revisions_command(
     elif revisions:
         print_renderable(table)
     else:
-        print("no submissions" + (" match" if task or lineage else " yet: register one with `harness register FILE`"))
+        print(
+            "no submissions"
+            + (" match" if task or lineage else " yet: register one with `harness register FILE`")
+        )
 
 
 @app.command()
@@ -294,7 +320,10 @@ def bench(
     ids: Annotated[list[int], typer.Argument(help="Submission ids to time.", show_default=False)],
     device: DeviceOption = None,
     mode: Annotated[
-        str, typer.Option(help="benchmark (public seeds) or leaderboard (a secret seed per call, every output checked).")
+        str,
+        typer.Option(
+            help="benchmark (public seeds) or leaderboard (a secret seed per call, every output checked)."
+        ),
     ] = "benchmark",
     force: Annotated[bool, typer.Option(help="Time again even if this environment has a result.")] = False,
     budget: BudgetOption = None,
@@ -397,19 +426,24 @@ def tournament(
     device: DeviceOption = None,
     mode: Annotated[
         Literal["test", "benchmark", "leaderboard"],
-        typer.Option(help="test (check only), benchmark (check, then time), leaderboard (and recheck with secret seeds)."),
+        typer.Option(
+            help="test (check only), benchmark (check, then time), leaderboard (and recheck with secret seeds)."
+        ),
     ] = "benchmark",
     only: Annotated[
         list[int] | None, typer.Option("--only", help="Just these submission ids (repeat the option).")
     ] = None,
-    force: Annotated[bool, typer.Option(help="Evaluate again even where this environment has results.")] = False,
+    force: Annotated[
+        bool, typer.Option(help="Evaluate again even where this environment has results.")
+    ] = False,
     budget: BudgetOption = None,
     gpus: Annotated[
         str | None,
         typer.Option(help="One worker per GPU: a count or 'all' (default: everything in this process)."),
     ] = None,
     executor: Annotated[
-        Literal["local", "ray"], typer.Option(help="local (this node) or ray (a Ray cluster, one GPU per job).")
+        Literal["local", "ray"],
+        typer.Option(help="local (this node) or ray (a Ray cluster, one GPU per job)."),
     ] = "local",
     ray_address: Annotated[
         str | None, typer.Option(help="The Ray cluster to join (default: RAY_ADDRESS or a local one).")
@@ -427,7 +461,9 @@ def tournament(
         raise HarnessError("--ray-address needs --executor ray")
     from harness.executors import make_executor
 
-    runner = make_executor(executor, gpus=gpus, ray_address=ray_address, device=device)  # bad --gpus: nothing opened
+    runner = make_executor(
+        executor, gpus=gpus, ray_address=ray_address, device=device
+    )  # bad --gpus: nothing opened
     try:
         with open_store(db) as store:
             if executor == "local" and gpus is None and device in (None, "cpu", "cuda"):
@@ -447,8 +483,15 @@ def tournament(
 
             with RichTournamentProgress(Console(stderr=True)) as progress:
                 result = run_tournament(
-                    store, task=task, device=device, mode=mode, only=only, force=force, rule=rule,
-                    progress=progress, executor=runner,
+                    store,
+                    task=task,
+                    device=device,
+                    mode=mode,
+                    only=only,
+                    force=force,
+                    rule=rule,
+                    progress=progress,
+                    executor=runner,
                 )
             for phase in result.phases:
                 print(phase_summary(phase))
@@ -461,14 +504,20 @@ def tournament(
                 except HarnessError:
                     if not busy:
                         raise
-                    print(f"no finished runs here yet: {busy} held by other workers; `harness leaderboard` later")
+                    print(
+                        f"no finished runs here yet: {busy} held by other workers; `harness leaderboard` later"
+                    )
                     return
                 text = render_leaderboard(
                     session, board, "table", color=stdout_is_terminal(), width=output_width(), wide=wide
                 )
             _write_report(text, None)
             tournament_ids = set(result.phases[0].revision_ids) if result.phases else set()
-            if any(entry.status in FAILED_STATUSES for entry in board.entries if entry.submission_id in tournament_ids):
+            if any(
+                entry.status in FAILED_STATUSES
+                for entry in board.entries
+                if entry.submission_id in tournament_ids
+            ):
                 raise Exit(EXIT_REVISION_FAILED)
     finally:
         runner.close()
@@ -479,7 +528,9 @@ def leaderboard(
     task: TaskOption = "conv2d_v2",
     device: Annotated[
         str | None,
-        typer.Option("--device", help="Device (cpu, cuda) or device name; default: the most recent run's environment."),
+        typer.Option(
+            "--device", help="Device (cpu, cuda) or device name; default: the most recent run's environment."
+        ),
     ] = None,
     output_format: Annotated[
         Literal["table", "json", "markdown", "html"],
@@ -508,7 +559,8 @@ def leaderboard(
 def diff(
     submission_id: Annotated[int, typer.Argument(metavar="ID", help="Submission id of the revision.")],
     against: Annotated[
-        int | None, typer.Option("--against", metavar="ID", help="Diff against this revision instead of the parent.")
+        int | None,
+        typer.Option("--against", metavar="ID", help="Diff against this revision instead of the parent."),
     ] = None,
     db: DbOption = None,
 ) -> None:
@@ -527,10 +579,15 @@ def history(
     lineage: Annotated[str | None, typer.Argument(help="Only this lineage.")] = None,
     rank: Annotated[bool, typer.Option("--rank", help="Best first instead of submission order.")] = False,
     task: TaskOption = "conv2d_v2",
-    device: Annotated[str | None, typer.Option("--device", help="Device or device name of the results shown.")] = None,
+    device: Annotated[
+        str | None, typer.Option("--device", help="Device or device name of the results shown.")
+    ] = None,
     verdict: VerdictOption = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", "-n", min=1, help="Only the first N revisions (the latest N without --rank).")
+        int | None,
+        typer.Option(
+            "--limit", "-n", min=1, help="Only the first N revisions (the latest N without --rank)."
+        ),
     ] = None,
     output_format: FormatOption = "table",
     db: DbOption = None,
@@ -550,7 +607,6 @@ def history(
     _print_exact(render_history(items), page=True)
 
 
-
 # --- evolution (issue 6) ---------------------------------------------------------------------
 
 prompt_app = typer.Typer(help="The prompts agents read (jinja2 templates in prompts/).", no_args_is_help=True)
@@ -563,7 +619,10 @@ app.add_typer(task_app, name="task")
 @app.command()
 def evolve(
     from_id: Annotated[
-        int | None, typer.Option("--from", metavar="ID", help="Start from this revision (its lineage gets the children).")
+        int | None,
+        typer.Option(
+            "--from", metavar="ID", help="Start from this revision (its lineage gets the children)."
+        ),
     ] = None,
     lineage: Annotated[str | None, typer.Option(help="Start from this lineage's revisions.")] = None,
     resume: Annotated[
@@ -573,7 +632,9 @@ def evolve(
     proposer: Annotated[
         str | None, typer.Option(help="builtin:mutate, or a command that reads the prompt on stdin.")
     ] = None,
-    population: Annotated[int, typer.Option(help="Parents are chosen among the best K passing revisions.")] = 4,
+    population: Annotated[
+        int, typer.Option(help="Parents are chosen among the best K passing revisions.")
+    ] = 4,
     seed: Annotated[int, typer.Option(help="Seed of every random choice (parents, mutations).")] = 0,
     device: DeviceOption = None,
     proposer_timeout: Annotated[float, typer.Option(help="Seconds a proposer may take per reply.")] = 600.0,
@@ -581,7 +642,8 @@ def evolve(
     budget: BudgetOption = None,
     parallel: Annotated[int, typer.Option(help="Steps in flight at once (proposals asked together).")] = 1,
     gpus: Annotated[
-        str | None, typer.Option(help="Evaluate on one worker per GPU: a count or 'all' (default: this process).")
+        str | None,
+        typer.Option(help="Evaluate on one worker per GPU: a count or 'all' (default: this process)."),
     ] = None,
     db: DbOption = None,
 ) -> None:
@@ -591,22 +653,38 @@ def evolve(
 
     if resume is not None:
         own_settings = {
-            "--from": from_id, "--lineage": lineage, "--generations": generations, "--proposer": proposer,
-            "--device": device, "--budget": budget, "--parallel": parallel if parallel != 1 else None,
+            "--from": from_id,
+            "--lineage": lineage,
+            "--generations": generations,
+            "--proposer": proposer,
+            "--device": device,
+            "--budget": budget,
+            "--parallel": parallel if parallel != 1 else None,
             "--gpus": gpus,
         }
         given = [name for name, value in own_settings.items() if value is not None]
         if given:
-            raise HarnessError(f"--resume continues with the experiment's own settings; drop {', '.join(given)}")
+            raise HarnessError(
+                f"--resume continues with the experiment's own settings; drop {', '.join(given)}"
+            )
     elif generations is None or proposer is None:
         raise HarnessError("give --generations N and --proposer P (or --resume ID)")
     with open_store(db) as store:
         if resume is None:
             experiment_id = create_experiment(
-                store, proposer=proposer, device=device, generations=generations,
-                from_id=from_id, lineage=lineage, population=population, seed=seed,
-                proposer_timeout_s=proposer_timeout, max_fix_attempts=max_fix_attempts, budget_s=budget,
-                parallel=parallel, gpus=gpus,
+                store,
+                proposer=proposer,
+                device=device,
+                generations=generations,
+                from_id=from_id,
+                lineage=lineage,
+                population=population,
+                seed=seed,
+                proposer_timeout_s=proposer_timeout,
+                max_fix_attempts=max_fix_attempts,
+                budget_s=budget,
+                parallel=parallel,
+                gpus=gpus,
             )
             print(f"experiment {experiment_id}")
         else:
@@ -614,7 +692,9 @@ def evolve(
         try:
             status = _run_experiment_live(store, experiment_id, run_experiment)
         except KeyboardInterrupt:  # typer would turn it into a return value, and exit 0
-            print(f"error: interrupted; `harness evolve --resume {experiment_id}` continues it", file=sys.stderr)
+            print(
+                f"error: interrupted; `harness evolve --resume {experiment_id}` continues it", file=sys.stderr
+            )
             sys.exit(130)
     print(f"experiment {experiment_id}: {status}; `harness experiments show {experiment_id}` tells the story")
 
@@ -639,7 +719,9 @@ def _run_experiment_live(store, experiment_id: int, run_experiment) -> str:
 
 @prompt_app.command("render")
 def prompt_render(
-    template: Annotated[str, typer.Argument(help="Template name: improve, fix, system (or a file in prompts/).")],
+    template: Annotated[
+        str, typer.Argument(help="Template name: improve, fix, system (or a file in prompts/).")
+    ],
     from_id: Annotated[int, typer.Option("--from", metavar="ID", help="The revision the prompt is about.")],
     device: Annotated[
         str | None, typer.Option("--device", help="Results of this device (default: the most recent run's).")
@@ -682,7 +764,9 @@ def experiments_list(ctx: typer.Context, output_format: FormatOption = "table", 
 @experiments_app.command("show")
 def experiments_show(
     experiment_id: Annotated[int, typer.Argument(metavar="ID", help="Experiment id.")],
-    full: Annotated[bool, typer.Option("--full", help="Print every prompt, reply and proposer stderr in full.")] = False,
+    full: Annotated[
+        bool, typer.Option("--full", help="Print every prompt, reply and proposer stderr in full.")
+    ] = False,
     fmt: Annotated[
         str, typer.Option("--format", help="text (the story) or html (the tree of revisions, one page).")
     ] = "text",

@@ -142,7 +142,8 @@ def gpu_fingerprint(torch_version: str) -> str | None:
     try:
         # MIG instances (gpuN/mig/giX/ciY) change what CUDA enumerates without touching the above
         capabilities = sorted(
-            str(Path(root).relative_to(NVIDIA_CAPABILITIES_DIR)) for root, _, _ in os.walk(NVIDIA_CAPABILITIES_DIR)
+            str(Path(root).relative_to(NVIDIA_CAPABILITIES_DIR))
+            for root, _, _ in os.walk(NVIDIA_CAPABILITIES_DIR)
         )
         nodes = sorted(name for name in os.listdir("/dev") if name.startswith("nvidia"))
     except OSError:

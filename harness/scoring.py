@@ -98,7 +98,9 @@ def compare(
     return Comparison(verdict=verdict, ratio=ratio, z=z)
 
 
-def timing_variance(first_means: Sequence[float], last_means: Sequence[float], ranking_by: str = "geom") -> float:
+def timing_variance(
+    first_means: Sequence[float], last_means: Sequence[float], ranking_by: str = "geom"
+) -> float:
     """The variance that drift between blocks of calls adds to the log-score difference of a
     revision timed once against one timed twice (first and last) in the same run, from the
     latter's two per-shape means (module docstring)."""

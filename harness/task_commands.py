@@ -9,18 +9,26 @@ import typer
 
 from harness.errors import HarnessError
 
-task_app = typer.Typer(help="Tasks: GPU MODE problem directories, built in or added to the store.", no_args_is_help=True)
+task_app = typer.Typer(
+    help="Tasks: GPU MODE problem directories, built in or added to the store.", no_args_is_help=True
+)
 
 DbOption = Annotated[
     str | None,
-    typer.Option("--db", envvar="HARNESS_DB", help="SQLAlchemy URL of the store (default: db/harness.sqlite)."),
+    typer.Option(
+        "--db", envvar="HARNESS_DB", help="SQLAlchemy URL of the store (default: db/harness.sqlite)."
+    ),
 ]
 
 
 @task_app.command("add")
 def task_add(
-    directory: Annotated[Path, typer.Argument(help="A GPU MODE problem directory (task.yml, reference.py, task.py).")],
-    name: Annotated[str | None, typer.Option(help="Task name (default: the directory's name without _py).")] = None,
+    directory: Annotated[
+        Path, typer.Argument(help="A GPU MODE problem directory (task.yml, reference.py, task.py).")
+    ],
+    name: Annotated[
+        str | None, typer.Option(help="Task name (default: the directory's name without _py).")
+    ] = None,
     db: DbOption = None,
 ) -> None:
     """Store a problem directory as a task (a new version when its files changed)."""
@@ -55,7 +63,9 @@ def task_list(db: DbOption = None) -> None:
     finally:
         store.close()
     for name in [*builtin_tasks(), *sorted(latest)]:
-        origin = "built in" if name not in latest else f"version {latest[name].version} of {latest[name].source}"
+        origin = (
+            "built in" if name not in latest else f"version {latest[name].version} of {latest[name].source}"
+        )
         try:
             spec = load_task(name)
         except HarnessError as exc:
@@ -84,14 +94,26 @@ def task_show(name: Annotated[str, typer.Argument(help="Task name.")], db: DbOpt
             ]
     finally:
         store.close()
-    print(f"task {spec.name}: " + (f"version {spec.version} (files {spec.files_sha256[:12]})" if versions else "built in"))
+    print(
+        f"task {spec.name}: "
+        + (f"version {spec.version} (files {spec.files_sha256[:12]})" if versions else "built in")
+    )
     description = spec.description.strip().splitlines()
     if description:
         print(f"  {description[0]}")
-    print(f"  shapes: {len(spec.tests)} tests, {len(spec.benchmarks)} benchmarks, {len(spec.smoke)} smoke (CPU)")
-    print(f"  data: {', '.join(spec.data)}" + (f" (output buffer: {spec.output_buffer})" if spec.output_buffer else ""))
+    print(
+        f"  shapes: {len(spec.tests)} tests, {len(spec.benchmarks)} benchmarks, {len(spec.smoke)} smoke (CPU)"
+    )
+    print(
+        f"  data: {', '.join(spec.data)}"
+        + (f" (output buffer: {spec.output_buffer})" if spec.output_buffer else "")
+    )
     if spec.exact_answer is None:
-        rule = "the problem's check_implementation" if spec.rtol is None else f"rtol={spec.rtol} atol={spec.atol}"
+        rule = (
+            "the problem's check_implementation"
+            if spec.rtol is None
+            else f"rtol={spec.rtol} atol={spec.atol}"
+        )
         print(f"  verdicts: gpumode ({rule}); no exact answer, so no accurate verdict")
     else:
         print(

@@ -183,7 +183,9 @@ def time_calls(
     return BenchmarkStats.from_times(times_ms, device=device, compile_s=compile_s, flags=flags)
 
 
-def host_clock_disagrees(times_ms: Sequence[float], parent_ms: Sequence[float], harness_ms: float = 0.0) -> bool:
+def host_clock_disagrees(
+    times_ms: Sequence[float], parent_ms: Sequence[float], harness_ms: float = 0.0
+) -> bool:
     """Whether the parent's clock cannot account for the reported times (step 5): `parent_ms[i]`
     is the parent's bracket of the call reported as `times_ms[i]`, `harness_ms` the harness's own
     cost of a call in that bracket."""

@@ -22,7 +22,10 @@ from pydantic import BaseModel, ConfigDict
 
 VerdictName = Literal["gpumode", "accurate"]
 VERDICTS: tuple[VerdictName, ...] = ("gpumode", "accurate")
-VERDICT_WORDS: dict[VerdictName, str] = {"gpumode": "GPU MODE", "accurate": "accurate"}  # as reports name them
+VERDICT_WORDS: dict[VerdictName, str] = {
+    "gpumode": "GPU MODE",
+    "accurate": "accurate",
+}  # as reports name them
 
 
 class Verdict(BaseModel):
@@ -85,7 +88,9 @@ class Accuracy(BaseModel):
     def worst(self, other: Accuracy) -> Accuracy:
         return Accuracy(
             **{
-                name: max((v for v in (getattr(self, name), getattr(other, name)) if v is not None), default=None)
+                name: max(
+                    (v for v in (getattr(self, name), getattr(other, name)) if v is not None), default=None
+                )
                 for name in ("rel_l2", "max_err_over_scale")
             }
         )

@@ -76,10 +76,14 @@ class CheckReply(Message):
 # the per-shape timing statistics: ShapeOutcome's fields and ShapeResult's columns of the same names
 TIMING_STATISTICS = ("runs", "mean_ms", "median_ms", "std_ms", "err_ms", "min_ms", "max_ms")
 STATUSES = ("pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported")
-Status = Literal["pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported"]
+Status = Literal[
+    "pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported"
+]
 ShapeStatus = Literal[
     "pass", "wrong_answer", "compile_error", "runtime_error", "timeout", "crashed", "unsupported", "not_run"
 ]
+
+
 class ShapeOutcome(BaseModel):
     """One shape of an evaluation. `shape` holds the parameters and the public seed (never the
     combined leaderboard seed, from which the secret could be recovered). The timing fields stay
@@ -137,8 +141,6 @@ class Evaluation(BaseModel):
     shapes: list[ShapeOutcome] = []
     log_tail: str = ""
     score_ms: float | None = None  # timed and passed: the task's score (ranking_by) of the shape means
-
-
 
 
 # --- what a GPU worker or a Ray task sends back (harness.executors) ---------------------------
@@ -200,7 +202,7 @@ class DeviceProbed(Message):
 
 
 WorkerMessage = Annotated[
-    WorkerReady | ShapeDone | ActivityChanged | EvaluationDone | JobDone | JobFailed | DeviceProbed, Field(discriminator="type")
+    WorkerReady | ShapeDone | ActivityChanged | EvaluationDone | JobDone | JobFailed | DeviceProbed,
+    Field(discriminator="type"),
 ]
 WORKER_MESSAGE: TypeAdapter[WorkerMessage] = TypeAdapter(WorkerMessage)
-

@@ -45,7 +45,9 @@ def hermetic_environment(root: Path, environment: dict[str, str]) -> dict[str, s
         name: value
         for name, value in environment.items()
         if name not in TERMINAL_VARIABLES
-        and not (name.startswith("RAY_") or (name.startswith("HARNESS_") and name not in KEPT_HARNESS_VARIABLES))
+        and not (
+            name.startswith("RAY_") or (name.startswith("HARNESS_") and name not in KEPT_HARNESS_VARIABLES)
+        )
     }
     for name, relative in HOME_VARIABLES.items():
         folder = root / relative

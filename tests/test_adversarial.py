@@ -44,7 +44,10 @@ UNTIMED = {
     "searches_memory.py": ("runtime_error", "memory search: no expected output found"),
     "reused_allocation.py": ("wrong_answer", "GPU MODE check: fails"),
     "thread_writes_later.py": ("wrong_answer", "NaN/Inf (unwritten elements stay NaN)"),
-    "writes_to_fds.py": ("crashed", "protocol violation during call on smoke[0]: a message with a wrong token"),
+    "writes_to_fds.py": (
+        "crashed",
+        "protocol violation during call on smoke[0]: a message with a wrong token",
+    ),
     "exits_at_import.py": ("crashed", "exited with code 0 during import/compile"),
     "wrong_dtype.py": ("wrong_answer", "returned dtype torch.float64, expected torch.float32"),
     "wrong_device.py": ("wrong_answer", "returned a tensor on meta, expected cpu"),
@@ -53,12 +56,16 @@ if FULL_ISOLATION:  # without a pid namespace the candidate would kill the test 
     UNTIMED["kills_parent.py"] = ("pass", "")
 
 
-def _evaluate(names: list[str], *, timed: bool = False, limits: SandboxLimits | None = None) -> dict[str, Evaluation]:
+def _evaluate(
+    names: list[str], *, timed: bool = False, limits: SandboxLimits | None = None
+) -> dict[str, Evaluation]:
     limits = limits or SandboxLimits.from_settings(**QUICK)
 
     def one(name: str) -> tuple[str, Evaluation]:
         path = REFERENCE if name == REFERENCE.name else ADVERSARIAL / name
-        return name, evaluate(path.read_bytes(), name, TASK, device="cpu", timed=timed, limits=limits, rule=RULE)
+        return name, evaluate(
+            path.read_bytes(), name, TASK, device="cpu", timed=timed, limits=limits, rule=RULE
+        )
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(one, names))
@@ -115,7 +122,10 @@ def _assert_judged_on_stale_memory(evaluation: Evaluation, calls: int) -> None:
     assert evaluation.status == "wrong_answer", evaluation.reason
     for shape in evaluation.shapes:
         numel = math.prod(shape.check["output"]["shape"])
-        assert shape.status == "wrong_answer" and "GPU MODE check: fails" in shape.reason, (shape.index, shape.reason)
+        assert shape.status == "wrong_answer" and "GPU MODE check: fails" in shape.reason, (
+            shape.index,
+            shape.reason,
+        )
         assert shape.check["mismatches"] > numel // 2, (shape.index, shape.reason)
 
 
@@ -139,8 +149,13 @@ def test_reused_allocations_hold_no_expected_output_on_cuda():
     limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=120.0)
     code = (ADVERSARIAL / "reused_allocation.py").read_bytes()
     evaluation = evaluate(code, "reused_allocation.py", TASK, device="cuda", shape_set="tests", limits=limits)
-    print("reused allocations on cuda:", evaluation.status, evaluation.reason,
-          *_reused_allocation_lines(evaluation), sep="\n")
+    print(
+        "reused allocations on cuda:",
+        evaluation.status,
+        evaluation.reason,
+        *_reused_allocation_lines(evaluation),
+        sep="\n",
+    )
     _assert_judged_on_stale_memory(evaluation, len(TASK.tests))
 
 
@@ -244,12 +259,14 @@ def test_work_left_on_a_side_stream_is_flagged_or_fails_on_cuda():
     `timing_mismatch`, wall time used) or its output is not there (wrong_answer)."""
     code = (ADVERSARIAL / "side_stream.py").read_bytes()
     rule = StoppingRule(min_runs=3, max_runs=10, budget_s=1.0)
-    evaluation = evaluate(code, "side_stream.py", TASK, device="cuda", timed=True, rule=rule,
-                          shape_set="tests")
+    evaluation = evaluate(
+        code, "side_stream.py", TASK, device="cuda", timed=True, rule=rule, shape_set="tests"
+    )
     flagged = any(TIMING_MISMATCH in shape.timing_flags for shape in evaluation.shapes)
     assert evaluation.status != "pass" or flagged, evaluation.model_dump_json(include={"status", "reason"})
-    honest = evaluate(REFERENCE.read_bytes(), REFERENCE.name, TASK, device="cuda", timed=True, rule=rule,
-                      shape_set="tests")
+    honest = evaluate(
+        REFERENCE.read_bytes(), REFERENCE.name, TASK, device="cuda", timed=True, rule=rule, shape_set="tests"
+    )
     assert honest.status == "pass" and not any(TIMING_MISMATCH in s.timing_flags for s in honest.shapes)
     by_shape = [(s.mean_ms, h.mean_ms) for s, h in zip(evaluation.shapes, honest.shapes) if s.mean_ms]
     print("side stream vs reference per shape (ms):", by_shape, "status:", evaluation.status)
@@ -262,10 +279,22 @@ def test_replaced_cuda_timers_are_flagged_on_cuda():
     code = (ADVERSARIAL / "patches_timers.py").read_bytes()
     rule = StoppingRule(min_runs=3, max_runs=5, budget_s=0.5)
     limits = SandboxLimits.from_settings(call_timeout_s=10.0, import_timeout_s=60.0)
-    evaluation = evaluate(code, "patches_timers.py", TASK, device="cuda", timed=True, rule=rule,
-                          shape_set="tests", limits=limits)
-    print("timer cheat on cuda:", evaluation.status, evaluation.reason,
-          [(s.mean_ms, s.timing_flags) for s in evaluation.shapes])
+    evaluation = evaluate(
+        code,
+        "patches_timers.py",
+        TASK,
+        device="cuda",
+        timed=True,
+        rule=rule,
+        shape_set="tests",
+        limits=limits,
+    )
+    print(
+        "timer cheat on cuda:",
+        evaluation.status,
+        evaluation.reason,
+        [(s.mean_ms, s.timing_flags) for s in evaluation.shapes],
+    )
     # Its fake clock never lets the warm-up end (0.1 s of warm-up on a clock that barely moves):
     # the parent's deadline for the timing phase ends it; or, where it gets through, it is flagged.
     if evaluation.status == "timeout":
@@ -274,7 +303,10 @@ def test_replaced_cuda_timers_are_flagged_on_cuda():
     assert evaluation.status == "pass", evaluation.reason
     for shape in evaluation.shapes:
         assert HOST_CLOCK_MISMATCH in shape.timing_flags or BELOW_PHYSICAL_FLOOR in shape.timing_flags, (
-            shape.index, shape.mean_ms, shape.timing_flags)
+            shape.index,
+            shape.mean_ms,
+            shape.timing_flags,
+        )
 
 
 def test_a_fake_clock_cannot_stretch_the_warm_up_past_the_parents_deadline(monkeypatch):
@@ -297,7 +329,10 @@ SECRET = 987654321
 # (file, mode) -> what becomes of it: a status and a text its reason contains, or "flagged"
 TIMING_CHEATS = {
     ("computes_when_checked.py", "test"): ("wrong_answer", "timed output check: call "),
-    ("replaces_timing_loop.py", "test"): ("wrong_answer", "3 timed calls, but 0 outputs handed over for checking"),
+    ("replaces_timing_loop.py", "test"): (
+        "wrong_answer",
+        "3 timed calls, but 0 outputs handed over for checking",
+    ),
     ("replaces_timing_loop_with_calls.py", "test"): "flagged",
     ("replaces_timing_loop_with_calls.py", "leaderboard"): "flagged",
     ("fills_with_the_answer.py", "test"): "flagged",
@@ -311,7 +346,16 @@ def _timing_cheat_evaluators(device: str, cheats, task=TASK, **options) -> list[
         path = REFERENCE if name == REFERENCE.name else ADVERSARIAL / name
         secret = SECRET if mode == "leaderboard" else None
         evaluators.append(
-            Evaluator(path.read_bytes(), name, task, device=device, mode=mode, timed=True, secret_seed=secret, **options)
+            Evaluator(
+                path.read_bytes(),
+                name,
+                task,
+                device=device,
+                mode=mode,
+                timed=True,
+                secret_seed=secret,
+                **options,
+            )
         )
     return evaluators
 
@@ -319,7 +363,9 @@ def _timing_cheat_evaluators(device: str, cheats, task=TASK, **options) -> list[
 def _assert_nothing_left(evaluators: list[Evaluator]) -> None:
     """Every child (the calibration child too) is gone, with its working and exchange directories."""
     children = [evaluator.child for evaluator in evaluators]
-    children += {id(e.calibrator): e.calibrator.child for e in evaluators if e.calibrator is not None}.values()
+    children += {
+        id(e.calibrator): e.calibrator.child for e in evaluators if e.calibrator is not None
+    }.values()
     for child in children:
         assert child.proc is None or child.proc.poll() is not None
         assert not child.workdir.exists() and not child.io_dir.exists()
@@ -330,9 +376,15 @@ def _assert_nothing_left(evaluators: list[Evaluator]) -> None:
 def timing_cheats() -> dict[tuple[str, str], Evaluation]:
     """The timing cheats, the honest reference in both modes and the precomputer, interleaved
     in groups of four (one calibration child for all)."""
-    cheats = [*TIMING_CHEATS, (REFERENCE.name, "test"), (REFERENCE.name, "leaderboard"),
-              ("precomputes_public_seeds.py", "test")]
-    evaluators = _timing_cheat_evaluators("cpu", cheats, limits=SandboxLimits.from_settings(**QUICK), rule=RULE)
+    cheats = [
+        *TIMING_CHEATS,
+        (REFERENCE.name, "test"),
+        (REFERENCE.name, "leaderboard"),
+        ("precomputes_public_seeds.py", "test"),
+    ]
+    evaluators = _timing_cheat_evaluators(
+        "cpu", cheats, limits=SandboxLimits.from_settings(**QUICK), rule=RULE
+    )
     evaluations = evaluate_interleaved(evaluators, group_size=4)
     _assert_nothing_left(evaluators)
     return dict(zip(cheats, evaluations))
@@ -342,7 +394,12 @@ def _assert_timing_cheat_outcome(expected, evaluation: Evaluation, where) -> Non
     if expected == "flagged":
         assert evaluation.status == "pass", (where, evaluation.reason)
         for shape in evaluation.shapes:
-            assert HOST_CLOCK_MISMATCH in shape.timing_flags, (where, shape.index, shape.times_ms, shape.check)
+            assert HOST_CLOCK_MISMATCH in shape.timing_flags, (
+                where,
+                shape.index,
+                shape.times_ms,
+                shape.check,
+            )
     else:
         status, reason = expected
         assert (evaluation.status, where) == (status, where), evaluation.reason
@@ -396,12 +453,15 @@ def test_the_honest_reference_is_not_flagged_beside_the_cheats(timing_cheats, mo
     evaluation = timing_cheats[REFERENCE.name, mode]
     assert evaluation.status == "pass", evaluation.reason
     assert [shape.timing_flags for shape in evaluation.shapes] == [[]] * len(TASK.smoke), [
-        shape.check["timing"] for shape in evaluation.shapes]
+        shape.check["timing"] for shape in evaluation.shapes
+    ]
 
 
 def _spinner_gaps(log: str) -> list[tuple[str, float, float]]:
-    return [(kind, float(start), float(end))
-            for kind, start, end in re.findall(r"spinner (\w+) gap ([\d.]+) ([\d.]+)", log)]
+    return [
+        (kind, float(start), float(end))
+        for kind, start, end in re.findall(r"spinner (\w+) gap ([\d.]+) ([\d.]+)", log)
+    ]
 
 
 def _spinner_left() -> list[str]:
@@ -422,8 +482,9 @@ def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> N
     While the other revision (an honest 20 ms kernel) is timed, every spinner is stopped: each
     shows a gap in its beats over every timing phase of the other revision (the last shape's gap
     may not be printed before the shutdown)."""
-    evaluators = _timing_cheat_evaluators(device, [("spins_while_others_run.py", "test"), ("slow_honest.py", "test")],
-                                          **options)
+    evaluators = _timing_cheat_evaluators(
+        device, [("spins_while_others_run.py", "test"), ("slow_honest.py", "test")], **options
+    )
     honest = evaluators[1]
     phases: list[tuple[float, float]] = []
     real_time = honest.child.time
@@ -438,14 +499,20 @@ def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> N
     honest.child.time = recorded_time
     spinning, honest_result = evaluate_interleaved(evaluators)
     _assert_nothing_left(evaluators)
-    assert spinning.status == "pass" and honest_result.status == "pass", (spinning.reason, honest_result.reason)
+    assert spinning.status == "pass" and honest_result.status == "pass", (
+        spinning.reason,
+        honest_result.reason,
+    )
     assert honest_result.shapes[0].timing_flags == [], honest_result.shapes[0].check["timing"]
     gaps = _spinner_gaps(spinning.log_tail)
     assert len(phases) == len(honest.shapes)
     for start, end in phases[:-1]:
         for kind in ("thread", "process", *(["gpu"] if device == "cuda" else [])):
             assert any(k == kind and g0 <= start + 0.1 and g1 >= end - 0.05 for k, g0, g1 in gaps), (
-                kind, (start, end), gaps)
+                kind,
+                (start, end),
+                gaps,
+            )
     deadline = time.monotonic() + 5
     while _spinner_left() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -469,16 +536,32 @@ CUDA_TASK = TASK.model_copy(update={"benchmarks": TASK.tests[3:]})
 def test_timing_cheats_fail_or_are_flagged_on_cuda():
     """The same cheats on the GPU's benchmark shapes, beside the honest reference (which must not
     be flagged host_clock_mismatch) and the precomputer (which gains nothing)."""
-    cheats = [*TIMING_CHEATS, (REFERENCE.name, "test"), (REFERENCE.name, "leaderboard"),
-              ("precomputes_public_seeds.py", "test")]
+    cheats = [
+        *TIMING_CHEATS,
+        (REFERENCE.name, "test"),
+        (REFERENCE.name, "leaderboard"),
+        ("precomputes_public_seeds.py", "test"),
+    ]
     limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=120.0)
     evaluators = _timing_cheat_evaluators("cuda", cheats, task=CUDA_TASK, limits=limits, rule=CUDA_RULE)
     evaluations = dict(zip(cheats, evaluate_interleaved(evaluators)))
     _assert_nothing_left(evaluators)
     for key, evaluation in evaluations.items():
-        print("timing cheat on cuda:", key, evaluation.status, evaluation.reason,
-              [(s.mean_ms, s.timing_flags, s.check.get("timing", {}).get("harness_ms"),
-                min(s.check.get("timing", {}).get("parent_ms", [0]))) for s in evaluation.shapes])
+        print(
+            "timing cheat on cuda:",
+            key,
+            evaluation.status,
+            evaluation.reason,
+            [
+                (
+                    s.mean_ms,
+                    s.timing_flags,
+                    s.check.get("timing", {}).get("harness_ms"),
+                    min(s.check.get("timing", {}).get("parent_ms", [0])),
+                )
+                for s in evaluation.shapes
+            ],
+        )
     for key, expected in TIMING_CHEATS.items():
         _assert_timing_cheat_outcome(expected, evaluations[key], key)
     for mode in ("test", "leaderboard"):

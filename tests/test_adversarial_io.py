@@ -78,7 +78,8 @@ def _result(url: str, revision_id: int) -> tuple[list[tuple], list[tuple]]:
     connection = sqlite3.connect(url.removeprefix("sqlite:///"))
     try:
         runs = connection.execute(
-            "SELECT id, state, status, reason FROM runs WHERE revision_id = ? AND mode = 'test'", (revision_id,)
+            "SELECT id, state, status, reason FROM runs WHERE revision_id = ? AND mode = 'test'",
+            (revision_id,),
         ).fetchall()
         shapes = connection.execute(
             "SELECT * FROM shape_results WHERE run_id IN (SELECT id FROM runs WHERE revision_id = ?) ORDER BY id",
@@ -118,7 +119,12 @@ def checked(tmp_path_factory) -> dict:
     process = _harness(url, "test", *map(str, ids.values()), "--device", "cpu")
     stdout, stderr = process.communicate(timeout=400)
     return {
-        "url": url, "ids": ids, "hidden": hidden, "process": process, "stdout": stdout, "stderr": stderr,
+        "url": url,
+        "ids": ids,
+        "hidden": hidden,
+        "process": process,
+        "stdout": stdout,
+        "stderr": stderr,
         "seconds": time.monotonic() - started,
     }
 
@@ -150,7 +156,9 @@ def test_markup_in_a_reason_is_printed_as_text_in_every_format(checked):
     assert runs[0][2] == "runtime_error" and MARKUP in runs[0][3]
     assert "MarkupError" not in checked["stderr"]
     assert "[/] [bold red]closed[/bold red]" in checked["stdout"]
-    bench = _harness(checked["url"], "bench", str(checked["ids"]["markup"]), "--device", "cpu", "--budget", "0.1")
+    bench = _harness(
+        checked["url"], "bench", str(checked["ids"]["markup"]), "--device", "cpu", "--budget", "0.1"
+    )
     stdout, stderr = bench.communicate(timeout=300)
     assert bench.returncode == 1 and "MarkupError" not in stderr, stderr  # it fails: exit code 1
     assert "[/] [bold red]closed[/bold red]" in stdout
@@ -162,7 +170,10 @@ def test_markup_in_a_reason_is_printed_as_text_in_every_format(checked):
         reports[output_format] = stdout
     assert "[/] [bold red]closed[/bold red]" in reports["table"]
     for output_format in ("markdown", "html"):
-        assert "<img" not in reports[output_format] and "&lt;img src=x onerror=alert(1)&gt;" in reports[output_format]
+        assert (
+            "<img" not in reports[output_format]
+            and "&lt;img src=x onerror=alert(1)&gt;" in reports[output_format]
+        )
     assert "[bold red]closed[/bold red] \\| &lt;img" in reports["markdown"], "a pipe cannot end the cell"
 
 
@@ -257,7 +268,10 @@ def test_a_child_stopped_while_another_is_timed_ends_when_its_parent_is_killed(t
     SIGCONT)."""
     done = subprocess.run(
         [sys.executable, "-c", STOPPED_THEN_KILLED, str(REFERENCE)],
-        capture_output=True, text=True, timeout=180, check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     assert done.returncode == -signal.SIGKILL, done.stderr
     pids = [int(pid) for pid in done.stdout.split()]

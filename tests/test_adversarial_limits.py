@@ -190,7 +190,6 @@ def test_per_code_caches_over_the_limit_when_a_child_is_closed_are_removed(tmp_p
     assert within.caches_trimmed is None and (within.triton_cache / "kept.bin").exists()
 
 
-
 @pytest.mark.parametrize("allowed", [True, False])
 def test_the_harness_exports_get_room_beyond_the_disk_limit(allowed):
     """`disk_bytes` is the candidate's own room: the exchange directory holds the harness's export
@@ -198,7 +197,9 @@ def test_the_harness_exports_get_room_beyond_the_disk_limit(allowed):
     outputs, and on the H200 its honest reference was killed under the default 1 GiB)."""
     code = b"def custom_kernel(data):\n    return data[2]\n"
     limits = SandboxLimits.from_settings(**{**SMALL, "disk_bytes": 1 * MIB})
-    child = ChildProcess(code, TASK, device="cpu", limits=limits, code_sha256=hashlib.sha256(code).hexdigest())
+    child = ChildProcess(
+        code, TASK, device="cpu", limits=limits, code_sha256=hashlib.sha256(code).hexdigest()
+    )
     try:
         child.spawn()
         child.wait_ready()

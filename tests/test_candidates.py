@@ -39,8 +39,16 @@ def test_a_file_of_exactly_the_size_limit_is_accepted(tmp_path):
     [
         ("empty.py", b"", "is empty"),
         ("blank.py", b"  \n\t\n", "only whitespace"),
-        ("binary.py", b"def custom_kernel(data):\n    pass\n\x00\x01\x02", r"binary \(it contains NUL bytes\)"),
-        ("latin1.py", "# caf\u00e9\n".encode("latin-1") + ENTRY.encode(), r"not UTF-8 text \(byte 0xe9 at offset 5\)"),
+        (
+            "binary.py",
+            b"def custom_kernel(data):\n    pass\n\x00\x01\x02",
+            r"binary \(it contains NUL bytes\)",
+        ),
+        (
+            "latin1.py",
+            "# caf\u00e9\n".encode("latin-1") + ENTRY.encode(),
+            r"not UTF-8 text \(byte 0xe9 at offset 5\)",
+        ),
         ("utf16.py", ENTRY.encode("utf-16"), "binary"),
     ],
 )
@@ -105,7 +113,10 @@ def test_a_directive_after_the_leading_block_is_ignored():
         ("def kernel_function(input, weight, output=None):\n    return output\n", "kernel_function"),
         ("def _impl(data):\n    return data[2]\n\ncustom_kernel = _impl\n", "custom_kernel"),
         ("from my_impl import kernel_function\n", "kernel_function"),
-        ("try:\n    import fast\nexcept ImportError:\n    fast = None\nif fast:\n    custom_kernel = fast.k\n", "custom_kernel"),
+        (
+            "try:\n    import fast\nexcept ImportError:\n    fast = None\nif fast:\n    custom_kernel = fast.k\n",
+            "custom_kernel",
+        ),
         ("def kernel_function(i, w, o=None):\n    pass\n" + ENTRY, "custom_kernel"),
     ],
 )
@@ -145,7 +156,10 @@ FLAGGED = [
     ("cuda_streams", "import torch\ns = torch.cuda.Stream()\n"),
     ("cuda_streams", "import torch\nwith torch.cuda.stream(torch.cuda.Stream()):\n    pass\n"),
     ("cuda_streams", "from torch.cuda import Stream\n"),
-    ("cuda_streams", 'src = "#include <cuda_runtime.h>\\nvoid f(){ cudaStream_t s; cudaStreamCreate(&s); }"\n'),
+    (
+        "cuda_streams",
+        'src = "#include <cuda_runtime.h>\\nvoid f(){ cudaStream_t s; cudaStreamCreate(&s); }"\n',
+    ),
     ("library_delegation", "import torch.nn.functional as F\ny = F.conv2d(x, w)\n"),
     ("library_delegation", "from torch.nn.functional import conv2d as c\ny = c(x, w)\n"),
     ("library_delegation", "import torch\ny = torch.conv2d(x, w)\n"),

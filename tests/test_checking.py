@@ -70,12 +70,17 @@ def test_the_timed_recheck_judges_every_element_as_the_full_check_does(case, fac
     full = compare(received, case)
     quick = checking.compare_output(received, case, rtol=TASK.rtol, atol=TASK.atol, figures=False)
     assert (quick.passed, quick.mismatches, quick.verdicts.gpumode.status) == (
-        full.passed, full.mismatches, full.verdicts.gpumode.status)
+        full.passed,
+        full.mismatches,
+        full.verdicts.gpumode.status,
+    )
     if factor == 0.5:
         assert full.passed and quick.max_abs_err == pytest.approx(full.max_abs_err, rel=1e-6)
     for bad in (float("nan"), float("inf")):
         received[0, 0, 0, 0] = bad
-        assert not checking.compare_output(received, case, rtol=TASK.rtol, atol=TASK.atol, figures=False).passed
+        assert not checking.compare_output(
+            received, case, rtol=TASK.rtol, atol=TASK.atol, figures=False
+        ).passed
 
 
 def test_nan_and_inf_never_pass_and_are_reported_as_strings(case):
@@ -141,7 +146,10 @@ def test_a_single_changed_bit_is_counted_and_judged(case):
     after[1].view(torch.int32)[0, 0, 0, 0] ^= 1  # one bit of one element of the kernel
     counts = [changed_elements(b, a) for b, a in zip(before, after)]
     assert counts == [0, 1]
-    assert checking.inputs_problem(TASK, case, _reply(case, counts)) == "input 'kernel' was modified (1 elements differ)"
+    assert (
+        checking.inputs_problem(TASK, case, _reply(case, counts))
+        == "input 'kernel' was modified (1 elements differ)"
+    )
     # NaN stays NaN as a value, but its bits are compared: a changed NaN payload is counted
     nan = torch.full((3,), float("nan"))
     other = nan.clone()
@@ -258,7 +266,9 @@ def test_a_mismatch_where_the_reference_itself_is_off_is_named(case):
     assert check.verdicts.gpumode.status == "fail" and check.verdicts.gpumode.failures == 1
     assert check.verdicts.accurate.status == "pass" and check.verdicts.accurate.reason == ""
     assert check.mismatches_where_reference_is_off == 1
-    assert check.reason.startswith("GPU MODE check: fails 1 of 648 elements, 1 of them where the exact answer fails too")
+    assert check.reason.startswith(
+        "GPU MODE check: fails 1 of 648 elements, 1 of them where the exact answer fails too"
+    )
 
 
 def test_a_wrong_output_is_not_excused_by_the_reference(case):
@@ -297,7 +307,9 @@ def test_the_rounded_exact_answer_passes_accurate_where_the_reference_is_off(wid
     exact = wide_case.exact().float()
     off = wide_case.expected.clone()
     off.view(-1)[::97] += 0.003
-    shifted = checking.ReferenceCase(data=wide_case.data, expected=off, expected64=wide_case.exact(), reference=REFERENCE)
+    shifted = checking.ReferenceCase(
+        data=wide_case.data, expected=off, expected64=wide_case.exact(), reference=REFERENCE
+    )
     check = checking.compare_output(exact, shifted, rtol=TASK.rtol, atol=TASK.atol)
     assert check.verdicts.gpumode.status == "fail" and check.verdicts.accurate.status == "pass"
     assert check.mismatches_where_reference_is_off == check.mismatches > 0
@@ -337,7 +349,9 @@ def test_mismatch_positions_are_torchs_unravelled_indices(shape):
     for size in shape:
         numel *= size
     for flat in {0, 1, numel - 1, numel // 3, numel // 2}:
-        assert checking._unravel(flat, shape) == [int(v) for v in torch.unravel_index(torch.tensor(flat), shape)]
+        assert checking._unravel(flat, shape) == [
+            int(v) for v in torch.unravel_index(torch.tensor(flat), shape)
+        ]
 
 
 def test_a_large_tensor_travels_in_slices_and_comes_back_equal(tmp_path: Path):
@@ -393,7 +407,9 @@ def test_a_reference_without_a_float64_path_or_scale_leaves_gpu_modes_rule_to_de
     answer and no scale, said so, and the accurate verdict is GPU MODE's rule (never a crash)."""
     from harness.tasks.spec import _load_module_file
 
-    source = Path(REFERENCE.__file__).read_text() + '''
+    source = (
+        Path(REFERENCE.__file__).read_text()
+        + """
 
 _real = ref_kernel
 
@@ -406,7 +422,8 @@ def ref_kernel(data):
 
 def output_scale(data):
     raise RuntimeError("no scale here")
-'''
+"""
+    )
     path = tmp_path / "fp32_only_reference.py"
     path.write_text(source)
     (tmp_path / "utils.py").write_bytes((Path(REFERENCE.__file__).parent.parent / "utils.py").read_bytes())

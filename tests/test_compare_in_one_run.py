@@ -21,8 +21,15 @@ from harness.store.session import open_store
 
 TASK = "conv2d_v2"
 CPU = Environment(
-    device="cpu", device_name="test cpu", driver_version="", cuda_runtime="", torch="2.13.0", triton="3.9.0",
-    python="3.11.7", harness="0.1.0", env_key="cpu-env",
+    device="cpu",
+    device_name="test cpu",
+    driver_version="",
+    cuda_runtime="",
+    torch="2.13.0",
+    triton="3.9.0",
+    python="3.11.7",
+    harness="0.1.0",
+    env_key="cpu-env",
 )
 SHAPES = [{"size": 16, "kernelsize": 3, "channels": 2, "batch": 1, "seed": 21}]
 
@@ -35,11 +42,26 @@ def _record(session, revision_id: int, mean_ms: float, batch: str | None) -> Non
     run = claim_run(session, revision_id, TASK, "benchmark", CPU, worker="w", ttl_s=600)
     times = _times(mean_ms)
     outcome = ShapeOutcome(
-        set_name="smoke", index=0, shape=SHAPES[0], status="pass", passed=True, times_ms=times, runs=len(times),
-        mean_ms=statistics.fmean(times), err_ms=statistics.stdev(times) / len(times) ** 0.5,
+        set_name="smoke",
+        index=0,
+        shape=SHAPES[0],
+        status="pass",
+        passed=True,
+        times_ms=times,
+        runs=len(times),
+        mean_ms=statistics.fmean(times),
+        err_ms=statistics.stdev(times) / len(times) ** 0.5,
     )
-    evaluation = Evaluation(status="pass", task=TASK, filename="c.py", code_sha256="", device="cpu",
-                            mode="test", shape_set="smoke", shapes=[outcome])
+    evaluation = Evaluation(
+        status="pass",
+        task=TASK,
+        filename="c.py",
+        code_sha256="",
+        device="cpu",
+        mode="test",
+        shape_set="smoke",
+        shapes=[outcome],
+    )
     assert record_run(session, run.id, "w", evaluation, score_ms=score([outcome.mean_ms]), batch=batch)
 
 
@@ -47,7 +69,9 @@ def _record(session, revision_id: int, mean_ms: float, batch: str | None) -> Non
 def store(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     with store.session() as session:
-        parent = register_revision(session, b"def custom_kernel(data):\n    return data[2]\n", "k.py", task=TASK)
+        parent = register_revision(
+            session, b"def custom_kernel(data):\n    return data[2]\n", "k.py", task=TASK
+        )
         child = register_revision(
             session, b"def custom_kernel(data):\n    return data[2]  # child\n", "k.py", task=TASK
         )
@@ -58,7 +82,9 @@ def store(tmp_path):
 
 def _vs_parent(store, child_id: int) -> str | None:
     with store.session() as session:
-        entry = next(e for e in build_leaderboard(session, TASK, "cpu").entries if e.submission_id == child_id)
+        entry = next(
+            e for e in build_leaderboard(session, TASK, "cpu").entries if e.submission_id == child_id
+        )
         return entry.vs_parent, history_header(entry)
 
 
@@ -82,11 +108,18 @@ def test_runs_of_one_batch_are_compared(store):
 
 def _retime(session, revision_id: int, batch: str, first_ms: float, last_ms: float) -> None:
     times = _times(first_ms) + _times(last_ms)
-    session.add(Retiming(
-        batch=batch, revision_id=revision_id, task=TASK, mode="benchmark", env_key=CPU.env_key, status="pass",
-        score_ms=statistics.fmean(times),
-        shapes=[{"shape": SHAPES[0], "times_ms": times, "means_ms": [first_ms, last_ms]}],
-    ))
+    session.add(
+        Retiming(
+            batch=batch,
+            revision_id=revision_id,
+            task=TASK,
+            mode="benchmark",
+            env_key=CPU.env_key,
+            status="pass",
+            score_ms=statistics.fmean(times),
+            shapes=[{"shape": SHAPES[0], "times_ms": times, "means_ms": [first_ms, last_ms]}],
+        )
+    )
 
 
 def test_a_parent_retimed_in_the_childs_run_is_compared_within_its_own_drift(store):

@@ -194,7 +194,9 @@ def test_a_diff_bomb_falls_back_within_the_bound_and_says_so():
     rendered = render_diff(old, new, 4)
     assert time.perf_counter() - started < 10
     lines = rendered.split("\n")
-    assert lines[2].startswith("  \u22ef no shortest diff: the files differ too much to search within 1,000,000 steps")
+    assert lines[2].startswith(
+        "  \u22ef no shortest diff: the files differ too much to search within 1,000,000 steps"
+    )
     assert [line[2:] for line in lines if line.startswith("- ")] == old.decode().split("\n")[:-1]
     assert [line[2:] for line in lines if line.startswith("+ ")] == new.decode().split("\n")[:-1]
     assert myers_edit_script(["a", "b"], ["a", "c"], max_steps=1) is None

@@ -192,7 +192,8 @@ def test_an_interrupted_experiment_resumes(
     assert stderr.endswith(f"error: interrupted; `harness evolve --resume {experiment_id}` continues it\n")
     assert status == "interrupted" and "--resume" in reason
     assert rows(
-        db, "select generation, status from experiment_steps where experiment_id = ? order by generation",
+        db,
+        "select generation, status from experiment_steps where experiment_id = ? order by generation",
         experiment_id,
     ) == [(1, "pass"), (2, "proposing")]  # generation 2's proposer is asked again on resume
 

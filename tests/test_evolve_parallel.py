@@ -50,7 +50,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 
 def experiment_steps(db: str, experiment_id: int, columns: str) -> list[tuple]:
     return rows(
-        db, f"select {columns} from experiment_steps where experiment_id = ? order by generation", experiment_id
+        db,
+        f"select {columns} from experiment_steps where experiment_id = ? order by generation",
+        experiment_id,
     )
 
 
@@ -59,8 +61,20 @@ def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tm
     parent = register(db, folder, "tiny_parallel", TINY)
     command = sleepy(tmp_path, 4)
     result = harness(
-        db, "evolve", "--from", parent, "--generations", 4, "--parallel", 4, "--proposer", command,
-        "--device", "cpu", "--budget", 0.3,
+        db,
+        "evolve",
+        "--from",
+        parent,
+        "--generations",
+        4,
+        "--parallel",
+        4,
+        "--proposer",
+        command,
+        "--device",
+        "cpu",
+        "--budget",
+        0.3,
     )
     assert result.returncode == 0, result.stderr
     experiment_id = int(result.stdout.splitlines()[0].split()[1])
@@ -75,7 +89,9 @@ def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tm
         assert f"generation {generation}/4: evaluating submission " in result.stdout
 
     steps = experiment_steps(
-        db, experiment_id, "generation, sees, arrival, status, vs_parent, compared_in, parent_score_ms, stderr, child_id"
+        db,
+        experiment_id,
+        "generation, sees, arrival, status, vs_parent, compared_in, parent_score_ms, stderr, child_id",
     )
     assert [step[1] for step in steps] == [0, 0, 0, 0]  # generation g sees the first g - 4 arrivals
     assert sorted(step[2] for step in steps) == [1, 2, 3, 4]
@@ -86,9 +102,9 @@ def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tm
         assert rows(db, "select batch from runs where revision_id = ? and mode = 'benchmark'", child_id) == [
             (compared_in,)
         ]
-        assert rows(db, "select score_ms from retimings where batch = ? and revision_id = ?", compared_in, parent) == [
-            (parent_score_ms,)
-        ]
+        assert rows(
+            db, "select score_ms from retimings where batch = ? and revision_id = ?", compared_in, parent
+        ) == [(parent_score_ms,)]
         assert stderr == f"sleepy proposer: step 0:{generation}, sleeping 4 s\n"
     # siblings timed together share one re-timing of their parent per run
     batches = {step[5] for step in steps}
@@ -167,9 +183,18 @@ def screenshot_if_possible(page: Path, folder: Path) -> None:
         return
     png = folder / "experiment.png"
     subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={png}",
-         "--window-size=1280,900", page.as_uri()],
-        capture_output=True, timeout=120, check=False,
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--screenshot={png}",
+            "--window-size=1280,900",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
     )
     assert png.exists() and png.stat().st_size > 10_000
     target = os.environ.get("HARNESS_TEST_SCREENSHOT")  # where a person wants to look at it
@@ -181,8 +206,22 @@ def test_same_seed_and_arrivals_reproduce_and_mutate_never_repeats(store):
     db, folder = store
     start = register(db, folder, "tiny_block", TINY_BLOCK)
     result = harness(
-        db, "evolve", "--from", start, "--generations", 5, "--parallel", 2, "--proposer", "builtin:mutate",
-        "--seed", 11, "--device", "cpu", "--budget", 0.2,
+        db,
+        "evolve",
+        "--from",
+        start,
+        "--generations",
+        5,
+        "--parallel",
+        2,
+        "--proposer",
+        "builtin:mutate",
+        "--seed",
+        11,
+        "--device",
+        "cpu",
+        "--budget",
+        0.2,
     )
     assert result.returncode == 0, result.stderr
     experiment_id = int(result.stdout.splitlines()[0].split()[1])
@@ -215,25 +254,53 @@ def test_a_duplicate_is_never_evaluated_and_an_all_failed_experiment_fails(store
     parent = register(db, folder, "tiny_duplicate", TINY)
     command = sleepy(tmp_path, 0.5, "fixed-comment")
     result = harness(
-        db, "evolve", "--from", parent, "--generations", 2, "--parallel", 2, "--proposer", command,
-        "--device", "cpu", "--budget", 0.2,
+        db,
+        "evolve",
+        "--from",
+        parent,
+        "--generations",
+        2,
+        "--parallel",
+        2,
+        "--proposer",
+        command,
+        "--device",
+        "cpu",
+        "--budget",
+        0.2,
     )
     assert result.returncode == 0, result.stderr
     experiment_id = int(result.stdout.splitlines()[0].split()[1])
     steps = experiment_steps(db, experiment_id, "status, child_id")
     assert sorted(status for status, _ in steps) == ["duplicate", "pass"]
     (child,) = {child for _, child in steps}  # both proposed the same bytes: one child
-    assert rows(db, "select mode from runs where revision_id = ? order by mode", child) == [("benchmark",), ("test",)]
+    assert rows(db, "select mode from runs where revision_id = ? order by mode", child) == [
+        ("benchmark",),
+        ("test",),
+    ]
 
     failing = harness(
-        db, "evolve", "--from", parent, "--generations", 2, "--parallel", 2,
-        "--proposer", sleepy(tmp_path, 0, "fail"), "--device", "cpu",
+        db,
+        "evolve",
+        "--from",
+        parent,
+        "--generations",
+        2,
+        "--parallel",
+        2,
+        "--proposer",
+        sleepy(tmp_path, 0, "fail"),
+        "--device",
+        "cpu",
     )
     assert failing.returncode == 0, failing.stderr
     failed_id = int(failing.stdout.splitlines()[0].split()[1])
     ((status, reason),) = rows(db, "select status, reason from experiments where id = ?", failed_id)
     assert status == "failed"
-    assert reason == "every generation failed; 2 of 2: proposer_failed: the proposer exited with status 3: no idea"
+    assert (
+        reason
+        == "every generation failed; 2 of 2: proposer_failed: the proposer exited with status 3: no idea"
+    )
 
 
 def test_a_slower_child_is_slower_than_its_parent_in_the_same_run(store, tmp_path: Path):
@@ -241,8 +308,18 @@ def test_a_slower_child_is_slower_than_its_parent_in_the_same_run(store, tmp_pat
     db, folder = store
     parent = register(db, folder, "tiny_slower", TINY)
     result = harness(
-        db, "evolve", "--from", parent, "--generations", 1, "--proposer", sleepy(tmp_path, 0, "slower"),
-        "--device", "cpu", "--budget", 0.3,
+        db,
+        "evolve",
+        "--from",
+        parent,
+        "--generations",
+        1,
+        "--proposer",
+        sleepy(tmp_path, 0, "slower"),
+        "--device",
+        "cpu",
+        "--budget",
+        0.3,
     )
     assert result.returncode == 0, result.stderr
     experiment_id = int(result.stdout.splitlines()[0].split()[1])
@@ -258,11 +335,27 @@ def test_children_evaluated_on_one_worker_per_gpu(store, tmp_path: Path):
     and time the children, each family's job on one worker; the judgement comes from that run."""
     db, folder = store
     parent = register(db, folder, "tiny_workers", TINY)
-    bad = harness(db, "evolve", "--from", parent, "--generations", 1, "--proposer", "builtin:mutate", "--gpus", "x")
+    bad = harness(
+        db, "evolve", "--from", parent, "--generations", 1, "--proposer", "builtin:mutate", "--gpus", "x"
+    )
     assert bad.returncode == 2 and bad.stderr == "error: --gpus takes a count or 'all', got 'x'\n"
     result = harness(
-        db, "evolve", "--from", parent, "--generations", 2, "--parallel", 2, "--gpus", 2,
-        "--proposer", sleepy(tmp_path, 0.5), "--device", "cpu", "--budget", 0.2,
+        db,
+        "evolve",
+        "--from",
+        parent,
+        "--generations",
+        2,
+        "--parallel",
+        2,
+        "--gpus",
+        2,
+        "--proposer",
+        sleepy(tmp_path, 0.5),
+        "--device",
+        "cpu",
+        "--budget",
+        0.2,
     )
     assert result.returncode == 0, result.stderr
     experiment_id = int(result.stdout.splitlines()[0].split()[1])
@@ -270,8 +363,8 @@ def test_children_evaluated_on_one_worker_per_gpu(store, tmp_path: Path):
     assert [status for status, *_ in steps] == ["pass", "pass"]
     for _, compared_in, child_id in steps:
         assert compared_in is not None
-        assert rows(db, "select count(*) from retimings where batch = ? and revision_id = ?", compared_in, parent) == [
-            (1,)
-        ]
+        assert rows(
+            db, "select count(*) from retimings where batch = ? and revision_id = ?", compared_in, parent
+        ) == [(1,)]
     story = harness(db, "experiments", "show", experiment_id)
     assert "parallel 2, gpus 2" in story.stdout

@@ -93,9 +93,18 @@ def pinned_devices(store_url: str, revision_ids: list[int]) -> list[str]:
     return sorted(re.search(r"CUDA_VISIBLE_DEVICES=(\S+)", reason).group(1) for (reason,) in reasons)
 
 
-def test_one_worker_per_gpu_shares_the_revisions_out_and_the_parent_stores_them(run_cli, store_url, mixed_store):
+def test_one_worker_per_gpu_shares_the_revisions_out_and_the_parent_stores_them(
+    run_cli, store_url, mixed_store
+):
     done = run_cli(
-        "tournament", "--device", "cpu", "--gpus", "2", "--budget", "0.1", timeout=600,
+        "tournament",
+        "--device",
+        "cpu",
+        "--gpus",
+        "2",
+        "--budget",
+        "0.1",
+        timeout=600,
     )
     assert done.returncode == 1, done.stderr  # the reporters fail
     assert "test: 5 revisions, 5 evaluated now" in done.stdout
@@ -114,7 +123,9 @@ def test_one_worker_per_gpu_shares_the_revisions_out_and_the_parent_stores_them(
     assert "test: 5 revisions, 0 evaluated now, 5 reused" in again.stdout
 
 
-def test_in_one_process_the_benchmark_phase_reuses_the_children_that_passed_the_checks(run_cli, store_url, mixed_store):
+def test_in_one_process_the_benchmark_phase_reuses_the_children_that_passed_the_checks(
+    run_cli, store_url, mixed_store
+):
     done = run_cli("tournament", "--device", "cpu", "--budget", "0.1", timeout=600)
     assert done.returncode == 1, done.stderr  # the reporters fail
     assert "benchmark: 3 revisions, 3 evaluated now" in done.stdout
@@ -128,7 +139,9 @@ def test_in_one_process_the_benchmark_phase_reuses_the_children_that_passed_the_
     # the leaderboard recheck starts fresh children
     done = run_cli("tournament", "--device", "cpu", "--budget", "0.1", "--mode", "leaderboard", timeout=600)
     assert done.returncode == 1, done.stderr  # the reporters fail
-    recheck = [json.loads(d) for (d,) in rows(store_url, "select details from runs where mode = 'leaderboard'")]
+    recheck = [
+        json.loads(d) for (d,) in rows(store_url, "select details from runs where mode = 'leaderboard'")
+    ]
     assert len(recheck) == 3 and not any(d["child_reused"] for d in recheck)
 
 
@@ -139,7 +152,9 @@ def test_a_worker_in_another_environment_refuses_its_job_and_the_others_go_on():
     )
     jobs = [Job(device="cpu", env_key="not-this-machine", requests=[request])]
     done, failed = [], []
-    GpuWorkers(["0"]).run(jobs, lambda key, outcome: None, lambda job, ev: done.append(ev), lambda job, why: failed.append(why))
+    GpuWorkers(["0"]).run(
+        jobs, lambda key, outcome: None, lambda job, ev: done.append(ev), lambda job, why: failed.append(why)
+    )
     assert done == []
     assert len(failed) == 1
     assert failed[0].startswith("worker on GPU 0: worker environment differs from the tournament's")
@@ -151,7 +166,12 @@ def test_a_worker_message_that_does_not_decode_fails_its_job_loudly():
     from harness.executors.local import GpuWorker
 
     request = EvaluationRequest.make(
-        7, REFERENCE.read_bytes(), "reference.py", "conv2d_v2", device="cpu", limits=SandboxLimits.from_settings()
+        7,
+        REFERENCE.read_bytes(),
+        "reference.py",
+        "conv2d_v2",
+        device="cpu",
+        limits=SandboxLimits.from_settings(),
     )
     job = Job(device="cpu", env_key="any", requests=[request])
     worker = GpuWorker.__new__(GpuWorker)  # its process is the one below, not a real worker
@@ -160,7 +180,10 @@ def test_a_worker_message_that_does_not_decode_fails_its_job_loudly():
     answers = '{"type": "ready"}\n{"type": "shape", "key": 7}\n{"type": "done", "evaluations": []}\n'
     script = f"import sys; sys.stdin.readline(); sys.stdout.write({answers!r}); sys.stdout.flush(); sys.stdin.read()"
     worker.process = subprocess.Popen(
-        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     events = queue.Queue()
@@ -175,7 +198,16 @@ def test_a_worker_message_that_does_not_decode_fails_its_job_loudly():
 def test_ctrl_c_stops_the_gpu_workers_and_releases_every_claim(store_url, run_cli, tmp_path):
     ids = register(run_cli, tmp_path, HANGS_AT_IMPORT, 2, "hangs")
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "harness"), "tournament", "--device", "cpu", "--gpus", "2", "--mode", "test"],
+        [
+            str(Path(sys.executable).parent / "harness"),
+            "tournament",
+            "--device",
+            "cpu",
+            "--gpus",
+            "2",
+            "--mode",
+            "test",
+        ],
         env={**os.environ, "HARNESS_DB": store_url},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -266,11 +298,29 @@ def ray_cluster(tmp_path_factory) -> str:
     env = {**os.environ, "RAY_TMPDIR": str(temp)}
     started = subprocess.run(
         [
-            str(RAY), "start", "--head", "--port", str(port), "--num-cpus", "2", "--num-gpus", "2",
-            "--disable-usage-stats", "--include-dashboard", "false", "--object-store-memory", "200000000",
-            "--node-ip-address", "127.0.0.1", f"--temp-dir={temp}",
+            str(RAY),
+            "start",
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "2",
+            "--num-gpus",
+            "2",
+            "--disable-usage-stats",
+            "--include-dashboard",
+            "false",
+            "--object-store-memory",
+            "200000000",
+            "--node-ip-address",
+            "127.0.0.1",
+            f"--temp-dir={temp}",
         ],
-        capture_output=True, text=True, env=env, timeout=180, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
     )
     assert started.returncode == 0, started.stdout + started.stderr
     try:
@@ -282,8 +332,16 @@ def ray_cluster(tmp_path_factory) -> str:
 
 def test_ray_tasks_run_the_tournament_on_declared_gpus(run_cli, store_url, mixed_store, ray_cluster):
     done = run_cli(
-        "tournament", "--device", "cpu", "--executor", "ray", "--ray-address", ray_cluster,
-        "--budget", "0.1", timeout=600,
+        "tournament",
+        "--device",
+        "cpu",
+        "--executor",
+        "ray",
+        "--ray-address",
+        ray_cluster,
+        "--budget",
+        "0.1",
+        timeout=600,
     )
     assert done.returncode == 1, done.stderr  # the reporters fail
     assert "test: 5 revisions, 5 evaluated now" in done.stdout

@@ -69,7 +69,11 @@ def custom_kernel(data):
 
 
 def harness(
-    *args: object, db: str | None, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 600
+    *args: object,
+    db: str | None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 600,
 ) -> subprocess.CompletedProcess[str]:
     environment = {**os.environ, **(env or {})}
     environment.pop("COLUMNS", None)
@@ -78,8 +82,13 @@ def harness(
     if env and "COLUMNS" in env:
         environment["COLUMNS"] = env["COLUMNS"]
     return subprocess.run(
-        [str(HARNESS_SCRIPT), *map(str, args)], capture_output=True, text=True, env=environment, cwd=cwd,
-        timeout=timeout, check=False,
+        [str(HARNESS_SCRIPT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -99,12 +108,18 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (folder / "renamed_copy.py").write_bytes(SLOW % b"child")
     (folder / "fails.py").write_bytes(FAILS)
     (folder / "late_sibling.py").write_bytes(SLOW % b"late")
-    ids = {"reference": registered_id(harness("register", REFERENCE, "--lineage", "conv2d_v2_reference", db=db))}
+    ids = {
+        "reference": registered_id(harness("register", REFERENCE, "--lineage", "conv2d_v2_reference", db=db))
+    }
     ids["slow"] = registered_id(harness("register", folder / "slow.py", db=db))
-    ids["child"] = registered_id(harness("register", folder / "renamed_copy.py", "--parent", ids["slow"], db=db))
+    ids["child"] = registered_id(
+        harness("register", folder / "renamed_copy.py", "--parent", ids["slow"], db=db)
+    )
     ids["fails"] = registered_id(harness("register", folder / "fails.py", db=db))
     tournament = harness("tournament", "--device", "cpu", "--budget", "0.05", db=db)
-    ids["late"] = registered_id(harness("register", folder / "late_sibling.py", "--parent", ids["slow"], db=db))
+    ids["late"] = registered_id(
+        harness("register", folder / "late_sibling.py", "--parent", ids["slow"], db=db)
+    )
     alone = harness("tournament", "--device", "cpu", "--budget", "0.05", "--only", ids["late"], db=db)
     return {"db": db, "folder": folder, "ids": ids, "tournament": tournament, "alone": alone}
 
@@ -115,8 +130,14 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_tests_and_their_subprocesses_see_no_home_ray_or_harness_settings_of_the_user():
     cleaned = hermetic_environment(
         Path(os.environ["HOME"]).parent / "check",
-        {"HOME": "/root", "RAY_ADDRESS": "auto", "HARNESS_DB": "sqlite:///x", "HARNESS_TEST_POSTGRES_URL": "kept",
-         "PATH": "/bin", "COLUMNS": "99"},
+        {
+            "HOME": "/root",
+            "RAY_ADDRESS": "auto",
+            "HARNESS_DB": "sqlite:///x",
+            "HARNESS_TEST_POSTGRES_URL": "kept",
+            "PATH": "/bin",
+            "COLUMNS": "99",
+        },
     )
     assert "RAY_ADDRESS" not in cleaned and "HARNESS_DB" not in cleaned and "COLUMNS" not in cleaned
     assert cleaned["HARNESS_TEST_POSTGRES_URL"] == "kept" and cleaned["PATH"] == "/bin"
@@ -125,7 +146,9 @@ def test_tests_and_their_subprocesses_see_no_home_ray_or_harness_settings_of_the
     # harness caches of the real home are out of reach.
     shown = subprocess.run(
         [sys.executable, "-c", SHOW_HOME_CACHE_AND_RAY],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split("\n")
     home = Path(shown[0])
     assert home == Path(os.environ["HOME"]) and "harness-tests-" in str(home)
@@ -139,12 +162,17 @@ def test_tests_and_their_subprocesses_see_no_home_ray_or_harness_settings_of_the
 def test_the_tournament_exits_1_when_a_revision_fails_and_says_how_many_it_counted(board):
     tournament = board["tournament"]
     assert tournament.returncode == 1, tournament.stderr
-    assert "test: 4 revisions, 4 evaluated now, 0 reused, 0 held by other workers, 3 passed\n" in tournament.stdout
+    assert (
+        "test: 4 revisions, 4 evaluated now, 0 reused, 0 held by other workers, 3 passed\n"
+        in tournament.stdout
+    )
     alone = board["alone"]
     assert alone.returncode == 0, alone.stderr
     # The revision asked for and the task's reference, which the benchmark phase times with it.
-    assert "benchmark: 2 revisions, 1 evaluated now, 1 reused, 0 held by other workers, 2 passed " \
-           "(the task's reference included)" in alone.stdout
+    assert (
+        "benchmark: 2 revisions, 1 evaluated now, 1 reused, 0 held by other workers, 2 passed "
+        "(the task's reference included)" in alone.stdout
+    )
 
 
 def test_the_leaderboard_fits_80_columns_and_a_pipe_gets_plain_unpadded_text(board):
@@ -158,7 +186,9 @@ def test_the_leaderboard_fits_80_columns_and_a_pipe_gets_plain_unpadded_text(boa
     assert "accurate" in narrow.stdout and "kernelsize 2" not in narrow.stdout
     wide = harness("leaderboard", "--wide", db=board["db"])
     assert "kernelsize 2" in wide.stdout and "author" in wide.stdout
-    on_a_terminal = _on_a_terminal(["leaderboard"], {"HARNESS_DB": board["db"]})  # 80 columns: the pty has no size
+    on_a_terminal = _on_a_terminal(
+        ["leaderboard"], {"HARNESS_DB": board["db"]}
+    )  # 80 columns: the pty has no size
     assert "\x1b[" in on_a_terminal
     plain_lines = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", on_a_terminal).replace("\r", "").splitlines()
     assert max(map(len, plain_lines)) <= 80 and all(line == line.rstrip() for line in plain_lines)
@@ -166,9 +196,13 @@ def test_the_leaderboard_fits_80_columns_and_a_pipe_gets_plain_unpadded_text(boa
     assert "\x1b[" not in piped.stdout
     assert all(line == line.rstrip() for line in piped.stdout.splitlines())
     assert "not ranked" in piped.stdout and "this kernel is not written yet" in piped.stdout
-    checked = harness("test", board["ids"]["fails"], board["ids"]["reference"], db=board["db"], env={"COLUMNS": "80"})
+    checked = harness(
+        "test", board["ids"]["fails"], board["ids"]["reference"], db=board["db"], env={"COLUMNS": "80"}
+    )
     assert max(map(len, checked.stdout.splitlines())) <= 80
-    reason = next(line for line in checked.stdout.splitlines() if line.startswith(f"{board['ids']['fails']} fails r1: "))
+    reason = next(
+        line for line in checked.stdout.splitlines() if line.startswith(f"{board['ids']['fails']} fails r1: ")
+    )
     assert "this kernel is not written yet" in reason + checked.stdout
 
 
@@ -184,7 +218,12 @@ def test_a_speedup_far_below_one_is_never_0_00x(board):
     ):
         assert "0.00x" not in output
         assert format_speedup(speedups[slow]) in output
-    assert [format_speedup(value) for value in (0.0021, 0.00296, 0.00086, 1.5)] == ["0.0021x", "0.0030x", "0.00086x", "1.50x"]
+    assert [format_speedup(value) for value in (0.0021, 0.00296, 0.00086, 1.5)] == [
+        "0.0021x",
+        "0.0030x",
+        "0.00086x",
+        "1.50x",
+    ]
 
 
 def test_every_command_that_prints_data_has_json(board):
@@ -196,7 +235,8 @@ def test_every_command_that_prints_data_has_json(board):
     checked = harness("test", ids["reference"], ids["fails"], "--format", "json", db=db)
     assert checked.returncode == 1
     assert [(row["submission_id"], row["status"], row["stored"]) for row in json.loads(checked.stdout)] == [
-        (ids["reference"], "pass", True), (ids["fails"], "runtime_error", True)
+        (ids["reference"], "pass", True),
+        (ids["fails"], "runtime_error", True),
     ]
     benched = harness("bench", ids["slow"], "--device", "cpu", "--format", "json", db=db)
     assert benched.returncode == 0, benched.stderr
@@ -220,8 +260,11 @@ def test_exit_codes_0_passed_1_failed_2_bad_input_130_interrupted(board, tmp_pat
     (tmp_path / "hangs.py").write_bytes(HANGS)
     hangs = registered_id(harness("register", tmp_path / "hangs.py", db=db))
     process = subprocess.Popen(
-        [str(HARNESS_SCRIPT), "test", str(hangs), "--device", "cpu"], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, env={**os.environ, "HARNESS_DB": db},
+        [str(HARNESS_SCRIPT), "test", str(hangs), "--device", "cpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HARNESS_DB": db},
     )
     time.sleep(8)  # the child is sleeping at import
     process.send_signal(signal.SIGINT)
@@ -234,11 +277,22 @@ def test_exit_codes_0_passed_1_failed_2_bad_input_130_interrupted(board, tmp_pat
 
 
 def test_parent_keeps_its_lineage_unless_lineage_says_otherwise(board, tmp_path):
-    listed = {row["submission_id"]: row for row in json.loads(harness("list", "--format", "json", db=board["db"]).stdout)}
+    listed = {
+        row["submission_id"]: row
+        for row in json.loads(harness("list", "--format", "json", db=board["db"]).stdout)
+    }
     child = listed[board["ids"]["child"]]
     assert (child["lineage"], child["revision"], child["parent_id"]) == ("slow", 2, board["ids"]["slow"])
     (tmp_path / "fork.py").write_bytes(SLOW % b"fork")
-    done = harness("register", tmp_path / "fork.py", "--parent", board["ids"]["slow"], "--lineage", "forked", db=board["db"])
+    done = harness(
+        "register",
+        tmp_path / "fork.py",
+        "--parent",
+        board["ids"]["slow"],
+        "--lineage",
+        "forked",
+        db=board["db"],
+    )
     assert "forked r1 (parent " in done.stdout
 
 
@@ -262,12 +316,17 @@ def test_a_mistyped_store_on_a_read_only_command_creates_nothing(command, tmp_pa
     typo = tmp_path / "harnes.sqlite"
     done = harness(*command, "--db", f"sqlite:///{typo}", db=None)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == f"error: no store at {typo}: check --db/HARNESS_DB, or create one with `harness init`\n"
+    assert (
+        done.stderr
+        == f"error: no store at {typo}: check --db/HARNESS_DB, or create one with `harness init`\n"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_store_in_a_read_only_folder_can_be_listed(board, tmp_path):
-    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True, check=False)
+    probe = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True, check=False
+    )
     if probe.returncode != 0:
         pytest.skip(f"no user and mount namespaces here: {probe.stderr.decode().strip()}")
     folder = tmp_path / "readonly"
@@ -278,8 +337,13 @@ def test_a_store_in_a_read_only_folder_can_be_listed(board, tmp_path):
         f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} && "
         f"exec {HARNESS_SCRIPT} list --format json --db sqlite:///{folder}/store.sqlite"
     )
-    done = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
-                          capture_output=True, text=True, check=False, timeout=120)
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert board["ids"]["reference"] in {row["submission_id"] for row in json.loads(done.stdout)}
     assert sorted(path.name for path in folder.iterdir()) == ["store.sqlite"]
@@ -298,8 +362,13 @@ def test_more_gpus_than_seen_is_one_line_and_exit_2(tmp_path):
 
 def _on_a_terminal(args: list[str], env: dict[str, str]) -> str:
     primary, secondary = pty.openpty()
-    process = subprocess.Popen([str(HARNESS_SCRIPT), *args], stdout=secondary, stderr=subprocess.PIPE,
-                               stdin=secondary, env={**os.environ, **env})
+    process = subprocess.Popen(
+        [str(HARNESS_SCRIPT), *args],
+        stdout=secondary,
+        stderr=subprocess.PIPE,
+        stdin=secondary,
+        env={**os.environ, **env},
+    )
     os.close(secondary)
     output = b""
     while True:
@@ -323,18 +392,24 @@ def test_history_is_bounded_and_paged_on_a_terminal(board):
     assert last.count("== ") == 1 and f"submission {board['ids']['late']}" in last
     paged = _on_a_terminal(["history"], {"HARNESS_DB": db, "LINES": "10", "PAGER": "echo PAGED; cat"})
     assert "PAGED" in paged and "\x1b[" in paged
-    short = _on_a_terminal(["history", "--limit", "1"], {"HARNESS_DB": db, "LINES": "200", "PAGER": "echo PAGED; cat"})
+    short = _on_a_terminal(
+        ["history", "--limit", "1"], {"HARNESS_DB": db, "LINES": "200", "PAGER": "echo PAGED; cat"}
+    )
     assert "PAGED" not in short
 
 
 # --- 13. the HTML chart --------------------------------------------------------------------------------
 
 
-def test_the_chart_has_no_overlapping_labels_no_sibling_lines_and_a_legend_of_lineages_with_points(board, tmp_path):
+def test_the_chart_has_no_overlapping_labels_no_sibling_lines_and_a_legend_of_lineages_with_points(
+    board, tmp_path
+):
     out = tmp_path / "board.html"
     assert harness("leaderboard", "--format", "html", "--out", out, db=board["db"]).returncode == 0
     page = out.read_text()
-    labels = re.findall(r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="(\w+)" class="point-label"[^>]*>(\d+)</text>', page)
+    labels = re.findall(
+        r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="(\w+)" class="point-label"[^>]*>(\d+)</text>', page
+    )
     assert len(labels) == 3  # slow r1, r2, r3 (the reference is the dashed line; the failing one a mark)
     boxes = []
     for x, y, anchor, label in labels:
@@ -342,7 +417,7 @@ def test_the_chart_has_no_overlapping_labels_no_sibling_lines_and_a_legend_of_li
         left = float(x) - (width if anchor == "end" else 0)
         boxes.append((left, float(y) - 10, left + width, float(y) + 3))
     for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)
     assert page.count('class="edge"') == 2  # slow r1 -> its two children (r2 and r3); none between siblings
     legend = re.findall(r'class="legend-label">([^<]+)</text>', page)
@@ -359,12 +434,14 @@ def test_setup_sh_is_not_quiet_and_installs_only_when_the_project_changed(tmp_pa
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python").write_text("#!/bin/sh\nexit 0\n")  # "import torch" succeeds
-    (bin_dir / "pip").write_text(f"#!/bin/sh\necho \"pip $*\" >> {tmp_path}/pip.log\necho pip output\n")
+    (bin_dir / "pip").write_text(f'#!/bin/sh\necho "pip $*" >> {tmp_path}/pip.log\necho pip output\n')
     for tool in ("python", "pip"):
         (bin_dir / tool).chmod(0o755)
 
     def setup() -> str:
-        done = subprocess.run(["bash", str(tmp_path / "setup.sh")], capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            ["bash", str(tmp_path / "setup.sh")], capture_output=True, text=True, check=True
+        )
         return done.stdout
 
     first = setup()
@@ -388,15 +465,35 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_any_folder(tmp_path):
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "HARNESS_DB")}
     env["XDG_DATA_HOME"] = str(tmp_path / "data")
     source = tmp_path / "source"
-    tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=PROJECT_ROOT,
-                             capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for name in tracked:
         if (PROJECT_ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PROJECT_ROOT / name, source / name)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path / "dist")], capture_output=True, text=True, check=False, timeout=300, env=env,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(source),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=env,
     )
     assert built.returncode == 0, built.stderr
     (wheel,) = (tmp_path / "dist").glob("harness-*.whl")
@@ -406,16 +503,37 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_any_folder(tmp_path):
     deps = next(Path(path) for path in sys.path if path.endswith("site-packages") and Path(path).is_dir())
     (site_packages / "deps-of-the-test-venv.pth").write_text(f"{deps}\n")
     installed = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps", "-q",
-         str(wheel)], capture_output=True, text=True, check=False, timeout=300, env=env,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--no-deps",
+            "-q",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=env,
     )
     assert installed.returncode == 0, installed.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(venv / "bin" / "harness"), *args], cwd=elsewhere, env=env,
-                              capture_output=True, text=True, check=False, timeout=600)
+        return subprocess.run(
+            [str(venv / "bin" / "harness"), *args],
+            cwd=elsewhere,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
 
     init = run("init")
     assert init.returncode == 0, init.stderr
@@ -432,9 +550,15 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_any_folder(tmp_path):
     assert "test: 1 revisions, 1 evaluated now" in checked.stdout
     where = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import harness.config as c; print(c.IN_CHECKOUT, c.__file__)"],
-        cwd=elsewhere, env=env, capture_output=True, text=True, check=True,
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
-    assert where[0] == "False" and Path(where[1]).is_relative_to(venv)  # the wheel's harness, not the checkout
+    assert where[0] == "False" and Path(where[1]).is_relative_to(
+        venv
+    )  # the wheel's harness, not the checkout
     assert list(elsewhere.iterdir()) == []
 
 
@@ -444,7 +568,12 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_any_folder(tmp_path):
 def test_numbers_and_messages_read_well(board, tmp_path):
     (tmp_path / "zeros.py").write_bytes(ZEROS)
     assert [format_error_ms(value) for value in (17.3, 340.0, 2.84, 0.05, 0.00047, 9.97)] == [
-        "17", "340", "2.8", "0.050", "0.00047", "10"
+        "17",
+        "340",
+        "2.8",
+        "0.050",
+        "0.00047",
+        "10",
     ]
     bad = harness("list", "--format", "yaml", db=board["db"])
     assert bad.returncode == 2 and bad.stderr == (
@@ -452,7 +581,9 @@ def test_numbers_and_messages_read_well(board, tmp_path):
     )
     unknown = harness("tournament", "--only", "424242", "--device", "cpu", db=board["db"])
     assert (unknown.returncode, unknown.stdout) == (2, "")
-    assert unknown.stderr == "error: no revision 424242 of task conv2d_v2 in the store\n"  # no blank line above
+    assert (
+        unknown.stderr == "error: no revision 424242 of task conv2d_v2 in the store\n"
+    )  # no blank line above
     wrong = registered_id(harness("register", tmp_path / "zeros.py", db=board["db"]))
     checked = harness("test", wrong, "--device", "cpu", "--format", "json", db=board["db"])
     assert checked.returncode == 1
@@ -470,8 +601,11 @@ def test_the_readme_names_every_option_of_every_command():
     from harness.cli import app
 
     readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
-    rows = {line.split("`")[1].removeprefix("harness ").split(" ")[0]: line for line in readme.splitlines()
-            if line.startswith("| `harness ")}
+    rows = {
+        line.split("`")[1].removeprefix("harness ").split(" ")[0]: line
+        for line in readme.splitlines()
+        if line.startswith("| `harness ")
+    }
     missing = []
 
     def walk(group: click.Group, prefix: str) -> None:
@@ -480,9 +614,15 @@ def test_the_readme_names_every_option_of_every_command():
                 walk(command, f"{prefix}{name} ")
                 continue
             row = rows.get((prefix + name).split(" ")[0], "")
-            options = [p for p in command.params if isinstance(p, click.Option) and p.opts[0] not in ("--db", "--help")]
+            options = [
+                p
+                for p in command.params
+                if isinstance(p, click.Option) and p.opts[0] not in ("--db", "--help")
+            ]
             missing.extend(
-                f"{prefix}{name} {option.opts[0]}" for option in options if not any(opt in row for opt in option.opts)
+                f"{prefix}{name} {option.opts[0]}"
+                for option in options
+                if not any(opt in row for opt in option.opts)
             )
 
     walk(typer.main.get_command(app), "")

@@ -95,7 +95,10 @@ def test_a_changed_file_is_a_new_version_and_old_results_stay_with_the_old_one(h
     assert [line.split("runs: ")[1] for line in shown.splitlines() if "runs: " in line] == ["1", "0"]
 
     ok(harness("test", submission, "--device", "cpu"))  # judged again under version 2
-    assert rows(store_url, "SELECT task_version, status FROM runs ORDER BY task_version") == [(1, "pass"), (2, "pass")]
+    assert rows(store_url, "SELECT task_version, status FROM runs ORDER BY task_version") == [
+        (1, "pass"),
+        (2, "pass"),
+    ]
     # the utils.py one folder up is part of the task: changing it is a new version too
     (tmp_path / "problems" / "utils.py").write_text((PROBLEMS / "utils.py").read_text() + "\n")
     assert ok(harness("task", "add", problem, "--name", "scan")).startswith("added task scan version 3 ")
@@ -191,20 +194,40 @@ def test_a_built_in_name_is_refused(harness, store_url, dump_store):
 @pytest.mark.parametrize(
     ("task", "mode", "reason"),
     [
-        ("vectoradd", "leaderboard", "GPU MODE check: output differs from the reference: 64 elements differ; at (0, 0):"),
-        ("prefixsum", "benchmark", "GPU MODE check: output differs from the reference: 100 elements differ; at (0,): 0.0 vs"),
+        (
+            "vectoradd",
+            "leaderboard",
+            "GPU MODE check: output differs from the reference: 64 elements differ; at (0, 0):",
+        ),
+        (
+            "prefixsum",
+            "benchmark",
+            "GPU MODE check: output differs from the reference: 100 elements differ; at (0,): 0.0 vs",
+        ),
         ("matmul", "benchmark", "GPU MODE check: output differs from the reference:"),
     ],
 )
 def test_a_tournament_and_a_leaderboard_per_task_on_the_cpu(harness, task, mode, reason):
     ok(harness("task", "add", PROBLEMS / f"{task}_py"))
     for kind in ("correct", "wrong"):
-        ok(harness("register", PROBLEMS / f"{task}_py" / "solutions" / f"{kind}.py", "--task", task, "--lineage", f"{task}_{kind}"))
+        ok(
+            harness(
+                "register",
+                PROBLEMS / f"{task}_py" / "solutions" / f"{kind}.py",
+                "--task",
+                task,
+                "--lineage",
+                f"{task}_{kind}",
+            )
+        )
     some_failed(harness("tournament", "--task", task, "--device", "cpu", "--mode", mode, timeout=600))
     board = json.loads(ok(harness("leaderboard", "--task", task, "--format", "json")))
     entries = {entry["lineage"]: entry for entry in board["entries"]}
     assert board["verdict"] == "gpumode" and board["exact_answer"] is False and board["mode"] == mode
-    assert {name for name, entry in entries.items() if entry["rank"] is not None} == {f"{task}_reference", f"{task}_correct"}
+    assert {name for name, entry in entries.items() if entry["rank"] is not None} == {
+        f"{task}_reference",
+        f"{task}_correct",
+    }
     assert entries[f"{task}_reference"]["speedup_vs_reference"] == 1.0
     wrong = entries[f"{task}_wrong"]
     assert wrong["rank"] is None and wrong["status"] == "wrong_answer"
@@ -216,7 +239,9 @@ def test_a_tournament_and_a_leaderboard_per_task_on_the_cpu(harness, task, mode,
     assert "3 reused" in again
     refused = harness("leaderboard", "--task", task, "--verdict", "accurate")
     assert refused.returncode == 2
-    assert refused.stderr.strip() == f"error: task {task} has no exact answer: it has only the gpumode verdict"
+    assert (
+        refused.stderr.strip() == f"error: task {task} has no exact answer: it has only the gpumode verdict"
+    )
 
 
 def test_a_task_whose_inputs_are_made_on_cuda_only_is_unsupported_on_the_cpu(harness):
@@ -246,7 +271,10 @@ def test_a_stored_task_whose_files_were_altered_is_refused_and_the_rest_works(ha
         )
     connection.close()
     listed = ok(harness("task", "list"))
-    assert "task vectoradd version 1 cannot be used: task vectoradd version 1: its stored files do not match" in listed
+    assert (
+        "task vectoradd version 1 cannot be used: task vectoradd version 1: its stored files do not match"
+        in listed
+    )
     assert "matmul  version 1 of " in listed
     refused = harness("leaderboard", "--task", "vectoradd")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1
@@ -260,9 +288,28 @@ def test_an_added_task_reaches_the_tournaments_gpu_workers(harness, store_url):
     ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
     for kind in ("correct", "wrong"):
         ok(harness("register", PROBLEMS / "vectoradd_py" / "solutions" / f"{kind}.py", "--task", "vectoradd"))
-    some_failed(harness("tournament", "--task", "vectoradd", "--device", "cpu", "--gpus", "2", "--mode", "test", timeout=600))
-    statuses = rows(store_url, "SELECT r.filename, u.status FROM runs u JOIN revisions r ON r.id = u.revision_id")
-    assert sorted(statuses) == [("correct.py", "pass"), ("vectoradd_reference.py", "pass"), ("wrong.py", "wrong_answer")]
+    some_failed(
+        harness(
+            "tournament",
+            "--task",
+            "vectoradd",
+            "--device",
+            "cpu",
+            "--gpus",
+            "2",
+            "--mode",
+            "test",
+            timeout=600,
+        )
+    )
+    statuses = rows(
+        store_url, "SELECT r.filename, u.status FROM runs u JOIN revisions r ON r.id = u.revision_id"
+    )
+    assert sorted(statuses) == [
+        ("correct.py", "pass"),
+        ("vectoradd_reference.py", "pass"),
+        ("wrong.py", "wrong_answer"),
+    ]
 
 
 def test_the_child_of_a_gpu_mode_check_task_has_cublas_deterministic_workspace(harness, store_url, tmp_path):
@@ -279,10 +326,14 @@ def test_the_child_of_a_gpu_mode_check_task_has_cublas_deterministic_workspace(h
     assert rows(store_url, "SELECT status, reason FROM runs") == [("pass", "")]
 
 
-def test_a_reference_that_fails_is_the_tasks_error_in_one_line_not_a_candidates_result(harness, store_url, tmp_path):
+def test_a_reference_that_fails_is_the_tasks_error_in_one_line_not_a_candidates_result(
+    harness, store_url, tmp_path
+):
     problem = copy_problem(tmp_path, "vectoradd_py")
     reference = problem / "reference.py"
-    reference.write_text(reference.read_text().replace("    out[...] = a + b\n", "    raise RuntimeError('no answer')\n"))
+    reference.write_text(
+        reference.read_text().replace("    out[...] = a + b\n", "    raise RuntimeError('no answer')\n")
+    )
     ok(harness("task", "add", problem))
     ok(harness("register", problem / "solutions" / "correct.py", "--task", "vectoradd"))
     result = harness("tournament", "--task", "vectoradd", "--device", "cpu")

@@ -14,7 +14,13 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1] / "harness"
 
 # importer prefix -> prefixes it must not import
 FORBIDDEN = {
-    "harness.sandbox": ("harness.store", "harness.executors", "harness.report", "harness.tournament", "harness.plan"),
+    "harness.sandbox": (
+        "harness.store",
+        "harness.executors",
+        "harness.report",
+        "harness.tournament",
+        "harness.plan",
+    ),
     "harness.checking": ("harness.store", "harness.sandbox"),
     "harness.timing": ("harness.store", "harness.sandbox"),
     "harness.scoring": ("harness.store", "harness.sandbox"),
@@ -123,7 +129,9 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path):
     package = tmp_path / "harness" / "sandbox"
     package.mkdir(parents=True)
     source = package / "thing.py"
-    source.write_text("def f():\n    from harness.store.session import open_store\nfrom ..report import leaderboard\n")
+    source.write_text(
+        "def f():\n    from harness.store.session import open_store\nfrom ..report import leaderboard\n"
+    )
     global PACKAGE_DIR
     saved, PACKAGE_DIR = PACKAGE_DIR, tmp_path / "harness"
     try:

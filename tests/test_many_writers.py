@@ -44,12 +44,12 @@ def custom_kernel(data: input_t) -> output_t:
     output.copy_(F.conv2d(input_tensor, kernel))
     return output
 '''
-RAISES = b'''from task import input_t, output_t
+RAISES = b"""from task import input_t, output_t
 
 
 def custom_kernel(data: input_t) -> output_t:
     raise ValueError("no kernel here")
-'''
+"""
 SUMMARY = re.compile(
     r"test: (\d+) revisions,\s+(\d+) evaluated now,\s+(\d+) reused,\s+(\d+) held by other\s+workers,\s+(\d+) passed"
 )
@@ -58,7 +58,7 @@ SUMMARY = re.compile(
 def _probe(paths: list[str]) -> bytes:
     """A candidate that passes only when none of `paths` (the store, seen from the parent) is
     visible in its sandbox."""
-    return f'''import os
+    return f"""import os
 from task import input_t, output_t
 import torch.nn.functional as F
 
@@ -71,7 +71,7 @@ def custom_kernel(data: input_t) -> output_t:
     input_tensor, kernel, output = data
     output.copy_(F.conv2d(input_tensor, kernel))
     return output
-'''.encode()
+""".encode()
 
 
 def _store_paths(url: str) -> list[str]:
@@ -179,7 +179,10 @@ def test_postgresql_skips_a_row_that_another_worker_is_claiming(postgres_url):
             with store.session() as other:
                 other.execute(text("SET LOCAL lock_timeout = '2s'"))
                 started = time.monotonic()
-                assert claim_run(other, revision_id, TASK, "test", environment, worker="second", ttl_s=600) is None
+                assert (
+                    claim_run(other, revision_id, TASK, "test", environment, worker="second", ttl_s=600)
+                    is None
+                )
                 assert time.monotonic() - started < 1.5
         assert [row[3] for row in _runs(postgres_url)] == ["first"]
     finally:
@@ -227,7 +230,9 @@ def test_a_dead_workers_claim_expires_and_is_taken_again_but_a_live_one_is_not(a
 
     store = open_store(any_store_url)
     environment = probe_environment("cpu")
-    with store.session() as session:  # the dead worker's claim is void at once (issue 15), not after its expiry
+    with (
+        store.session() as session
+    ):  # the dead worker's claim is void at once (issue 15), not after its expiry
         claim_run(session, live_revision, TASK, "test", environment, worker="alive:1", ttl_s=3600)
     store.close()
 
@@ -247,7 +252,9 @@ def test_a_dead_workers_claim_expires_and_is_taken_again_but_a_live_one_is_not(a
 def test_two_tournaments_at_once_evaluate_each_revision_once(any_store_url):
     contents = [PASSES, RAISES, _probe(_store_paths(any_store_url))]
     revision_ids = _register(any_store_url, contents)
-    tournaments = [_harness(any_store_url, "tournament", "--mode", "test", "--device", "cpu") for _ in range(2)]
+    tournaments = [
+        _harness(any_store_url, "tournament", "--mode", "test", "--device", "cpu") for _ in range(2)
+    ]
     outputs = [process.communicate(timeout=400) for process in tournaments]
 
     rows = _runs(any_store_url)

@@ -48,7 +48,9 @@ def test_a_group_starts_together_and_each_child_keeps_its_status_deadlines_and_p
     assert [e.filename for e in evaluations] == [path.name for path, _ in files]
     statuses = {e.filename: (e.status, e.reason) for e in evaluations}
     assert statuses["conv2d_v2_reference.py"] == ("pass", "")
-    assert statuses["syntax_error.py"][0] == "compile_error" and "SyntaxError" in statuses["syntax_error.py"][1]
+    assert (
+        statuses["syntax_error.py"][0] == "compile_error" and "SyntaxError" in statuses["syntax_error.py"][1]
+    )
     # the import deadline runs from this child's own `Started`, not from the group's
     assert statuses["import_loop.py"] == ("timeout", "import/compile exceeded 3 s")
     assert statuses["segfaults.py"][0] == "crashed" and "SIGSEGV" in statuses["segfaults.py"][1]
@@ -241,7 +243,12 @@ def test_a_passing_child_is_kept_for_the_next_phase_adopted_once_and_then_stoppe
     assert not CHILD_POOL.kept
     second = evaluate_interleaved(timed)
     reused = second[0]
-    assert reused.status == "pass" and reused.child_reused and reused.startup_s == 0.0 and reused.compile_s == 0.0
+    assert (
+        reused.status == "pass"
+        and reused.child_reused
+        and reused.startup_s == 0.0
+        and reused.compile_s == 0.0
+    )
     assert all(s.runs and s.mean_ms > 0 for s in reused.shapes)
     assert second[1].status == "wrong_answer" and not second[1].child_reused and second[1].startup_s > 0
     assert kept.proc.poll() is not None, "not asked to keep it again: stopped at the end"
@@ -253,13 +260,20 @@ def test_kept_children_that_no_job_adopts_are_stopped_when_the_next_job_starts()
     from harness.sandbox.pool import CHILD_POOL
 
     settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
-    request = EvaluationRequest.make(1, REFERENCE.read_bytes(), REFERENCE.name, "conv2d_v2", device="cpu",
-                                     limits=settings, keep_child=True)
+    request = EvaluationRequest.make(
+        1, REFERENCE.read_bytes(), REFERENCE.name, "conv2d_v2", device="cpu", limits=settings, keep_child=True
+    )
     [checked] = run_job(Job(device="cpu", env_key="k", requests=[request]))
     assert checked.status == "pass"
     [kept] = CHILD_POOL.kept.values()
-    other = EvaluationRequest.make(2, (BAD / "wrong_answer.py").read_bytes(), "wrong_answer.py", "conv2d_v2",
-                                   device="cpu", limits=settings)
+    other = EvaluationRequest.make(
+        2,
+        (BAD / "wrong_answer.py").read_bytes(),
+        "wrong_answer.py",
+        "conv2d_v2",
+        device="cpu",
+        limits=settings,
+    )
     [result] = run_job(Job(device="cpu", env_key="k", requests=[other]))
     assert result.status == "wrong_answer" and not result.child_reused
     assert kept.proc.poll() is not None and not CHILD_POOL.kept
@@ -275,13 +289,19 @@ def test_an_isolation_probe_started_early_gives_the_same_level_and_leaves_nothin
     script = "from harness.sandbox import isolation as s\ns.start_isolation_probe('cpu')\n"
     waited = subprocess.run(
         [sys.executable, "-c", script + "print(s.detect_isolation('cpu').name)"],
-        capture_output=True, text=True, env=env, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
     )
     assert waited.stdout.strip() == detect_isolation("cpu").name
     # a command that exits while its probe still runs (nothing to evaluate, an error)
     subprocess.run(
         [sys.executable, "-c", script],
-        env=env, timeout=120, check=True,
+        env=env,
+        timeout=120,
+        check=True,
     )
     assert not list(tmp_path.glob("harness-probe-*")), "the probe's scratch directory is removed"
 
@@ -318,8 +338,14 @@ def test_the_isolation_level_is_kept_on_disk_and_dropped_when_a_child_then_fails
     env = {**__import__("os").environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache")}
 
     def run(*args: str) -> list[str]:
-        done = subprocess.run([sys.executable, "-c", KEPT_ISOLATION, *args], capture_output=True, text=True,
-                              env=env, timeout=120, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", KEPT_ISOLATION, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=True,
+        )
         return done.stdout.strip().splitlines()
 
     name = detect_isolation("cpu").name
@@ -329,7 +355,9 @@ def test_the_isolation_level_is_kept_on_disk_and_dropped_when_a_child_then_fails
     assert run() == [f"{name} kept"], "the next command reads the level instead of probing"
     lines = run("fail")
     assert lines[0] == f"{name} kept"
-    assert lines[1].startswith(f"error: a sandboxed child did not start under the kept isolation level {name}")
+    assert lines[1].startswith(
+        f"error: a sandboxed child did not start under the kept isolation level {name}"
+    )
     assert lines[1].endswith("the kept level is dropped: run the command again")
     assert json.loads((tmp_path / "cache" / ISOLATION_CACHE).read_text()) == {}
     assert run() == [f"{name} probed"]
@@ -363,8 +391,13 @@ def test_children_spawned_before_torch_is_imported_are_taken_by_their_evaluation
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", EARLY_CHILD, str(REFERENCE)], capture_output=True, text=True,
-                          timeout=180, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", EARLY_CHILD, str(REFERENCE)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
     assert done.stdout.splitlines() == [
         "torch imported before the spawn: False",
         "taken: True",
@@ -381,7 +414,9 @@ def test_torch_versions_are_read_without_importing_torch_and_are_torchs():
         "import sys\nfrom harness.environment import torch_versions\nread = torch_versions()\n"
         "print('torch' in sys.modules)\nimport torch\nprint(read == (str(torch.__version__), torch.version.cuda or ''))"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
     assert done.stdout.split() == ["False", "True"]
 
 
@@ -416,10 +451,19 @@ def test_a_kept_childs_autotuners_forget_their_choices_before_the_next_phase():
     [first] = evaluate_interleaved([checked])
     assert first.status == "pass", first.reason
     remembered = [line for line in first.log_tail.splitlines() if line.startswith("remembered")]
-    assert remembered[0] == "remembered 0" and remembered[-1] == "remembered 1", "the mark stays within a phase"
+    assert remembered[0] == "remembered 0" and remembered[-1] == "remembered 1", (
+        "the mark stays within a phase"
+    )
     kept = checked.child
-    timed = Evaluator(MARKS_ITS_TUNER, "marks.py", TASK, device="cpu", limits=settings, timed=True,
-                      rule=StoppingRule(min_runs=2, max_runs=2, budget_s=0.1))
+    timed = Evaluator(
+        MARKS_ITS_TUNER,
+        "marks.py",
+        TASK,
+        device="cpu",
+        limits=settings,
+        timed=True,
+        rule=StoppingRule(min_runs=2, max_runs=2, budget_s=0.1),
+    )
     assert timed.adopted and timed.child is kept
     [second] = evaluate_interleaved([timed])
     assert second.status == "pass" and second.child_reused
@@ -442,7 +486,9 @@ def test_a_cpu_only_torch_decides_the_device_without_being_imported():
         "print(resolve_device(None))\ntry:\n    resolve_device('cuda')\nexcept HarnessError as exc:\n    print(exc)\n"
         "print('torch' in sys.modules)"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
     assert done.stdout.splitlines() == [
         "cpu",
         "--device cuda, but torch sees no CUDA GPU here (a CPU-only build of torch)",

@@ -93,7 +93,8 @@ def test_untimed_evaluations_overlap_and_reference_cases_are_made_once_per_shape
     monkeypatch.setattr(checking, "_recent_cases", OrderedDict())  # no case left by an earlier test
     limits = SandboxLimits.from_settings(**QUICK)
     evaluators = [
-        Evaluator(busy_code(copy, 0.4), f"busy_{copy}.py", TASK, device="cpu", limits=limits) for copy in range(3)
+        Evaluator(busy_code(copy, 0.4), f"busy_{copy}.py", TASK, device="cpu", limits=limits)
+        for copy in range(3)
     ]
     heard: list[str] = []
     evaluations = evaluate_interleaved(
@@ -104,11 +105,17 @@ def test_untimed_evaluations_overlap_and_reference_cases_are_made_once_per_shape
     latest_start = max(evaluation.started_at for evaluation in evaluations)
     earliest_end = min(evaluation.ended_at for evaluation in evaluations)
     assert latest_start < earliest_end, [(e.started_at, e.ended_at) for e in evaluations]
-    calls = [[(float(a), float(b)) for a, b in re.findall(r"busy call ([\d.]+) ([\d.]+)", evaluation.log_tail)]
-             for evaluation in evaluations]
+    calls = [
+        [(float(a), float(b)) for a, b in re.findall(r"busy call ([\d.]+) ([\d.]+)", evaluation.log_tail)]
+        for evaluation in evaluations
+    ]
     assert all(len(spans) == len(TASK.smoke) for spans in calls), calls
-    overlapping = [(i, j) for i in range(3) for j in range(i + 1, 3)
-                   if any(a0 < b1 and b0 < a1 for a0, a1 in calls[i] for b0, b1 in calls[j])]
+    overlapping = [
+        (i, j)
+        for i in range(3)
+        for j in range(i + 1, 3)
+        if any(a0 < b1 and b0 < a1 for a0, a1 in calls[i] for b0, b1 in calls[j])
+    ]
     assert len(overlapping) == 3, calls
     assert sorted(made) == sorted(set(made)) and len(made) == len(TASK.smoke)
     assert not any(evaluator.child in CHILD_POOL.live for evaluator in evaluators)
@@ -119,8 +126,10 @@ def test_a_timing_never_shares_the_machine_with_checks_running_side_by_side():
     thread times an honest revision: every checking child that was alive over a timing phase
     shows a pause in its beats over the whole phase (it was stopped), and at least one was."""
     limits = SandboxLimits.from_settings(**QUICK)
-    checkers = [Evaluator(busy_code(copy, 3.0), f"busy_{copy}.py", TASK, device="cpu", limits=limits)
-                for copy in range(2)]
+    checkers = [
+        Evaluator(busy_code(copy, 3.0), f"busy_{copy}.py", TASK, device="cpu", limits=limits)
+        for copy in range(2)
+    ]
     first_shape = threading.Event()
     checked: list = []
     thread = threading.Thread(
@@ -128,8 +137,15 @@ def test_a_timing_never_shares_the_machine_with_checks_running_side_by_side():
             evaluate_interleaved(checkers, lambda evaluator, outcome: first_shape.set(), parallel=2)
         )
     )
-    timed = Evaluator(HONEST_SLOW.read_bytes(), "slow_honest.py", TASK, device="cpu", timed=True, limits=limits,
-                      rule=StoppingRule(min_runs=3, max_runs=5, budget_s=0.3))
+    timed = Evaluator(
+        HONEST_SLOW.read_bytes(),
+        "slow_honest.py",
+        TASK,
+        device="cpu",
+        timed=True,
+        limits=limits,
+        rule=StoppingRule(min_runs=3, max_runs=5, budget_s=0.3),
+    )
     phases: list[tuple[float, float]] = []
     real_time = timed.child.time
 
@@ -152,8 +168,12 @@ def test_a_timing_never_shares_the_machine_with_checks_running_side_by_side():
     assert len(phases) == len(TASK.smoke)
     covered = 0
     for evaluation in checked:
-        gaps = [(float(a), float(b)) for a, b in re.findall(r"busy gap ([\d.]+) ([\d.]+)", evaluation.log_tail)]
-        calls = [(float(a), float(b)) for a, b in re.findall(r"busy call ([\d.]+) ([\d.]+)", evaluation.log_tail)]
+        gaps = [
+            (float(a), float(b)) for a, b in re.findall(r"busy gap ([\d.]+) ([\d.]+)", evaluation.log_tail)
+        ]
+        calls = [
+            (float(a), float(b)) for a, b in re.findall(r"busy call ([\d.]+) ([\d.]+)", evaluation.log_tail)
+        ]
         assert len(calls) == len(TASK.smoke), evaluation.log_tail
         for start, end in phases:
             if not (calls[0][0] <= start and end <= calls[-1][1]):  # not within its calls: nothing to see
@@ -183,8 +203,14 @@ def _descendants(pid: int) -> set[int]:
 def _register(tmp_path: Path, store_url: str, name: str, code: bytes) -> int:
     path = tmp_path / name
     path.write_bytes(code)
-    done = subprocess.run([str(HARNESS_SCRIPT), "register", str(path), "--lineage", path.stem], check=False,
-                          capture_output=True, text=True, env={**os.environ, "HARNESS_DB": store_url}, timeout=120)
+    done = subprocess.run(
+        [str(HARNESS_SCRIPT), "register", str(path), "--lineage", path.stem],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HARNESS_DB": store_url},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return int(re.search(r"submission (\d+)", done.stdout).group(1))
 
@@ -210,14 +236,20 @@ def test_ctrl_c_in_a_parallel_test_phase_keeps_what_ended_and_leaves_no_process(
     quick = _register(tmp_path, store_url, "reference.py", REFERENCE.read_bytes())
     slow = _register(tmp_path, store_url, "slow.py", busy_code(0, 20.0))
     if crash:
-        other = _register(tmp_path, store_url, "exits.py", (Path(__file__).parent / "bad_candidates"
-                                                            / "exits_midway.py").read_bytes())
+        other = _register(
+            tmp_path,
+            store_url,
+            "exits.py",
+            (Path(__file__).parent / "bad_candidates" / "exits_midway.py").read_bytes(),
+        )
     else:
         other = _register(tmp_path, store_url, "slow_too.py", busy_code(1, 20.0))
     process = subprocess.Popen(
         [str(HARNESS_SCRIPT), "test", "--device", "cpu", str(quick), str(slow), str(other)],
         env={**os.environ, "HARNESS_DB": store_url, "HARNESS_CHECK_PARALLELISM": "3"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     ended = [quick, other] if crash else [quick]
     seen: set[int] = set()
@@ -225,8 +257,14 @@ def test_ctrl_c_in_a_parallel_test_phase_keeps_what_ended_and_leaves_no_process(
     try:
         while time.monotonic() < deadline and process.poll() is None:
             seen |= _descendants(process.pid)
-            done = {revision for (revision,) in rows(store_url, "select revision_id from runs where state = 'done'")} \
-                if Path(store_url.removeprefix("sqlite:///")).exists() else set()
+            done = (
+                {
+                    revision
+                    for (revision,) in rows(store_url, "select revision_id from runs where state = 'done'")
+                }
+                if Path(store_url.removeprefix("sqlite:///")).exists()
+                else set()
+            )
             if set(ended) <= done:
                 break
             time.sleep(0.3)
@@ -261,17 +299,31 @@ def test_each_evaluation_tells_what_it_does_in_order():
     def told(evaluator, activity):
         heard.append((evaluator.evaluation.filename, activity, threading.current_thread().name))
 
-    checked = [Evaluator(REFERENCE.read_bytes() + b"\n# %d\n" % copy, f"copy_{copy}.py", TASK, device="cpu",
-                         limits=limits) for copy in range(2)]
-    timed = Evaluator(REFERENCE.read_bytes(), "timed.py", TASK, device="cpu", timed=True, limits=limits,
-                      rule=StoppingRule(min_runs=2, max_runs=3, budget_s=0.1))
+    checked = [
+        Evaluator(
+            REFERENCE.read_bytes() + b"\n# %d\n" % copy, f"copy_{copy}.py", TASK, device="cpu", limits=limits
+        )
+        for copy in range(2)
+    ]
+    timed = Evaluator(
+        REFERENCE.read_bytes(),
+        "timed.py",
+        TASK,
+        device="cpu",
+        timed=True,
+        limits=limits,
+        rule=StoppingRule(min_runs=2, max_runs=3, budget_s=0.1),
+    )
     evaluations = evaluate_interleaved([*checked, timed], parallel=2, on_activity=told)
     assert [evaluation.status for evaluation in evaluations] == ["pass"] * 3
     assert {thread for _, _, thread in heard} == {threading.main_thread().name}
     for name in ("copy_0.py", "copy_1.py"):
         assert [activity for file, activity, _ in heard if file == name] == ["building", "checking", "done"]
     assert [activity for file, activity, _ in heard if file == "timed.py"] == [
-        "building", *["checking", "timing", "waiting"] * len(TASK.smoke), "done"]
+        "building",
+        *["checking", "timing", "waiting"] * len(TASK.smoke),
+        "done",
+    ]
 
 
 def test_the_progress_bar_counts_what_builds_and_checks_and_names_what_is_timed():
@@ -283,8 +335,13 @@ def test_the_progress_bar_counts_what_builds_and_checks_and_names_what_is_timed(
 
     with RichTournamentProgress(Console(file=io.StringIO(), force_terminal=False)) as progress:
         progress.start_phase("test", 8)
-        for label, activity in [("a r1", "building"), ("b r1", "building"), ("c r1", "building"),
-                                ("a r1", "checking"), ("b r1", "checking")]:
+        for label, activity in [
+            ("a r1", "building"),
+            ("b r1", "building"),
+            ("c r1", "building"),
+            ("a r1", "checking"),
+            ("b r1", "checking"),
+        ]:
             progress.activity(label, activity)
         assert progress.now_text() == "building 1 · checking 2"
         progress.activity("a r1", "done")
@@ -306,8 +363,10 @@ def test_gpu_workers_tell_activities_and_store_each_evaluation_as_it_ends(tmp_pa
     from harness.plan.tournament import TournamentProgress, run_tournament
     from harness.store.session import open_store
 
-    ids = [_register(tmp_path, store_url, f"copy_{copy}.py", REFERENCE.read_bytes() + b"\n# %d\n" % copy)
-           for copy in range(3)]
+    ids = [
+        _register(tmp_path, store_url, f"copy_{copy}.py", REFERENCE.read_bytes() + b"\n# %d\n" % copy)
+        for copy in range(3)
+    ]
 
     class Recorded(TournamentProgress):
         def __init__(self):
@@ -327,7 +386,11 @@ def test_gpu_workers_tell_activities_and_store_each_evaluation_as_it_ends(tmp_pa
     labels = {label for label, _ in progress.heard}
     assert len(labels) == 3
     for label in labels:
-        assert [activity for heard, activity in progress.heard if heard == label] == ["building", "checking", "done"]
+        assert [activity for heard, activity in progress.heard if heard == label] == [
+            "building",
+            "checking",
+            "done",
+        ]
     spans = rows(store_url, "select details from runs where state = 'done'")
     assert len(spans) == 3
     for (details,) in spans:
@@ -351,10 +414,30 @@ def cpu_ray_cluster(tmp_path_factory) -> str:
     temp = tmp_path_factory.mktemp("ray")
     env = {**os.environ, "RAY_TMPDIR": str(temp)}
     started = subprocess.run(
-        [str(ray), "start", "--head", "--port", str(port), "--num-cpus", "2", "--num-gpus", "0",
-         "--disable-usage-stats", "--include-dashboard", "false", "--object-store-memory", "200000000",
-         "--node-ip-address", "127.0.0.1", f"--temp-dir={temp}"],
-        capture_output=True, text=True, env=env, timeout=180, check=False,
+        [
+            str(ray),
+            "start",
+            "--head",
+            "--port",
+            str(port),
+            "--num-cpus",
+            "2",
+            "--num-gpus",
+            "0",
+            "--disable-usage-stats",
+            "--include-dashboard",
+            "false",
+            "--object-store-memory",
+            "200000000",
+            "--node-ip-address",
+            "127.0.0.1",
+            f"--temp-dir={temp}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
     )
     assert started.returncode == 0, started.stdout + started.stderr
     try:
@@ -367,20 +450,53 @@ def cpu_ray_cluster(tmp_path_factory) -> str:
 def test_ray_checks_on_the_cpus_of_a_cluster_without_gpus(tmp_path, store_url, cpu_ray_cluster):
     """`--executor ray --device cpu` on a cluster with CPUs only: its tasks ask for a CPU each and
     the revisions are checked and stored; without `--device cpu` it refuses in one line."""
-    ids = [_register(tmp_path, store_url, f"copy_{copy}.py", REFERENCE.read_bytes() + b"\n# %d\n" % copy)
-           for copy in range(2)]
+    ids = [
+        _register(tmp_path, store_url, f"copy_{copy}.py", REFERENCE.read_bytes() + b"\n# %d\n" % copy)
+        for copy in range(2)
+    ]
     env = {**os.environ, "HARNESS_DB": store_url}
     done = subprocess.run(
-        [str(HARNESS_SCRIPT), "tournament", "--device", "cpu", "--mode", "test", "--executor", "ray",
-         "--ray-address", cpu_ray_cluster],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
+        [
+            str(HARNESS_SCRIPT),
+            "tournament",
+            "--device",
+            "cpu",
+            "--mode",
+            "test",
+            "--executor",
+            "ray",
+            "--ray-address",
+            cpu_ray_cluster,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert "test: 2 revisions, 2 evaluated now" in done.stdout, done.stdout
-    assert sorted(rows(store_url, "select revision_id, status from runs")) == [(i, "pass") for i in sorted(ids)]
+    assert sorted(rows(store_url, "select revision_id, status from runs")) == [
+        (i, "pass") for i in sorted(ids)
+    ]
     refused = subprocess.run(
-        [str(HARNESS_SCRIPT), "tournament", "--mode", "test", "--executor", "ray", "--ray-address", cpu_ray_cluster],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
+        [
+            str(HARNESS_SCRIPT),
+            "tournament",
+            "--mode",
+            "test",
+            "--executor",
+            "ray",
+            "--ray-address",
+            cpu_ray_cluster,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
     )
     assert refused.returncode == 2
-    assert refused.stderr.count("\n") == 1 and "the Ray cluster has no GPU resource" in refused.stderr, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "the Ray cluster has no GPU resource" in refused.stderr, (
+        refused.stderr
+    )

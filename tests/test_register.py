@@ -57,7 +57,11 @@ def test_lineage_parent_and_task_defaults(store):
     assert second == (second[0], "conv_fast", 2, first[0], True)
     with store.session() as session:
         revision = get_revision(session, second[0])
-        assert (revision.task, revision.filename, revision.entry_point) == ("conv2d_v2", "conv_fast.py", "custom_kernel")
+        assert (revision.task, revision.filename, revision.entry_point) == (
+            "conv2d_v2",
+            "conv_fast.py",
+            "custom_kernel",
+        )
         assert revision.created_at.tzinfo is None  # naive UTC, as utcnow() stores it
 
 
@@ -107,7 +111,10 @@ def test_the_task_comes_from_the_leaderboard_directive(store):
     revision_id = register(store, content)[0]
     with store.session() as session:
         revision = get_revision(session, revision_id)
-        assert (revision.task, revision.directives) == ("conv2d_v2", {"leaderboard": "conv2d_v2", "gpu": "B200"})
+        assert (revision.task, revision.directives) == (
+            "conv2d_v2",
+            {"leaderboard": "conv2d_v2", "gpu": "B200"},
+        )
 
 
 def test_a_syntax_error_is_registered_with_its_flag(store):
@@ -130,7 +137,9 @@ def test_a_syntax_error_is_registered_with_its_flag(store):
         (b"\xff\xfe" + ENTRY, "k.py", {}, "not UTF-8"),
     ],
 )
-def test_bad_input_is_rejected_and_nothing_is_written(store, store_url, dump_store, content, filename, options, message):
+def test_bad_input_is_rejected_and_nothing_is_written(
+    store, store_url, dump_store, content, filename, options, message
+):
     register(store, ENTRY + b"# existing\n", "k.py")
     before = dump_store(store_url)
     with pytest.raises(HarnessError, match=message):
@@ -189,7 +198,10 @@ def write_manifest(directory: Path, second_id: int = 512024) -> Path:
 def test_seeding_registers_each_lineage_in_order_and_a_second_run_registers_nothing(store, tmp_path):
     seeds = read_seeds(write_manifest(tmp_path))
     with store.session() as session:
-        first = [(o.revision.lineage.name, o.revision.number, o.revision.parent_id, o.created) for o in register_seeds(session, seeds)]
+        first = [
+            (o.revision.lineage.name, o.revision.number, o.revision.parent_id, o.created)
+            for o in register_seeds(session, seeds)
+        ]
         before_id = session.scalar(select(Revision.id).where(Revision.filename == "k_before.py"))
     assert first == [("ref", 1, None, True), ("kern", 1, None, True), ("kern", 2, before_id, True)]
     with store.session() as session:
@@ -258,7 +270,10 @@ def test_seed_twice(run_cli, tmp_path):
 def test_python_dash_m_harness_runs_the_cli(store_url):
     for command in ("init", "list"):
         result = subprocess.run(
-            [sys.executable, "-m", "harness", command, "--db", store_url], capture_output=True, text=True, check=False
+            [sys.executable, "-m", "harness", command, "--db", store_url],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("no submissions yet")
@@ -281,7 +296,10 @@ def _rejections(tmp_path: Path) -> list[tuple[list[object], str]]:
         (["register", tmp_path / "good.py", "--task", "conv3d"], "unknown task 'conv3d'"),
         (["register", tmp_path / "good.py", "--id", 7], "submission id 7 is already taken"),
         (["register", tmp_path / "good.py", "--db", "nosuchdb://x"], "unknown database kind 'nosuchdb'"),
-        (["list", "--db", "sqlite:////nonexistent/dir/x.sqlite"], "directory /nonexistent/dir does not exist"),
+        (
+            ["list", "--db", "sqlite:////nonexistent/dir/x.sqlite"],
+            "directory /nonexistent/dir does not exist",
+        ),
         (["show", 123456], "there is no submission 123456"),
         (["seed", "--manifest", tmp_path / "none.yml"], "no such manifest"),
     ]

@@ -46,9 +46,15 @@ CPU_SHAPES = [{"size": 16, "kernelsize": 3, "channels": 2, "batch": 1, "seed": 2
 
 def _environment(device: str, device_name: str, env_key: str) -> Environment:
     return Environment(
-        device=device, device_name=device_name, driver_version="570.1" if device == "cuda" else "",
-        cuda_runtime="12.8" if device == "cuda" else "", torch="2.13.0", triton="3.9.0", python="3.11.7",
-        harness="0.1.0", env_key=env_key,
+        device=device,
+        device_name=device_name,
+        driver_version="570.1" if device == "cuda" else "",
+        cuda_runtime="12.8" if device == "cuda" else "",
+        torch="2.13.0",
+        triton="3.9.0",
+        python="3.11.7",
+        harness="0.1.0",
+        env_key=env_key,
     )
 
 
@@ -72,25 +78,51 @@ def _times(mean_ms: float, calls: int = 30) -> list[float]:
     return [mean_ms * (1 + 0.002 * ((i % 5) - 2)) for i in range(calls)]
 
 
-def _record(session, revision_id: int, env: Environment, mode: str, status: str, reason: str = "",
-            means: list[float] | None = None, shapes: list[dict] | None = None) -> None:
+def _record(
+    session,
+    revision_id: int,
+    env: Environment,
+    mode: str,
+    status: str,
+    reason: str = "",
+    means: list[float] | None = None,
+    shapes: list[dict] | None = None,
+) -> None:
     """Claim and record a run through the store's functions, as the runner does; `means` gives
     each shape per-call times (and the run a score), else the run is a check without timings."""
     shapes = shapes or GPU_SHAPES
     run = claim_run(session, revision_id, TASK, mode, env, worker=WORKER, ttl_s=600)
     outcomes = []
     for index, shape in enumerate(shapes):
-        outcome = ShapeOutcome(set_name="benchmarks" if env is H200 else "smoke", index=index, shape=shape,
-                               status=status, passed=status == "pass")
+        outcome = ShapeOutcome(
+            set_name="benchmarks" if env is H200 else "smoke",
+            index=index,
+            shape=shape,
+            status=status,
+            passed=status == "pass",
+        )
         if means is not None:
             times = _times(means[index])
-            outcome = outcome.model_copy(update={
-                "times_ms": times, "runs": len(times), "mean_ms": statistics.fmean(times),
-                "err_ms": statistics.stdev(times) / len(times) ** 0.5,
-            })
+            outcome = outcome.model_copy(
+                update={
+                    "times_ms": times,
+                    "runs": len(times),
+                    "mean_ms": statistics.fmean(times),
+                    "err_ms": statistics.stdev(times) / len(times) ** 0.5,
+                }
+            )
         outcomes.append(outcome)
-    evaluation = Evaluation(status=status, reason=reason, task=TASK, filename="candidate.py", code_sha256="",
-                            device=env.device, mode=mode, shape_set=outcomes[0].set_name, shapes=outcomes)
+    evaluation = Evaluation(
+        status=status,
+        reason=reason,
+        task=TASK,
+        filename="candidate.py",
+        code_sha256="",
+        device=env.device,
+        mode=mode,
+        shape_set=outcomes[0].set_name,
+        shapes=outcomes,
+    )
     score_ms = score([outcome.mean_ms for outcome in outcomes]) if means is not None else None
     # one batch per environment: as if every run of it came from one interleaved tournament job
     assert record_run(session, run.id, WORKER, evaluation, score_ms=score_ms, batch=env.env_key) is not None
@@ -115,8 +147,14 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     with store.session() as session:
         register_seeds(session, read_seeds(folder / "manifest.yml"))
         extra = (CANDIDATES_DIR / "conv2d_a100_ultra.py").read_bytes() + b"\n# same kernel, new comment\n"
-        register_revision(session, extra, "conv2d_a100_ultra.py", lineage="conv2d_a100_ultra",
-                          submission_id=EXTRA_ID, author="agent-7")
+        register_revision(
+            session,
+            extra,
+            "conv2d_a100_ultra.py",
+            lineage="conv2d_a100_ultra",
+            submission_id=EXTRA_ID,
+            author="agent-7",
+        )
         # Older CPU results: never mixed into the H200 board.
         for revision_id in (1, 2, 99237):
             _record(session, revision_id, CPU, "benchmark", "pass", means=[10.0], shapes=CPU_SHAPES)
@@ -126,7 +164,14 @@ def store_url(tmp_path_factory: pytest.TempPathFactory) -> str:
             _record(session, revision_id, H200, "benchmark", "pass", means=means)
         _record(session, EXTRA_ID, H200, "benchmark", "pass", means=GPU_MEANS[99237])
         _record(session, 99238, H200, "test", "timeout", "shape 3: the call ran past 120 s")
-        _record(session, 512025, H200, "test", "wrong_answer", "shape 1: 12 of 4096 elements differ [first at (0, 1, 2, 3)]")
+        _record(
+            session,
+            512025,
+            H200,
+            "test",
+            "wrong_answer",
+            "shape 1: 12 of 4096 elements differ [first at (0, 1, 2, 3)]",
+        )
         _record(session, 779808, H200, "leaderboard", "wrong_answer", "output replayed from an earlier call")
         # A claimed run is work in progress (no status yet): it must not count at all.
         assert claim_run(session, 2, TASK, "leaderboard", H200, worker=WORKER, ttl_s=600) is not None
@@ -143,7 +188,10 @@ def board(store_url: str) -> Leaderboard:
 def _cli(store_url: str, *args: object) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [str(HARNESS_SCRIPT), *(str(arg) for arg in args)],
-        capture_output=True, env={**os.environ, "HARNESS_DB": store_url}, timeout=120, check=False,
+        capture_output=True,
+        env={**os.environ, "HARNESS_DB": store_url},
+        timeout=120,
+        check=False,
     )
 
 
@@ -158,9 +206,11 @@ def test_ranks_passing_revisions_by_score_then_lists_the_rest(board: Leaderboard
     assert scores == sorted(scores)
     assert scores[0] == pytest.approx(score(GPU_MEANS[512024]))
 
-    unranked = board.entries[len(ranked):]
+    unranked = board.entries[len(ranked) :]
     assert [(e.submission_id, e.status) for e in unranked] == [
-        (99238, "timeout"), (512025, "wrong_answer"), (779808, "wrong_answer")
+        (99238, "timeout"),
+        (512025, "wrong_answer"),
+        (779808, "wrong_answer"),
     ]
     assert all(e.rank is None and e.score_ms is None and e.speedup_vs_reference is None for e in unranked)
     assert unranked[0].reason == "shape 3: the call ran past 120 s"
@@ -171,7 +221,9 @@ def test_reference_speedups_and_parent_comparisons(board: Leaderboard):
     entries = {entry.submission_id: entry for entry in board.entries}
     assert board.device == "NVIDIA H200"
     assert board.reference_ms == pytest.approx(score(GPU_MEANS[1]))
-    assert entries[1].lineage == "conv2d_v2_reference" and entries[1].speedup_vs_reference == pytest.approx(1.0)
+    assert entries[1].lineage == "conv2d_v2_reference" and entries[1].speedup_vs_reference == pytest.approx(
+        1.0
+    )
     assert entries[512024].speedup_vs_reference == pytest.approx(2.0)
     assert entries[2].speedup_vs_reference == pytest.approx(0.25)
     assert entries[99237].vs_parent == FASTER
@@ -205,8 +257,21 @@ def test_json_is_exactly_the_contract(store_url: str, board: Leaderboard):
     assert data["verdict"] == "accurate" and data["exact_answer"] is True and data["mode"] == "benchmark"
     for entry in data["entries"]:
         assert set(entry) == {
-            "rank", "submission_id", "lineage", "revision", "parent_id", "author", "status", "reason",
-            "score_ms", "speedup_vs_reference", "vs_parent", "flags", "benchmarks", "verdicts", "accuracy",
+            "rank",
+            "submission_id",
+            "lineage",
+            "revision",
+            "parent_id",
+            "author",
+            "status",
+            "reason",
+            "score_ms",
+            "speedup_vs_reference",
+            "vs_parent",
+            "flags",
+            "benchmarks",
+            "verdicts",
+            "accuracy",
         }
         assert set(entry["verdicts"]) == {"gpumode", "accurate"}
         assert all(set(v) == {"status", "reason"} for v in entry["verdicts"].values())
@@ -226,7 +291,9 @@ def test_table_marks_the_reference_and_shows_failures_with_reasons(store_url: st
     assert "conv2d_a100_ultra r2" in text and "faster" in text and "same within noise" in text
     ranked_part, unranked_part = text.split("not ranked")
     cells = [line.split()[:2] for line in ranked_part.splitlines()]
-    rows = [row for row in cells if len(row) == 2 and row[0].isdigit() and row[1].isdigit()]  # not a wrapped line
+    rows = [
+        row for row in cells if len(row) == 2 and row[0].isdigit() and row[1].isdigit()
+    ]  # not a wrapped line
     assert rows == [["1", "512024"], ["2", "1"], ["3", "99237"], ["3", str(EXTRA_ID)], ["5", "2"]]
     assert all(line == line.rstrip() for line in text.splitlines())  # piped: no padding
     assert "timeout" in unranked_part and "shape 3: the call ran past 120 s" in unranked_part
@@ -244,11 +311,16 @@ def test_markdown_has_the_ranked_table_and_the_unranked(board: Leaderboard, stor
     assert rows[0].startswith("| Rank | Submission | Lineage | Author | Score (ms) | S1 (ms) | S2 (ms) |")
     assert rows[1].startswith("| 1 | 512024 | conv2d_parallel_oh r2 |")
     assert rows[2].startswith("| 2 | 1 | conv2d_v2_reference r1 (reference) |")
-    assert "| 99238 | conv2d_parallel_oh r1 | gpumode-leaderboard | timeout | - | - | shape 3: the call ran past 120 s |" in text
+    assert (
+        "| 99238 | conv2d_parallel_oh r1 | gpumode-leaderboard | timeout | - | - | shape 3: the call ran past 120 s |"
+        in text
+    )
     assert "- S1: size=1024 kernelsize=3 channels=16 batch=2" in text
 
 
-def test_html_is_self_contained_with_chart_and_coloured_diffs(board: Leaderboard, store_url: str, tmp_path: Path):
+def test_html_is_self_contained_with_chart_and_coloured_diffs(
+    board: Leaderboard, store_url: str, tmp_path: Path
+):
     out = tmp_path / "board.html"
     result = _cli(store_url, "leaderboard", "--format", "html", "--out", out)
     assert result.returncode == 0, result.stderr
@@ -272,14 +344,18 @@ def test_chart_places_points_by_revision_and_score(board: Leaderboard):
     chart = build_chart(board)
     assert chart is not None and not chart.log_scale  # scores span less than a factor of ten
     series = {s.lineage: s for s in chart.series}
-    assert set(series) == {"conv2d_a100_ultra", "conv2d_parallel_oh"}  # conv2d_cudnn_wrap: no point, no legend
+    assert set(series) == {
+        "conv2d_a100_ultra",
+        "conv2d_parallel_oh",
+    }  # conv2d_cudnn_wrap: no point, no legend
     a100 = series["conv2d_a100_ultra"].points
     assert [p.label for p in a100] == ["2", "99237", str(EXTRA_ID)]
     assert a100[0].x < a100[1].x < a100[2].x
     assert a100[0].y < a100[1].y  # SVG's y grows downwards: the slower r1 is drawn higher
     assert a100[1].y == pytest.approx(a100[2].y, abs=0.5)
     assert [(parent.label, child.label) for parent, child in series["conv2d_a100_ultra"].edges] == [
-        ("2", "99237"), ("99237", str(EXTRA_ID))
+        ("2", "99237"),
+        ("99237", str(EXTRA_ID)),
     ]
     assert chart.top <= chart.reference_y <= chart.bottom
 
@@ -295,19 +371,28 @@ def test_bad_leaderboard_requests_are_one_line_errors(store_url: str, tmp_path: 
 # --- diff and history -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed_name, submission_id", [
-    ("000_f2b8471f63303882.txt", 99237), ("001_b4a989dff272506b.txt", 512024), ("003_dc5811c4f721ff3c.txt", 779808),
-])
+@pytest.mark.parametrize(
+    "seed_name, submission_id",
+    [
+        ("000_f2b8471f63303882.txt", 99237),
+        ("001_b4a989dff272506b.txt", 512024),
+        ("003_dc5811c4f721ff3c.txt", 779808),
+    ],
+)
 def test_diff_cli_reproduces_the_seed(store_url: str, seed_name: str, submission_id: int):
     result = _cli(store_url, "diff", submission_id)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (SEEDS_DIR / seed_name).read_bytes() + b"\n"  # the seed's text, then a final newline
+    assert (
+        result.stdout == (SEEDS_DIR / seed_name).read_bytes() + b"\n"
+    )  # the seed's text, then a final newline
 
 
 def test_diff_against_another_revision_equals_render_diff(store_url: str):
     result = _cli(store_url, "diff", EXTRA_ID, "--against", 2)
     with open_store(store_url).session() as session:
-        expected = render_diff(revision_code(get_revision(session, 2)), revision_code(get_revision(session, EXTRA_ID)), EXTRA_ID)
+        expected = render_diff(
+            revision_code(get_revision(session, 2)), revision_code(get_revision(session, EXTRA_ID)), EXTRA_ID
+        )
     assert result.returncode == 0
     assert result.stdout == expected.encode("utf-8") + b"\n"
     assert result.stdout.endswith(b"+ # same kernel, new comment\n")
@@ -318,7 +403,9 @@ def test_diff_on_a_terminal_is_coloured_and_ends_with_a_newline(store_url: str):
     primary, secondary = pty.openpty()
     tty.setraw(secondary)  # no newline translation: read back the exact bytes
     process = subprocess.Popen(
-        [str(HARNESS_SCRIPT), "diff", "99237"], stdout=secondary, stderr=subprocess.PIPE,
+        [str(HARNESS_SCRIPT), "diff", "99237"],
+        stdout=secondary,
+        stderr=subprocess.PIPE,
         env={**os.environ, "HARNESS_DB": store_url},
     )
     os.close(secondary)
@@ -338,7 +425,9 @@ def test_diff_on_a_terminal_is_coloured_and_ends_with_a_newline(store_url: str):
     assert plain == (SEEDS_DIR / "000_f2b8471f63303882.txt").read_bytes() + b"\n"
 
 
-@pytest.mark.parametrize("args", [("diff", "424242"), ("diff", "99237", "--against", "424242"), ("history", "no_such_lineage")])
+@pytest.mark.parametrize(
+    "args", [("diff", "424242"), ("diff", "99237", "--against", "424242"), ("history", "no_such_lineage")]
+)
 def test_unknown_ids_and_lineages_are_one_line_errors(store_url: str, args: tuple[str, ...]):
     result = _cli(store_url, *args)
     assert result.returncode == 2
@@ -350,7 +439,11 @@ def test_unknown_ids_and_lineages_are_one_line_errors(store_url: str, args: tupl
 def _headers(text: str) -> list[tuple[str, int]]:
     """(header line, submission id of the diff below it) for each history item."""
     lines = text.split("\n")
-    return [(line, int(lines[i + 1].removeprefix("submission "))) for i, line in enumerate(lines) if line.startswith("== ")]
+    return [
+        (line, int(lines[i + 1].removeprefix("submission ")))
+        for i, line in enumerate(lines)
+        if line.startswith("== ")
+    ]
 
 
 def test_history_in_submission_order_and_best_first(store_url: str, board: Leaderboard):

@@ -27,7 +27,11 @@ def custom_kernel(data):
 def harness(*args: object, db: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HARNESS_DB": db, "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "harness", *map(str, args)], capture_output=True, text=True, env=env, timeout=600,
+        [sys.executable, "-m", "harness", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
         check=False,
     )
 

@@ -102,7 +102,12 @@ def test_processes_that_open_a_fresh_store_together_create_its_schema_once(any_s
         "store = open_store(sys.argv[1])\nprint(store.previous_revision)\n"
     )
     processes = [
-        subprocess.Popen([sys.executable, "-c", program, any_store_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", program, any_store_url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(3)
     ]
     results = [process.communicate(timeout=120) + (process.returncode,) for process in processes]
@@ -153,7 +158,9 @@ def test_a_broken_url_is_one_clear_error_and_creates_nothing(tmp_path, case):
 
 def test_an_unreachable_or_driverless_server_is_one_clear_error():
     # Without psycopg2 the driver is missing; with it, nothing listens on port 1.
-    with pytest.raises(HarnessError, match=r"cannot open store postgresql://harness:\*\*\*@127\.0\.0\.1:1/x: ") as raised:
+    with pytest.raises(
+        HarnessError, match=r"cannot open store postgresql://harness:\*\*\*@127\.0\.0\.1:1/x: "
+    ) as raised:
         open_store("postgresql://harness:secret@127.0.0.1:1/x")
     assert "secret" not in str(raised.value) and "\n" not in str(raised.value)
 
@@ -191,5 +198,10 @@ def test_a_postgresql_stores_socket_directories_are_hidden_from_the_child(tmp_pa
     store = Store(engine=engine, url="x", schema_revision="x", previous_revision=None)
     limits = store_limits(store, SandboxLimits(hidden_paths=["/srv/other"]))
     assert limits.hidden_paths == ["/srv/other", str(url_dir), *default]
-    store = Store(engine=create_engine(f"sqlite:///{tmp_path / 's.sqlite'}"), url="x", schema_revision="x", previous_revision=None)
+    store = Store(
+        engine=create_engine(f"sqlite:///{tmp_path / 's.sqlite'}"),
+        url="x",
+        schema_revision="x",
+        previous_revision=None,
+    )
     assert store_limits(store, SandboxLimits()).hidden_paths == [str(tmp_path)]

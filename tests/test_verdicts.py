@@ -50,7 +50,7 @@ SHAPES = [
     {"size": 10, "kernelsize": 2, "channels": 8, "batch": 2, "seed": 202},
 ]
 
-EXACT = b'''from task import input_t, output_t
+EXACT = b"""from task import input_t, output_t
 import torch
 import torch.nn.functional as F
 
@@ -59,14 +59,16 @@ def custom_kernel(data: input_t) -> output_t:
     x, w, out = data
     out.copy_(F.conv2d(x.double(), w.double()).float())
     return out
-'''
+"""
 
 BF16 = EXACT.replace(b"x.double(), w.double()", b"x.bfloat16().double(), w.bfloat16().double()")
 
 
 @pytest.fixture(scope="module")
 def off_task(tmp_path_factory: pytest.TempPathFactory):
-    folder = Path(shutil.copytree(PROBLEMS_DIR / "conv2d_v2_py", tmp_path_factory.mktemp("off_task") / "conv2d_v2_py"))
+    folder = Path(
+        shutil.copytree(PROBLEMS_DIR / "conv2d_v2_py", tmp_path_factory.mktemp("off_task") / "conv2d_v2_py")
+    )
     shutil.copy(PROBLEMS_DIR / "utils.py", folder.parent)
     spec = yaml.safe_load((folder / "task.yml").read_text())
     spec["harness"]["smoke"] = SHAPES
@@ -114,8 +116,15 @@ def test_reduced_precision_fails_both_verdicts_and_is_not_timed(evaluations):
 
 
 CPU = Environment(
-    device="cpu", device_name="test cpu", driver_version="", cuda_runtime="", torch="2.13.0", triton="3.9.0",
-    python="3.11", harness="0.1.0", env_key="verdict-test-cpu",
+    device="cpu",
+    device_name="test cpu",
+    driver_version="",
+    cuda_runtime="",
+    torch="2.13.0",
+    triton="3.9.0",
+    python="3.11",
+    harness="0.1.0",
+    env_key="verdict-test-cpu",
 )
 
 
@@ -157,8 +166,13 @@ def test_the_leaderboard_ranks_under_the_tasks_verdict_and_shows_gpumodes_reason
         assert {entry.lineage for entry in board.ranked()} == {"exact", "conv2d_v2_reference"}
         exact = next(entry for entry in board.entries if entry.lineage == "exact")
         assert exact.verdicts["accurate"].status == "pass" and exact.verdicts["gpumode"].status == "fail"
-        assert "smoke[0]" in exact.verdicts["gpumode"].reason and "exact answer fails too" in exact.verdicts["gpumode"].reason
-        assert exact.accuracy.rel_l2 < 1e-6 and all(t.verdicts["gpumode"].status == "fail" for t in exact.benchmarks)
+        assert (
+            "smoke[0]" in exact.verdicts["gpumode"].reason
+            and "exact answer fails too" in exact.verdicts["gpumode"].reason
+        )
+        assert exact.accuracy.rel_l2 < 1e-6 and all(
+            t.verdicts["gpumode"].status == "fail" for t in exact.benchmarks
+        )
         bf16 = next(entry for entry in board.entries if entry.lineage == "bf16")
         assert bf16.rank is None and bf16.status == "wrong_answer"
         assert bf16.verdicts["accurate"].status == bf16.verdicts["gpumode"].status == "fail"
@@ -179,7 +193,9 @@ def test_verdict_gpumode_ranks_exactly_what_gpu_mode_accepts(store_url):
         for entry in board.entries:
             assert entry.status == "wrong_answer"
             if entry.lineage != "bf16":  # timed (it passes accurate), not ranked under gpumode
-                assert entry.score_ms is not None and entry.reason.startswith("fails the gpumode verdict: benchmark smoke[0]")
+                assert entry.score_ms is not None and entry.reason.startswith(
+                    "fails the gpumode verdict: benchmark smoke[0]"
+                )
         gpumode_passes = {e.lineage for e in board.entries if e.verdicts["gpumode"].status == "pass"}
         assert {e.lineage for e in board.ranked()} == gpumode_passes
     store.close()

@@ -163,7 +163,9 @@ def create_experiment(
     if gpus is not None:
         from harness.executors import make_executor
 
-        make_executor(gpus=gpus, device=device).close()  # a bad count, or more GPUs than there are, fails here
+        make_executor(
+            gpus=gpus, device=device
+        ).close()  # a bad count, or more GPUs than there are, fails here
     with store.session() as session:
         if from_id is not None:
             start = get_revision(session, from_id)
@@ -304,7 +306,11 @@ class _Loop:
     def run(self) -> tuple[str, str]:
         from harness.executors import make_executor
 
-        self.executor = make_executor(gpus=self.settings.gpus, device=self.settings.device) if self.settings.gpus else None
+        self.executor = (
+            make_executor(gpus=self.settings.gpus, device=self.settings.device)
+            if self.settings.gpus
+            else None
+        )
         try:
             return self._run()
         finally:
@@ -788,7 +794,11 @@ def describe_outcome(step: ExperimentStep) -> str:
             else ", same as its parent within noise"
         )
         if step.compared_in:
-            parent = f", the parent {format_ms(step.parent_score_ms)} ms" if step.parent_score_ms is not None else ""
+            parent = (
+                f", the parent {format_ms(step.parent_score_ms)} ms"
+                if step.parent_score_ms is not None
+                else ""
+            )
             text += f" (timed together in run {step.compared_in}{parent})"
     elif step.score_ms is not None:
         text += ", not compared with its parent in one run"

@@ -49,7 +49,11 @@ class LiveEvents(ExperimentEvents):
         with self.lock:
             kind = state.split(":")[0]
             previous = self.in_flight.get(generation)
-            since = previous[1] if previous is not None and previous[0].split(":")[0] == kind else time.monotonic()
+            since = (
+                previous[1]
+                if previous is not None and previous[0].split(":")[0] == kind
+                else time.monotonic()
+            )
             self.in_flight[generation] = (state, since)
 
     def landed(self, generation: int, line: str) -> None:

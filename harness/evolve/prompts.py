@@ -269,7 +269,12 @@ def _evaluation(
         ],
         failures=_failures(session, revision) if entry.status not in ("pass", "not_run") else [],
         verdicts=[
-            {"label": VERDICT_WORDS[name], "status": v.status, "reason": v.reason, "ranks": name == board.verdict}
+            {
+                "label": VERDICT_WORDS[name],
+                "status": v.status,
+                "reason": v.reason,
+                "ranks": name == board.verdict,
+            }
             for name, v in entry.verdicts.items()
         ],
         accuracy=entry.accuracy.model_dump(),

@@ -165,7 +165,9 @@ def _step_lines(step: ExperimentStep, *, full: bool) -> list[str]:
             if more:
                 lines.append(f"    ... {more} more lines (--full shows the prompt and the whole reply)")
     outcome = (
-        describe_outcome(step) if step.finished_at is not None else f"{step.status}, not finished (resume to finish it)"
+        describe_outcome(step)
+        if step.finished_at is not None
+        else f"{step.status}, not finished (resume to finish it)"
     )
     lines.append(f"  -> {outcome}")
     return lines

@@ -286,7 +286,11 @@ class InProcess:
 
 
 def make_executor(
-    executor: str = "local", *, gpus: str | None = None, ray_address: str | None = None, device: str | None = None
+    executor: str = "local",
+    *,
+    gpus: str | None = None,
+    ray_address: str | None = None,
+    device: str | None = None,
 ) -> Executor:
     """`local` (with `gpus`: one worker per GPU, "all" or a count; CPU workers with device "cpu")
     or `ray` (`device`, when given, is checked against the cluster's resources at once)."""

@@ -42,7 +42,9 @@ def _probe_task(device: str | None) -> str:
 
     try:
         resolved = resolve_device(device)
-        return DeviceProbed(device=resolved, environment=probe_environment(resolved).model_dump()).model_dump_json()
+        return DeviceProbed(
+            device=resolved, environment=probe_environment(resolved).model_dump()
+        ).model_dump_json()
     except HarnessError as exc:
         return JobFailed(error=str(exc)).model_dump_json()
 

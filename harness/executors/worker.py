@@ -58,7 +58,9 @@ def main() -> int:
             run_job(
                 job,
                 lambda key, outcome: send(ShapeDone(key=key, outcome=outcome)),
-                on_evaluation=lambda request, evaluation: send(EvaluationDone(key=request.key, evaluation=evaluation)),
+                on_evaluation=lambda request, evaluation: send(
+                    EvaluationDone(key=request.key, evaluation=evaluation)
+                ),
                 on_activity=lambda key, activity: send(ActivityChanged(key=key, activity=activity)),
             )
         except (HarnessError, ValueError) as exc:  # ValueError: pydantic's, a malformed job

@@ -83,8 +83,12 @@ def run_bench(
     if progress is not None:
 
         def shape_done(item, outcome) -> None:
-            timing = f": {ms_text(outcome.mean_ms)} ms, {outcome.runs} runs" if outcome.mean_ms is not None else ""
-            progress(f"{item.revision_id} {item.label} {outcome.set_name}[{outcome.index}] {outcome.status}{timing}")
+            timing = (
+                f": {ms_text(outcome.mean_ms)} ms, {outcome.runs} runs" if outcome.mean_ms is not None else ""
+            )
+            progress(
+                f"{item.revision_id} {item.label} {outcome.set_name}[{outcome.index}] {outcome.status}{timing}"
+            )
 
         listener.shape_done = shape_done
     plan.run(TIMED_PHASES[mode], benched, listener)

@@ -77,7 +77,9 @@ def run_checks(
     progress = progress or (lambda line, steps: None)
     listener = PhaseListener(
         not_dispatched=lambda item: progress(f"{item.label}: {item.stored_or_busy()}", item.shape_count),
-        shape_done=lambda item, outcome: progress(f"{item.label} {outcome.set_name}[{outcome.index}] {outcome.status}", 1),
+        shape_done=lambda item, outcome: progress(
+            f"{item.label} {outcome.set_name}[{outcome.index}] {outcome.status}", 1
+        ),
         recorded=lambda item, evaluation: progress(
             f"{item.label}: {evaluation.status}", sum(s.status == "not_run" for s in evaluation.shapes)
         ),

@@ -112,7 +112,9 @@ def run_tournament(
     spec = load_task(task)
     revision_ids = tournament_revisions(store, spec.name, only)
     if not revision_ids:
-        raise HarnessError(f"no revisions of task {spec.name} registered: run `harness seed` or `harness register`")
+        raise HarnessError(
+            f"no revisions of task {spec.name} registered: run `harness seed` or `harness register`"
+        )
     device = executor.resolve_device(device)
     progress = progress or TournamentProgress()
     environment = executor.probe(device)
@@ -155,7 +157,9 @@ def _run_phase(
     if timed:
         run_bench(plan, items, phase, progress.step, progress.activity)
     else:
-        run_checks(plan, items, "test", progress.step, keep_children=keep_children, activity=progress.activity)
+        run_checks(
+            plan, items, "test", progress.step, keep_children=keep_children, activity=progress.activity
+        )
     for item in items:
         _count(outcome, item)
     progress.end_phase()

@@ -131,7 +131,11 @@ def _shape_lines(run: Run) -> str:
             for value in (shape.check.get("max_abs_err"), shape.check.get("rel_l2"))
         )
         failing = shape.verdicts.failing() if shape.verdicts is not None else []
-        note = f" fails {' and '.join(VERDICT_WORDS[name] for name in failing)}" if status == "pass" and failing else ""
+        note = (
+            f" fails {' and '.join(VERDICT_WORDS[name] for name in failing)}"
+            if status == "pass" and failing
+            else ""
+        )
         lines.append(f"{shape.index}: {numbers}" + ("" if status == "pass" else f" {status}") + note)
     return "\n".join(lines)
 
@@ -189,7 +193,9 @@ def render_summary(checked: list[PlannedRevision], device: str) -> Text:
 
 
 def checks_json(checked: list[PlannedRevision]) -> str:
-    return reports_json([run_report(item.revision_id, item.label, item.run, stored=item.reused) for item in checked])
+    return reports_json(
+        [run_report(item.revision_id, item.label, item.run, stored=item.reused) for item in checked]
+    )
 
 
 # --- bench ----------------------------------------------------------------------------------
@@ -270,8 +276,14 @@ def bench_json(benched: list[PlannedRevision]) -> str:
     return reports_json(
         [
             run_report(
-                item.revision_id, item.label, item.run, stored=item.reused, speedup_vs_reference=item.speedup,
-                vs_reference=item.vs_reference, vs_parent=item.vs_parent, flags=item.flags,
+                item.revision_id,
+                item.label,
+                item.run,
+                stored=item.reused,
+                speedup_vs_reference=item.speedup,
+                vs_reference=item.vs_reference,
+                vs_parent=item.vs_parent,
+                flags=item.flags,
             )
             for item in benched
         ]
@@ -285,14 +297,23 @@ def revision_record(revision: Revision, *, full: bool = False) -> dict[str, Any]
     """A revision's metadata for `--format json` (`full`: `show`'s file, hash, directives, entry
     point and syntax error too)."""
     record: dict[str, Any] = {
-        "submission_id": revision.id, "lineage": revision.lineage.name, "revision": revision.number,
-        "parent_id": revision.parent_id, "task": revision.task, "author": revision.author,
-        "created_at": revision.created_at.isoformat(), "flags": list(revision.flags), "message": revision.message,
+        "submission_id": revision.id,
+        "lineage": revision.lineage.name,
+        "revision": revision.number,
+        "parent_id": revision.parent_id,
+        "task": revision.task,
+        "author": revision.author,
+        "created_at": revision.created_at.isoformat(),
+        "flags": list(revision.flags),
+        "message": revision.message,
     }
     if full:
         record |= {
-            "file": revision.filename, "sha256": revision.code_sha256, "directives": dict(revision.directives),
-            "entry_point": revision.entry_point, "syntax_error": revision.syntax_error,
+            "file": revision.filename,
+            "sha256": revision.code_sha256,
+            "directives": dict(revision.directives),
+            "entry_point": revision.entry_point,
+            "syntax_error": revision.syntax_error,
         }
     return record
 

@@ -25,7 +25,9 @@ from harness.store.revisions import get_revision, list_revisions, revision_code
 from harness.verdicts import VERDICT_WORDS, VerdictName
 
 
-def diff_inputs(session: Session, submission_id: int, against: int | None = None) -> tuple[bytes | None, bytes]:
+def diff_inputs(
+    session: Session, submission_id: int, against: int | None = None
+) -> tuple[bytes | None, bytes]:
     """(old bytes, new bytes) of a revision's diff: against `against`, else against its parent;
     a first revision is diffed against nothing (every line added)."""
     revision = get_revision(session, submission_id)
@@ -68,7 +70,9 @@ def build_history(
             raise HarnessError(f"no lineage {lineage!r} in task {task!r} (lineages: {choices})")
         entries = [entry for entry in entries if entry.lineage == lineage]
     if not rank:
-        submitted = {revision.id: position for position, revision in enumerate(list_revisions(session, task=task))}
+        submitted = {
+            revision.id: position for position, revision in enumerate(list_revisions(session, task=task))
+        }
         entries = sorted(entries, key=lambda entry: submitted[entry.submission_id])
     return [HistoryItem(entry, revision_diff(session, entry.submission_id)) for entry in entries]
 
@@ -110,4 +114,7 @@ def render_history(items: list[HistoryItem]) -> str:
 
 def history_json(items: list[HistoryItem]) -> str:
     """`harness history --format json`: each revision's leaderboard entry with its diff."""
-    return json.dumps([{**item.entry.model_dump(mode="json"), "diff": item.diff} for item in items], indent=2) + "\n"
+    return (
+        json.dumps([{**item.entry.model_dump(mode="json"), "diff": item.diff} for item in items], indent=2)
+        + "\n"
+    )

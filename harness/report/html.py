@@ -62,7 +62,9 @@ def template_environment() -> jinja2.Environment:
     """Templates under harness/report/templates; HTML and SVG autoescaped, markdown not."""
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2", "svg.j2"), default_for_string=False),
+        autoescape=jinja2.select_autoescape(
+            enabled_extensions=("html.j2", "svg.j2"), default_for_string=False
+        ),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -98,8 +100,16 @@ def _timings_by_shape(entry: LeaderboardEntry, shapes: list[dict[str, Any]]) -> 
 
 
 def render_markdown(board: Leaderboard) -> str:
-    return template_environment().get_template("leaderboard.md.j2").render(
-        board=board, ranked=board.ranked(), unranked=board.unranked(), shapes=board.shapes(), notes=verdict_notes(board)
+    return (
+        template_environment()
+        .get_template("leaderboard.md.j2")
+        .render(
+            board=board,
+            ranked=board.ranked(),
+            unranked=board.unranked(),
+            shapes=board.shapes(),
+            notes=verdict_notes(board),
+        )
     )
 
 
@@ -165,7 +175,8 @@ def place_labels(points: list[ChartPoint], edges: list[tuple[ChartPoint, ChartPo
             for direction in ((-1 if dy < 0 else 1),)
         ]
         chosen = next(
-            (spot for spot in spots if not any(_overlaps(_label_box(point, *spot), box) for box in taken)), spots[0]
+            (spot for spot in spots if not any(_overlaps(_label_box(point, *spot), box) for box in taken)),
+            spots[0],
         )
         point.label_dx, point.label_dy, point.label_anchor = chosen
         taken.append(_label_box(point, *chosen))
@@ -211,7 +222,12 @@ def _y_scale(values: list[float]) -> tuple[bool, float, float, list[float]]:
     low, high = min(values), max(values)
     if high / low > 10:
         low_exp, high_exp = math.floor(math.log10(low)), math.ceil(math.log10(high))
-        ticks = [m * 10**e for e in range(low_exp, high_exp + 1) for m in (1, 2, 5) if low <= m * 10**e * 1.0001 and m * 10**e <= high * 1.5]
+        ticks = [
+            m * 10**e
+            for e in range(low_exp, high_exp + 1)
+            for m in (1, 2, 5)
+            if low <= m * 10**e * 1.0001 and m * 10**e <= high * 1.5
+        ]
         lower = min([low, *ticks]) / 1.15
         upper = max([high, *ticks]) * 1.15
         return True, lower, upper, ticks
@@ -267,7 +283,9 @@ def build_chart(board: Leaderboard, width: int = 1100, height: int = 440) -> Cha
         )
         for name in lineages
     ]
-    place_labels([point for item in series for point in item.points], [edge for item in series for edge in item.edges])
+    place_labels(
+        [point for item in series for point in item.points], [edge for item in series for edge in item.edges]
+    )
     unranked: list[ChartPoint] = []
     marks_at: dict[int, int] = defaultdict(int)  # revision number -> marks already stacked there
     for entry in board.unranked():
@@ -336,13 +354,17 @@ def render_leaderboard(
 
 
 def render_html(session: Session, board: Leaderboard) -> str:
-    return template_environment().get_template("leaderboard.html.j2").render(
-        board=board,
-        ranked=board.ranked(),
-        unranked=board.unranked(),
-        shapes=board.shapes(),
-        chart=build_chart(board),
-        unranked_legend=UNRANKED_LEGEND,
-        notes=verdict_notes(board),
-        diffs=revision_diffs(session, board),
+    return (
+        template_environment()
+        .get_template("leaderboard.html.j2")
+        .render(
+            board=board,
+            ranked=board.ranked(),
+            unranked=board.unranked(),
+            shapes=board.shapes(),
+            chart=build_chart(board),
+            unranked_legend=UNRANKED_LEGEND,
+            notes=verdict_notes(board),
+            diffs=revision_diffs(session, board),
+        )
     )

@@ -211,7 +211,9 @@ class _Standing:
     reason: str
     score_ms: float | None = None
     timed_shapes: list[ShapeResult] = field(default_factory=list)
-    verdicts: dict[VerdictName, VerdictSummary] = field(default_factory=lambda: dict.fromkeys(VERDICTS, NOT_CHECKED))
+    verdicts: dict[VerdictName, VerdictSummary] = field(
+        default_factory=lambda: dict.fromkeys(VERDICTS, NOT_CHECKED)
+    )
     accuracy: Accuracy = field(default_factory=Accuracy)
     flags: list[str] = field(default_factory=list)
     batch: str | None = None  # the interleaved run its timing came from (Run.batch)
@@ -237,7 +239,9 @@ def _choose_environment(runs: list[Run], task: str, device: str | None) -> Run |
     if not matching:
         known = sorted({run.device_name or run.device for run in runs} | {run.device for run in runs})
         available = ", ".join(known) if known else "none"
-        raise HarnessError(f"no completed runs of task {task!r} on device {device!r} (devices with results: {available})")
+        raise HarnessError(
+            f"no completed runs of task {task!r} on device {device!r} (devices with results: {available})"
+        )
     return _most_recent(matching)
 
 
@@ -252,7 +256,11 @@ def shape_verdicts(shape: ShapeResult) -> dict[VerdictName, VerdictSummary]:
     verdicts = shape.verdicts
     if verdicts is None:
         return dict.fromkeys(VERDICTS, NOT_CHECKED)
-    return {name: VerdictSummary(status=v.status, reason=v.reason) for name in VERDICTS for v in [verdicts.get(name)]}
+    return {
+        name: VerdictSummary(status=v.status, reason=v.reason)
+        for name in VERDICTS
+        for v in [verdicts.get(name)]
+    }
 
 
 def _revision_verdicts(runs: list[Run]) -> tuple[dict[VerdictName, VerdictSummary], Accuracy]:
@@ -281,10 +289,14 @@ def _standing(
     if not runs:
         where = f" on {_device_label(environment)}" if environment is not None else ""
         return _Standing(revision, env_key, NOT_RUN, f"no completed run{where} yet")
-    by_priority = sorted(runs, key=lambda run: MODE_PRIORITY.index(run.mode) if run.mode in MODE_PRIORITY else 99)
+    by_priority = sorted(
+        runs, key=lambda run: MODE_PRIORITY.index(run.mode) if run.mode in MODE_PRIORITY else 99
+    )
     verdicts, accuracy = _revision_verdicts(by_priority)
     timed_run = next((run for run in by_priority if run.mode == mode and run.score_ms is not None), None)
-    timed = [shape for shape in timed_run.shapes if shape.mean_ms is not None] if timed_run is not None else []
+    timed = (
+        [shape for shape in timed_run.shapes if shape.mean_ms is not None] if timed_run is not None else []
+    )
     flags = sorted({flag for shape in timed for flag in shape.timing_flags})
     batch = timed_run.batch if timed_run is not None else None
     standing = _Standing(revision, env_key, "pass", "", None, timed, verdicts, accuracy, flags, batch)
@@ -292,8 +304,13 @@ def _standing(
     if failed is not None:
         standing.status, standing.reason = failed.status or "unknown", failed.reason
     elif verdicts[verdict].status == "fail":
-        standing.status, standing.reason = "wrong_answer", f"fails the {verdict} verdict: {verdicts[verdict].reason}"
-        standing.score_ms = timed_run.score_ms if timed_run is not None else None  # timed: it passes the other
+        standing.status, standing.reason = (
+            "wrong_answer",
+            f"fails the {verdict} verdict: {verdicts[verdict].reason}",
+        )
+        standing.score_ms = (
+            timed_run.score_ms if timed_run is not None else None
+        )  # timed: it passes the other
     elif timed_run is None:
         others = sorted({run.mode for run in by_priority if run.score_ms is not None})
         standing.reason = (
@@ -323,7 +340,9 @@ def build_leaderboard(
         raise HarnessError(f"task {task} has no exact answer: it has only the gpumode verdict")
     revisions = list_revisions(session, task=task)
     if not revisions:
-        raise HarnessError(f"no revisions registered for task {task!r} (register some with `harness register`)")
+        raise HarnessError(
+            f"no revisions registered for task {task!r} (register some with `harness register`)"
+        )
     runs = list(
         session.scalars(
             select(Run)
@@ -356,7 +375,10 @@ def build_leaderboard(
     ]
     reference_ms = reference_scores[-1] if reference_scores else None  # its latest timed revision
 
-    rankable = sorted((s for s in standings.values() if s.status == "pass" and s.score_ms is not None), key=lambda s: s.revision.id)
+    rankable = sorted(
+        (s for s in standings.values() if s.status == "pass" and s.score_ms is not None),
+        key=lambda s: s.revision.id,
+    )
     ranked = rank_by_score(rankable)
     ranked_ids = {s.revision.id for _rank, s in ranked}
     entries = [_entry(s, rank, reference_ms, standings, retimed, spec.ranking_by) for rank, s in ranked]
@@ -428,11 +450,15 @@ class _Retimed:
     extra_variance: float
 
 
-def _retimings(session: Session, task: str, mode: str | None, env_key: str) -> dict[tuple[str, int], _Retimed]:
+def _retimings(
+    session: Session, task: str, mode: str | None, env_key: str
+) -> dict[tuple[str, int], _Retimed]:
     """(batch, revision id) -> each revision timed again beside others in this environment and mode."""
     ranking_by = load_task(task).ranking_by
     rows = session.scalars(
-        select(Retiming).where(Retiming.task == task, Retiming.env_key == env_key, Retiming.mode == (mode or ""))
+        select(Retiming).where(
+            Retiming.task == task, Retiming.env_key == env_key, Retiming.mode == (mode or "")
+        )
     )
     retimed = {}
     for row in rows:
@@ -483,7 +509,9 @@ def _compare_with_parent(
 VS_PARENT_STYLES = {"faster": "green", "slower": "red"}
 
 
-def leaderboard_renderable(board: Leaderboard, *, wide: bool | None = False, width: int | None = None) -> Group:
+def leaderboard_renderable(
+    board: Leaderboard, *, wide: bool | None = False, width: int | None = None
+) -> Group:
     """The terminal view: the title, the ranked table, why a ranked revision fails the other
     verdict, then the unranked revisions with status and reason.
 
@@ -500,13 +528,18 @@ def leaderboard_renderable(board: Leaderboard, *, wide: bool | None = False, wid
     else:
         parts.append(Text("no revision has a score here yet"))
     for entry, label, reason in verdict_notes(board):
-        parts.append(Text(f"submission {entry.submission_id} ({lineage_label(board, entry)}) fails {label}: {reason}"))
+        parts.append(
+            Text(f"submission {entry.submission_id} ({lineage_label(board, entry)}) fails {label}: {reason}")
+        )
     if board.unranked():
         parts.append(Text("\nnot ranked:"))
         unranked = plain_table()
         for header in ("id", "revision", "status", "GPU MODE/\naccurate"):
             unranked.add_column(
-                header, justify="right" if header == "id" else "left", no_wrap=header != "revision", overflow="fold"
+                header,
+                justify="right" if header == "id" else "left",
+                no_wrap=header != "revision",
+                overflow="fold",
             )
         if wide:
             unranked.add_column("author", overflow="fold")
@@ -543,7 +576,9 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -
         ranked.add_column("author", overflow="fold")
     ranked.add_column("score ms", justify="right", no_wrap=True)
     for shape in shapes:
-        ranked.add_column("\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed"), justify="right")
+        ranked.add_column(
+            "\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed"), justify="right"
+        )
     ranked.add_column("speedup", justify="right", no_wrap=True)
     # "same within noise" on two lines in a narrow terminal (rich would crop a later column).
     ranked.add_column("vs parent", max_width=None if wide or width is None or width >= 100 else 11)

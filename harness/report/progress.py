@@ -82,7 +82,7 @@ class RichTournamentProgress(TournamentProgress):
             self.progress.update(self.current, now=self.now_text())
 
     def now_text(self) -> str:
-        """"building 2 · checking 3 · timing conv2d_v2_reference r1": the counts, and the revision
+        """ "building 2 · checking 3 · timing conv2d_v2_reference r1": the counts, and the revision
         timed (one at a time)."""
         parts = []
         for activity in ("building", "checking", "timing"):

@@ -49,8 +49,13 @@ def render_text(renderable: RenderableType, *, width: int | None = None, color: 
     trailing blanks, ending with a newline."""
     buffer = io.StringIO()
     console = Console(
-        file=buffer, width=width or UNBOUNDED_WIDTH, force_terminal=color, no_color=not color,
-        color_system="standard" if color else None, highlight=False, emoji=False,
+        file=buffer,
+        width=width or UNBOUNDED_WIDTH,
+        force_terminal=color,
+        no_color=not color,
+        color_system="standard" if color else None,
+        highlight=False,
+        emoji=False,
     )
     console.print(renderable)
     lines = buffer.getvalue().splitlines()

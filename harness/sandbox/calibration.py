@@ -43,7 +43,9 @@ class Calibrator:
     def __init__(self, task: TaskSpec, *, device: str, limits: SandboxLimits) -> None:
         code = noop_candidate(task)
         self.task, self.device = task, device
-        self.child = ChildProcess(code, task, device=device, limits=limits, code_sha256=hashlib.sha256(code).hexdigest())
+        self.child = ChildProcess(
+            code, task, device=device, limits=limits, code_sha256=hashlib.sha256(code).hexdigest()
+        )
         self.spawned = False
         self.ready: Ready | None = None
         self.harness_ms_by_shape: dict[tuple[str, bool], float] = {}

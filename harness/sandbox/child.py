@@ -398,7 +398,9 @@ def _load_module(name: str, path: str) -> ModuleType:
 
 
 class Worker:
-    def __init__(self, hello: Hello, channel: Channel, isolation: IsolationReport, output_fd: int | None = None) -> None:
+    def __init__(
+        self, hello: Hello, channel: Channel, isolation: IsolationReport, output_fd: int | None = None
+    ) -> None:
         self.hello = hello
         self.channel = channel
         self.isolation = isolation
@@ -551,7 +553,9 @@ class Worker:
         reply.autotune_config = self.autotuners.chosen()
         reply.output = self.export_tensor(result, self.io_dir / f"output-{request.id}.bin")
         reply.inputs = [self.describe(data[index]) for index in self.hello.input_indices]
-        reply.inputs_changed = [self.changed_elements(before[index], data[index]) for index in self.hello.input_indices]
+        reply.inputs_changed = [
+            self.changed_elements(before[index], data[index]) for index in self.hello.input_indices
+        ]
         del before
         if reply.output.exact_tensor:
             reply.output_aliases_input = self.aliases_input(result, data)

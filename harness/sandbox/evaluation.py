@@ -120,7 +120,9 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     if problem is not None:
         return "wrong_answer", problem, details, None
     try:
-        received = read_tensor(child.io_fd, child.output_name(reply.id), reply.output, case.expected.device.type)
+        received = read_tensor(
+            child.io_fd, child.output_name(reply.id), reply.output, case.expected.device.type
+        )
     except (ValueError, OSError) as exc:
         return "wrong_answer", f"output could not be read back: {exc}", details, None
     check = checking.judge_output(task, received, case)
@@ -140,7 +142,9 @@ def _failed_verdicts(reason: str) -> Verdicts:
     )
 
 
-def _record_comparison(outcome: ShapeOutcome, status: str, reason: str, check: checking.OutputCheck | None) -> None:
+def _record_comparison(
+    outcome: ShapeOutcome, status: str, reason: str, check: checking.OutputCheck | None
+) -> None:
     """Fold one output's verdicts and figures into the shape's (each verdict passes only where it
     passes for every output)."""
     verdicts = check.verdicts if check is not None else _failed_verdicts(reason or status)
@@ -188,7 +192,11 @@ def _check_shape(
         forced = index if config_count else None
         phase = f"call on {where}" + (f" with autotune config {forced}" if forced is not None else "")
         reply = child.check(
-            shape.parameters, seed, autotune_config=forced, phase=phase, forget_tuning=forget_tuning and index == 0
+            shape.parameters,
+            seed,
+            autotune_config=forced,
+            phase=phase,
+            forget_tuning=forget_tuning and index == 0,
         )
         status, reason, details, check = _judge(task, case, child, reply)
         child.discard_files()
@@ -479,7 +487,14 @@ class Evaluator:
             forget, self.forget_tuning = self.forget_tuning, False
             self.tell("checking")
             self.config_count = _check_shape(
-                self.child, self.task, self.reference, outcome, shape, seed, self.config_count, self.force_configs,
+                self.child,
+                self.task,
+                self.reference,
+                outcome,
+                shape,
+                seed,
+                self.config_count,
+                self.force_configs,
                 forget,
             )
             if self.timed and outcome.status == "pass" and all_passed_before:
@@ -579,7 +594,9 @@ class Evaluator:
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
             flags += self._parent_timing_flags(shape, times, parent_ms, harness_ms)
-            stats = BenchmarkStats.from_times(times, device=self.device, compile_s=reply.compile_s, flags=flags)
+            stats = BenchmarkStats.from_times(
+                times, device=self.device, compile_s=reply.compile_s, flags=flags
+            )
             for name in (*TIMING_STATISTICS, "times_ms"):
                 setattr(outcome, name, getattr(stats, name))
             outcome.compile_s, outcome.timing_flags = stats.compile_s, stats.flags
@@ -596,7 +613,9 @@ class Evaluator:
     def _calibrator(self) -> Calibrator:
         """The shared calibrator, or one of this evaluator's own (closed with it)."""
         if self.calibrator is None:
-            self.calibrator = self.own_calibrator = Calibrator(self.task, device=self.device, limits=self.limits)
+            self.calibrator = self.own_calibrator = Calibrator(
+                self.task, device=self.device, limits=self.limits
+            )
         return self.calibrator
 
     def _parent_timing_flags(
@@ -607,7 +626,9 @@ class Evaluator:
         if host_clock_disagrees(times, parent_ms, harness_ms):
             flags.append(HOST_CLOCK_MISMATCH)
         data = self._timed_case[1].data if self._timed_case is not None else ()  # the timed calls' inputs
-        input_bytes = sum(getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data))
+        input_bytes = sum(
+            getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data)
+        )
         if min(times) < physical_floor_ms(input_bytes, self.peak_bandwidth_gbs):
             flags.append(BELOW_PHYSICAL_FLOOR)
         return flags
@@ -635,14 +656,24 @@ class Evaluator:
             self._timed_case = None  # free the previous case's memory before making the next
             if self.mode == "leaderboard":  # a seed per call: a case of this evaluator's own
                 case = checking.make_reference_case(
-                    self.reference, shape, seed, self.device, exact_now=False, exact_answer=self.task.exact_answer
+                    self.reference,
+                    shape,
+                    seed,
+                    self.device,
+                    exact_now=False,
+                    exact_answer=self.task.exact_answer,
                 )
             else:  # the run's seed for this shape: one case for every revision timed in the run
-                case = checking.reference_case(self.task, self.reference, shape, seed, self.device, exact_now=False)
+                case = checking.reference_case(
+                    self.task, self.reference, shape, seed, self.device, exact_now=False
+                )
             self._timed_case = (key, case)
         case = self._timed_case[1]
         problem = checking.output_problem(
-            done.output, case.expected, done.output_aliases_input, same_shape_and_dtype=self.task.rtol is not None
+            done.output,
+            case.expected,
+            done.output_aliases_input,
+            same_shape_and_dtype=self.task.rtol is not None,
         )
         if problem is not None:
             return problem
@@ -812,7 +843,9 @@ def evaluate_side_by_side(
     def relay(evaluator: Evaluator, activity: str) -> None:
         events.put(("activity", evaluator, activity))
 
-    told = {id(evaluator): evaluator.on_activity for evaluator in evaluators if evaluator.on_activity is not None}
+    told = {
+        id(evaluator): evaluator.on_activity for evaluator in evaluators if evaluator.on_activity is not None
+    }
     for evaluator in evaluators:  # told on the evaluator's thread, heard on this one
         if id(evaluator) in told:
             evaluator.on_activity = functools.partial(relay, evaluator)

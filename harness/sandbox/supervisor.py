@@ -186,7 +186,9 @@ class ChildProcess:
         self.io_dir = make_io_dir()
         # Files the child wrote are opened by name in this descriptor's directory (see
         # transfer.open_exported): never through a path the child could have replaced.
-        self.io_fd: int | None = os.open(self.io_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        self.io_fd: int | None = os.open(
+            self.io_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        )
 
     # lifecycle
 
@@ -235,7 +237,12 @@ class ChildProcess:
         output_for_child = os.dup(self.output_fd)
         child_fds = [request_read, reply_write, output_for_child]
         arguments = [
-            "--request-fd", str(request_read), "--reply-fd", str(reply_write), "--output-fd", str(output_for_child)
+            "--request-fd",
+            str(request_read),
+            "--reply-fd",
+            str(reply_write),
+            "--output-fd",
+            str(output_for_child),
         ]
         status_write = None
         if self.level.full:
@@ -274,7 +281,10 @@ class ChildProcess:
             memory_bytes=self.limits.memory_bytes,
             directories=[
                 WatchedDirectories(
-                    (self.workdir, self.io_dir), self.limits.disk_bytes, "disk_bytes", "the working directories"
+                    (self.workdir, self.io_dir),
+                    self.limits.disk_bytes,
+                    "disk_bytes",
+                    "the working directories",
                 ),
                 WatchedDirectories(
                     self.caches, self.limits.code_cache_bytes, "code_cache_bytes", "the per-code caches"
@@ -570,7 +580,9 @@ class ChildProcess:
                     self._send(CallSeed(id=request.id, index=message.index, seed=seed), phase)
                 else:
                     if message.index not in seed_sent_at or message.index in call_wall_ms:
-                        raise self._fail("crashed", f"protocol violation during {phase}: an output for no call")
+                        raise self._fail(
+                            "crashed", f"protocol violation during {phase}: an output for no call"
+                        )
                     call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
                     on_output(message)
 

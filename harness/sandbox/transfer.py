@@ -151,11 +151,15 @@ def open_exported(directory_fd: int, name: str) -> int:
             raise ValueError("the output file is missing") from None
         if exc.errno == errno.ELOOP:
             raise ValueError("the output file was replaced by a symbolic link") from None
-        raise ValueError(f"the output file could not be opened ({errno.errorcode.get(exc.errno, exc.errno)})") from None
+        raise ValueError(
+            f"the output file could not be opened ({errno.errorcode.get(exc.errno, exc.errno)})"
+        ) from None
     facts = os.fstat(fd)
     problem = None
     if not stat.S_ISREG(facts.st_mode):
-        problem = f"the output file was replaced by {_KINDS.get(stat.S_IFMT(facts.st_mode), 'a special file')}"
+        problem = (
+            f"the output file was replaced by {_KINDS.get(stat.S_IFMT(facts.st_mode), 'a special file')}"
+        )
     elif facts.st_nlink != 1:
         problem = "the output file was replaced by a hard link"
     elif facts.st_uid != os.geteuid():
@@ -241,7 +245,9 @@ class SharedBuffer:
                 # torch.cuda._pin_memory_utils); a failed registration only means a slower copy,
                 # and its error is cleared so that no later torch call reports it
                 cudart = torch.cuda.cudart()
-                self.registered = int(cudart.cudaHostRegister(self.tensor.data_ptr(), len(self.mapping), 0)) == 0
+                self.registered = (
+                    int(cudart.cudaHostRegister(self.tensor.data_ptr(), len(self.mapping), 0)) == 0
+                )
                 if not self.registered and hasattr(cudart, "cudaGetLastError"):
                     cudart.cudaGetLastError()
         return self.tensor

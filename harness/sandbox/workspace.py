@@ -86,7 +86,10 @@ def remove_files_of_dead_parents() -> None:
         for entry in entries:
             pid, dash, _ = entry.name.removeprefix(prefix).partition("-")  # mkdtemp's own names have no dash
             try:
-                mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
+                mine = (
+                    entry.is_dir(follow_symlinks=False)
+                    and entry.stat(follow_symlinks=False).st_uid == os.geteuid()
+                )
             except OSError:
                 continue
             if mine and dash and pid.isdigit() and process_is_gone(int(pid)):
@@ -136,7 +139,10 @@ def python_environment() -> dict[str, str]:
     env.setdefault("PATH", "/usr/bin:/bin")
     # The harness package first, then whatever the parent's PYTHONPATH adds (packages installed
     # with `pip --target`, as on a machine whose image lacks some of them).
-    parts = [str(Path(__file__).resolve().parents[2]), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    parts = [
+        str(Path(__file__).resolve().parents[2]),
+        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+    ]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     return env
 

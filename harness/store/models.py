@@ -140,7 +140,9 @@ class Run(Base):
     task: Mapped[str] = mapped_column(String(100))
     # the task's files it was judged by (TaskVersion.version; 1 for a built-in task)
     task_version: Mapped[int] = mapped_column(default=1, server_default="1")
-    mode: Mapped[str] = mapped_column(String(20))  # the run kind: test | test-leaderboard | benchmark | leaderboard
+    mode: Mapped[str] = mapped_column(
+        String(20)
+    )  # the run kind: test | test-leaderboard | benchmark | leaderboard
     env_key: Mapped[str] = mapped_column(String(64))
     device: Mapped[str] = mapped_column(String(20))  # cpu | cuda
     device_name: Mapped[str] = mapped_column(String(200), default="")
@@ -207,7 +209,9 @@ class ShapeResult(Base):
         if self.gpumode_status is None or self.accurate_status is None:
             return None
         return Verdicts(
-            gpumode=Verdict(status=self.gpumode_status, failures=self.gpumode_failures or 0, reason=self.gpumode_reason),
+            gpumode=Verdict(
+                status=self.gpumode_status, failures=self.gpumode_failures or 0, reason=self.gpumode_reason
+            ),
             accurate=Verdict(
                 status=self.accurate_status, failures=self.accurate_failures or 0, reason=self.accurate_reason
             ),

@@ -116,7 +116,10 @@ def register_revision(
         latest = None
     else:
         latest = session.scalar(
-            select(Revision).where(Revision.lineage_id == lineage_row.id).order_by(Revision.number.desc()).limit(1)
+            select(Revision)
+            .where(Revision.lineage_id == lineage_row.id)
+            .order_by(Revision.number.desc())
+            .limit(1)
         )
     if parent_id is None and latest is not None:
         parent_id = latest.id
@@ -174,7 +177,9 @@ def get_revision(session: Session, revision_id: int) -> Revision:
 
 def list_revisions(session: Session, task: str | None = None, lineage: str | None = None) -> list[Revision]:
     """Revisions in the order they were registered, their lineages loaded."""
-    query = select(Revision).options(selectinload(Revision.lineage)).order_by(Revision.created_at, Revision.id)
+    query = (
+        select(Revision).options(selectinload(Revision.lineage)).order_by(Revision.created_at, Revision.id)
+    )
     if task is not None:
         if task not in known_tasks():
             raise HarnessError(f"unknown task {task!r} (known: {', '.join(known_tasks()) or 'none'})")

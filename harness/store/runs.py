@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from harness.wire import Evaluation
 
 
-
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -58,9 +57,7 @@ def holder_is_gone(worker: str) -> bool:
 
 def _claim_is_live(run: Run, now) -> bool:
     return (
-        run.claim_expires_at is not None
-        and run.claim_expires_at > now
-        and not holder_is_gone(run.claimed_by)
+        run.claim_expires_at is not None and run.claim_expires_at > now and not holder_is_gone(run.claimed_by)
     )
 
 
@@ -87,7 +84,9 @@ def find_run(session: Session, revision_id: int, task: str, mode: str, env_key: 
 def claim_holder(session: Session, revision_id: int, task: str, mode: str, env_key: str) -> str | None:
     """Who holds the claim on this key (None when nobody does)."""
     return session.scalar(
-        select(Run.claimed_by).where(*_key(revision_id, task, mode, env_key), Run.claim_expires_at.is_not(None))
+        select(Run.claimed_by).where(
+            *_key(revision_id, task, mode, env_key), Run.claim_expires_at.is_not(None)
+        )
     )
 
 
@@ -149,7 +148,9 @@ def claim_run(
     # result (record_run replaces it); a claimed one has none.
     values = {"claimed_by": worker, "claim_expires_at": expires}
     if existing.state != "done":
-        values.update(started_at=now, environment=environment.model_dump(), device_name=environment.device_name)
+        values.update(
+            started_at=now, environment=environment.model_dump(), device_name=environment.device_name
+        )
     taken = session.execute(
         update(Run)
         .where(
@@ -164,7 +165,6 @@ def claim_run(
         return None
     session.expire(existing)
     return session.get(Run, existing.id)
-
 
 
 @dataclass
@@ -187,7 +187,8 @@ def timed_out_under_shorter_limits(run: Run, limits: dict[str, float] | None) ->
     if run.status != "timeout" or not limits or not recorded:
         return False
     return any(
-        name in recorded and name in limits and float(recorded[name]) < float(limits[name]) for name in TIME_LIMITS
+        name in recorded and name in limits and float(recorded[name]) < float(limits[name])
+        for name in TIME_LIMITS
     )
 
 
@@ -195,14 +196,17 @@ def covers_shapes(run: Run, task: TaskSpec, shape_set: str) -> bool:
     """Whether a stored run covers exactly the task's current shapes of `shape_set` and was judged
     with both verdicts (a changed task file, or a run from before the verdicts, is stale)."""
     current = [(shape_set, i, {**s.parameters, "seed": s.seed}) for i, s in enumerate(task.shapes(shape_set))]
-    return [(r.set_name, r.index, r.shape) for r in run.shapes] == current and not _judged_before_verdicts(run)
+    return [(r.set_name, r.index, r.shape) for r in run.shapes] == current and not _judged_before_verdicts(
+        run
+    )
 
 
 def _judged_before_verdicts(run: Run) -> bool:
     """A run whose compared outputs have no verdicts was recorded before the two verdicts existed
     (db/migrations 0003): it is judged again."""
     return any(
-        r.verdicts is None and r.check.get("status") == "wrong_answer" and r.check.get("mismatches") for r in run.shapes
+        r.verdicts is None and r.check.get("status") == "wrong_answer" and r.check.get("mismatches")
+        for r in run.shapes
     )
 
 
@@ -232,7 +236,13 @@ def reuse_or_claim(
     ):
         return ReuseOrClaim(existing, reused=True)
     run = claim_run(
-        session, revision_id, task.name, mode, environment, worker=worker, ttl_s=ttl_s,
+        session,
+        revision_id,
+        task.name,
+        mode,
+        environment,
+        worker=worker,
+        ttl_s=ttl_s,
         replace_done=existing is not None,
     )
     if run is None:
@@ -241,7 +251,9 @@ def reuse_or_claim(
     return ReuseOrClaim(run)
 
 
-def estimated_cost(session: Session, revision_id: int, task: str, env_key: str, prefer: tuple[str, ...]) -> float:
+def estimated_cost(
+    session: Session, revision_id: int, task: str, env_key: str, prefer: tuple[str, ...]
+) -> float:
     """Seconds the revision's latest finished run in this environment spent in its calls (the
     first call of each shape, with its compilation and autotuning, and the timed calls), its
     import, and one more for the process; from the first mode of `prefer` that has a run, else 1.
@@ -273,7 +285,10 @@ def release_claim(session: Session, run_id: int, worker: str) -> None:
 
 def _verdict_columns(outcome) -> dict:
     """The shape's verdicts and accuracy figures as ShapeResult columns."""
-    columns: dict = {"rel_l2": outcome.accuracy.rel_l2, "max_err_over_scale": outcome.accuracy.max_err_over_scale}
+    columns: dict = {
+        "rel_l2": outcome.accuracy.rel_l2,
+        "max_err_over_scale": outcome.accuracy.max_err_over_scale,
+    }
     if outcome.verdicts is not None:
         for name in VERDICTS:
             verdict = outcome.verdicts.get(name)

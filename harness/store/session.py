@@ -111,7 +111,9 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
                 f"no store at {sqlite_file}: check --db/HARNESS_DB, or create one with `harness init`"
             )
         created_file = not sqlite_file.exists()
-        unwritable = read_only and not (os.access(sqlite_file.parent, os.W_OK) and os.access(sqlite_file, os.W_OK))
+        unwritable = read_only and not (
+            os.access(sqlite_file.parent, os.W_OK) and os.access(sqlite_file, os.W_OK)
+        )
         if unwritable:
             parsed = _read_only_sqlite_url(sqlite_file)
     engine = _create_engine(parsed, shown, read_only=unwritable)
@@ -220,7 +222,9 @@ def _upgrade_to_head(engine: Engine, shown: str, *, read_only: bool = False) -> 
     try:
         with engine.connect() as connection, connection.begin():
             if connection.dialect.name == "postgresql":
-                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": POSTGRES_MIGRATION_LOCK})
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": POSTGRES_MIGRATION_LOCK}
+                )
             found = MigrationContext.configure(connection).get_current_heads()
             for revision in found:
                 if not _is_known(scripts, revision):

@@ -88,8 +88,13 @@ def add_task(session: Session, directory: Path, name: str | None = None) -> AddO
 def _register_reference(session: Session, name: str) -> RegisterOutcome:
     code = REFERENCE_CANDIDATE.format(task=name).encode()
     return register_revision(
-        session, code, f"{name}_reference.py", lineage=f"{name}_reference", task=name,
-        message=f"the reference of task {name} (ref_kernel)", author="harness task add",
+        session,
+        code,
+        f"{name}_reference.py",
+        lineage=f"{name}_reference",
+        task=name,
+        message=f"the reference of task {name} (ref_kernel)",
+        author="harness task add",
     )
 
 
@@ -104,7 +109,11 @@ def latest_version(session: Session, name: str) -> TaskVersion | None:
 
 
 def task_versions(session: Session, name: str | None = None) -> list[TaskVersion]:
-    query = select(TaskVersion).options(selectinload(TaskVersion.files)).order_by(TaskVersion.name, TaskVersion.version)
+    query = (
+        select(TaskVersion)
+        .options(selectinload(TaskVersion.files))
+        .order_by(TaskVersion.name, TaskVersion.version)
+    )
     if name is not None:
         query = query.where(TaskVersion.name == name)
     return list(session.scalars(query))
@@ -113,7 +122,9 @@ def task_versions(session: Session, name: str | None = None) -> list[TaskVersion
 def runs_per_version(session: Session, name: str) -> dict[int, int]:
     """Finished runs per task version."""
     rows = session.execute(
-        select(Run.task_version, func.count()).where(Run.task == name, Run.state == "done").group_by(Run.task_version)
+        select(Run.task_version, func.count())
+        .where(Run.task == name, Run.state == "done")
+        .group_by(Run.task_version)
     )
     return {version: count for version, count in rows}
 
@@ -122,7 +133,9 @@ def use_stored_tasks(session: Session) -> None:
     """Write each stored task's latest version into the cache (once per version) and make it
     known to harness.tasks.load_task in this process."""
     latest = (
-        select(TaskVersion.name, func.max(TaskVersion.version).label("version")).group_by(TaskVersion.name).subquery()
+        select(TaskVersion.name, func.max(TaskVersion.version).label("version"))
+        .group_by(TaskVersion.name)
+        .subquery()
     )
     versions = session.scalars(
         select(TaskVersion)
@@ -133,14 +146,18 @@ def use_stored_tasks(session: Session) -> None:
         try:
             _use(version)
         except HarnessError as exc:  # one unreadable task leaves the others and the store usable
-            use_task_error(version.name, f"task {version.name} version {version.version} cannot be used: {exc}")
+            use_task_error(
+                version.name, f"task {version.name} version {version.version} cannot be used: {exc}"
+            )
 
 
 def _use(version: TaskVersion) -> TaskSpec:
     directory = Path(get_settings().cache_dir, "tasks", version.files_sha256)
     files = ProblemFiles({f.name: f.blob.content for f in version.files})
     if files.sha256 != version.files_sha256:
-        raise HarnessError(f"task {version.name} version {version.version}: its stored files do not match their hash")
+        raise HarnessError(
+            f"task {version.name} version {version.version}: its stored files do not match their hash"
+        )
     files.write_to(directory)
     spec = load_problem(directory, version.name, version=version.version, files_sha256=version.files_sha256)
     use_task(spec)

@@ -115,7 +115,9 @@ def read_problem(directory: Path) -> ProblemFiles:
     if _imports(reference, "utils"):
         utils = next((p for p in (directory / UTILS, directory.parent / UTILS) if p.is_file()), None)
         if utils is None:
-            raise HarnessError(f"{directory / REFERENCE} imports utils, but there is no utils.py beside it or above it")
+            raise HarnessError(
+                f"{directory / REFERENCE} imports utils, but there is no utils.py beside it or above it"
+            )
         files[UTILS] = _read(utils, "cannot read utils.py")
         _parse_python(files[UTILS], utils)
     problem = ProblemFiles(files)
@@ -135,7 +137,9 @@ def load_problem(
     return spec.model_copy(update={"version": version, "files_sha256": files_sha256 or problem.sha256})
 
 
-def problem_spec(problem: ProblemFiles, raw: dict, reference: ast.Module, name: str, directory: Path) -> TaskSpec:
+def problem_spec(
+    problem: ProblemFiles, raw: dict, reference: ast.Module, name: str, directory: Path
+) -> TaskSpec:
     where = directory / TASK_YML
     if str(raw.get("lang", "py")) != "py":
         raise HarnessError(f"{where}: lang {raw.get('lang')!r}: only Python problems (lang: py) are tasks")
@@ -147,14 +151,20 @@ def problem_spec(problem: ProblemFiles, raw: dict, reference: ast.Module, name: 
         if not isinstance(raw.get(set_name), list) or not raw[set_name]:
             raise HarnessError(f"{where}: no {set_name} shapes")
     parameters, takes_any, takes_device = _generator_parameters(reference)
-    shapes = {"tests": raw["tests"], "benchmarks": raw["benchmarks"], "smoke": extension.smoke or raw["tests"]}
+    shapes = {
+        "tests": raw["tests"],
+        "benchmarks": raw["benchmarks"],
+        "smoke": extension.smoke or raw["tests"],
+    }
     for set_name, listed in shapes.items():
         for index, shape in enumerate(listed):
             if not isinstance(shape, dict) or not isinstance(shape.get("seed"), int):
                 raise HarnessError(f"{where}: {set_name}[{index}] is not a mapping with an integer seed")
             unknown = [key for key in shape if key not in parameters and not takes_any]
             if unknown:
-                raise HarnessError(f"{where}: {set_name}[{index}] has {', '.join(unknown)}, which generate_input does not take")
+                raise HarnessError(
+                    f"{where}: {set_name}[{index}] has {', '.join(unknown)}, which generate_input does not take"
+                )
     data, output_buffer = extension.data, extension.output_buffer
     if data is None:
         data, found_buffer = _data_layout(reference)
@@ -260,7 +270,9 @@ def _imports(module: ast.Module, name: str) -> bool:
 
 
 def _generator(module: ast.Module) -> ast.FunctionDef | None:
-    return next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "generate_input"), None)
+    return next(
+        (n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "generate_input"), None
+    )
 
 
 def _generator_parameters(module: ast.Module) -> tuple[set[str], bool, bool]:
@@ -284,7 +296,10 @@ def _data_layout(module: ast.Module) -> tuple[list[str] | None, str | None]:
     value = function.body[-1].value
     if not isinstance(value, ast.Tuple):
         return None, None
-    names = [element.id if isinstance(element, ast.Name) else f"data{index}" for index, element in enumerate(value.elts)]
+    names = [
+        element.id if isinstance(element, ast.Name) else f"data{index}"
+        for index, element in enumerate(value.elts)
+    ]
     made_empty = set()
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and any(_calls_factory(call) for call in ast.walk(node.value)):

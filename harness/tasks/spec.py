@@ -106,7 +106,9 @@ class TaskSpec(BaseModel):
         if (self.rtol is None) != (self.atol is None):
             raise ValueError("give both rtol and atol, or neither")
         if self.exact_answer is not None and self.rtol is None:
-            raise ValueError("an exact answer needs the tolerances (rtol, atol) that the accurate verdict uses")
+            raise ValueError(
+                "an exact answer needs the tolerances (rtol, atol) that the accurate verdict uses"
+            )
         if self.verdict == "accurate" and self.exact_answer is None:
             raise ValueError("verdict accurate needs an exact answer")
         return self
@@ -178,7 +180,11 @@ def use_task(spec: TaskSpec) -> None:
     """Make a task from the store known to `load_task` here and in the processes started from here."""
     _stored_tasks[spec.name] = spec
     carried = _tasks_from_environment()
-    carried[spec.name] = {"directory": str(spec.directory), "version": spec.version, "files_sha256": spec.files_sha256}
+    carried[spec.name] = {
+        "directory": str(spec.directory),
+        "version": spec.version,
+        "files_sha256": spec.files_sha256,
+    }
     os.environ[STORED_TASKS_ENV] = json.dumps(carried)
 
 
@@ -296,7 +302,9 @@ def generate_inputs(reference: ModuleType, parameters: dict, seed: int, device: 
     if generator_takes_device(reference):
         return reference.generate_input(**parameters, seed=seed, device=device)
     if device != "cuda":
-        raise HarnessError(f"the task's generate_input takes no `device`: its inputs are made on CUDA only, not {device}")
+        raise HarnessError(
+            f"the task's generate_input takes no `device`: its inputs are made on CUDA only, not {device}"
+        )
     return reference.generate_input(**parameters, seed=seed)
 
 

@@ -40,7 +40,9 @@ def upgrade() -> None:
         sa.Column("sha256", sa.String(length=64), nullable=False),
         sa.ForeignKeyConstraint(["sha256"], ["blobs.sha256"], name=op.f("fk_task_files_sha256_blobs")),
         sa.ForeignKeyConstraint(
-            ["task_version_id"], ["task_versions.id"], name=op.f("fk_task_files_task_version_id_task_versions"),
+            ["task_version_id"],
+            ["task_versions.id"],
+            name=op.f("fk_task_files_task_version_id_task_versions"),
             ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_task_files")),
@@ -50,14 +52,17 @@ def upgrade() -> None:
         batch.add_column(sa.Column("task_version", sa.Integer(), nullable=False, server_default="1"))
         batch.drop_constraint("uq_runs_revision_id_task_mode_env_key", type_="unique")
         batch.create_unique_constraint(
-            "uq_runs_revision_id_task_task_version_mode_env_key", ["revision_id", "task", "task_version", "mode", "env_key"]
+            "uq_runs_revision_id_task_task_version_mode_env_key",
+            ["revision_id", "task", "task_version", "mode", "env_key"],
         )
 
 
 def downgrade() -> None:
     with op.batch_alter_table("runs") as batch:
         batch.drop_constraint("uq_runs_revision_id_task_task_version_mode_env_key", type_="unique")
-        batch.create_unique_constraint("uq_runs_revision_id_task_mode_env_key", ["revision_id", "task", "mode", "env_key"])
+        batch.create_unique_constraint(
+            "uq_runs_revision_id_task_mode_env_key", ["revision_id", "task", "mode", "env_key"]
+        )
         batch.drop_column("task_version")
     op.drop_table("task_files")
     op.drop_table("task_versions")

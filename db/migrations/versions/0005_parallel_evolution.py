@@ -44,7 +44,9 @@ def upgrade() -> None:
         sa.Column("score_ms", sa.Double(), nullable=True),
         sa.Column("shapes", sa.JSON(), nullable=False),
         sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.ForeignKeyConstraint(["revision_id"], ["revisions.id"], name=op.f("fk_retimings_revision_id_revisions")),
+        sa.ForeignKeyConstraint(
+            ["revision_id"], ["revisions.id"], name=op.f("fk_retimings_revision_id_revisions")
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_retimings")),
         sa.UniqueConstraint("batch", "revision_id", name=op.f("uq_retimings_batch_revision_id")),
     )

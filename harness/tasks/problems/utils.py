@@ -7,7 +7,9 @@ import torch
 
 
 @torch.no_grad()
-def mismatch_report(received: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float, shown: int = 5) -> list[str]:
+def mismatch_report(
+    received: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float, shown: int = 5
+) -> list[str]:
     """Where `received` is not within `atol + rtol * |expected|` of `expected` (NaN and infinities
     must match), in words; [] when it is everywhere."""
     if received.shape != expected.shape:

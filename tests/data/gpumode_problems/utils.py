@@ -14,7 +14,10 @@ def mismatches(received: torch.Tensor, expected: torch.Tensor, rtol: float, atol
     count = int(bad.sum())
     if not count:
         return []
-    first = [f"at {tuple(i.tolist())}: {float(received[tuple(i)])} vs {float(expected[tuple(i)])}" for i in bad.nonzero()[:3]]
+    first = [
+        f"at {tuple(i.tolist())}: {float(received[tuple(i)])} vs {float(expected[tuple(i)])}"
+        for i in bad.nonzero()[:3]
+    ]
     return [f"{count} elements differ", *first]
 
 
