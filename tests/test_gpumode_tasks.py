@@ -13,8 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import rows
+from conftest import rows
 
 PROBLEMS = Path(__file__).parent / "data" / "gpumode_problems"
 
