@@ -9,10 +9,13 @@ gone, for the tests and every process they start."""
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -196,3 +199,29 @@ def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'store.sqlite'}"
     return request.getfixturevalue("postgres_url")
+
+
+@contextmanager
+def local_ray_cluster(temp: Path, *, gpus: int) -> Iterator[str]:
+    """A local Ray head on this machine's CPUs that declares `gpus` GPUs (none is used), its files
+    in `temp`; yields its address. `ray stop --force` at the end stops every Ray cluster of this
+    machine."""
+    ray = Path(sys.executable).parent / "ray"
+    if not ray.exists():
+        pytest.fail("ray is not installed in this environment: ./setup.sh installs the ray extra")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "RAY_TMPDIR": str(temp)}
+    command = [
+        str(ray), "start", "--head", "--port", str(port), "--num-cpus", "2", "--num-gpus", str(gpus),
+        "--disable-usage-stats", "--include-dashboard", "false", "--object-store-memory", "200000000",
+        "--node-ip-address", "127.0.0.1", f"--temp-dir={temp}",
+    ]  # fmt: skip
+    started = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180, check=False)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120, check=False)
+        shutil.rmtree(temp, ignore_errors=True)

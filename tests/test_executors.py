@@ -10,17 +10,16 @@ import json
 import os
 import queue
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import rows
+from conftest import local_ray_cluster, rows
 
 from harness.config import CANDIDATES_DIR
 from harness.errors import HarnessError
@@ -29,7 +28,6 @@ from harness.executors.local import GpuWorkers
 from harness.sandbox.limits import SandboxLimits
 
 REFERENCE = CANDIDATES_DIR / "conv2d_v2_reference.py"
-RAY = Path(sys.executable).parent / "ray"
 
 TORCH_CONV = b'''"""A torch conv2d (copy %d)."""
 import torch
@@ -282,52 +280,11 @@ def _has_cuda() -> bool:
 # --- Ray --------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory) -> str:
+def ray_cluster(tmp_path_factory) -> Iterator[str]:
     """A local Ray cluster on this CPU that declares two GPUs; its address."""
-    if not RAY.exists():
-        pytest.fail("ray is not installed in this environment: ./setup.sh installs the ray extra")
-    port = _free_port()
-    temp = tmp_path_factory.mktemp("ray")
-    env = {**os.environ, "RAY_TMPDIR": str(temp)}
-    started = subprocess.run(
-        [
-            str(RAY),
-            "start",
-            "--head",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "2",
-            "--num-gpus",
-            "2",
-            "--disable-usage-stats",
-            "--include-dashboard",
-            "false",
-            "--object-store-memory",
-            "200000000",
-            "--node-ip-address",
-            "127.0.0.1",
-            f"--temp-dir={temp}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        subprocess.run([str(RAY), "stop", "--force"], capture_output=True, env=env, timeout=120, check=False)
-        shutil.rmtree(temp, ignore_errors=True)
+    with local_ray_cluster(tmp_path_factory.mktemp("ray"), gpus=2) as address:
+        yield address
 
 
 def test_ray_tasks_run_the_tournament_on_declared_gpus(run_cli, store_url, mixed_store, ray_cluster):

@@ -13,10 +13,11 @@ import subprocess
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import HARNESS_SCRIPT, rows
+from conftest import HARNESS_SCRIPT, local_ray_cluster, rows
 
 from harness import checking
 from harness.config import CANDIDATES_DIR
@@ -399,52 +400,10 @@ def test_gpu_workers_tell_activities_and_store_each_evaluation_as_it_ends(tmp_pa
 
 
 @pytest.fixture(scope="module")
-def cpu_ray_cluster(tmp_path_factory) -> str:
+def cpu_ray_cluster(tmp_path_factory) -> Iterator[str]:
     """A local Ray cluster on this CPU with no GPU resource; its address."""
-    import shutil
-    import socket
-    import sys
-
-    ray = Path(sys.executable).parent / "ray"
-    if not ray.exists():
-        pytest.fail("ray is not installed in this environment: ./setup.sh installs the ray extra")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    temp = tmp_path_factory.mktemp("ray")
-    env = {**os.environ, "RAY_TMPDIR": str(temp)}
-    started = subprocess.run(
-        [
-            str(ray),
-            "start",
-            "--head",
-            "--port",
-            str(port),
-            "--num-cpus",
-            "2",
-            "--num-gpus",
-            "0",
-            "--disable-usage-stats",
-            "--include-dashboard",
-            "false",
-            "--object-store-memory",
-            "200000000",
-            "--node-ip-address",
-            "127.0.0.1",
-            f"--temp-dir={temp}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=180,
-        check=False,
-    )
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120, check=False)
-        shutil.rmtree(temp, ignore_errors=True)
+    with local_ray_cluster(tmp_path_factory.mktemp("ray"), gpus=0) as address:
+        yield address
 
 
 def test_ray_checks_on_the_cpus_of_a_cluster_without_gpus(tmp_path, store_url, cpu_ray_cluster):
