@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def harness(store: Path, *args: object, log: Path | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "harness", *(str(arg) for arg in args)]
-    env = {**os.environ, "HARNESS_DB": f"sqlite:///{store}", "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "HARNESS_DB": f"sqlite:///{store}", "PYTHONPATH": path}
     if log is None:
         return subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=ROOT)
     with log.open("w") as out:
