@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import rows
 
 PROBLEMS = Path(__file__).parent / "data" / "gpumode_problems"
@@ -341,3 +342,54 @@ def test_a_reference_that_fails_is_the_tasks_error_in_one_line_not_a_candidates_
         "error: the task's reference failed on size=8 (seed 11): RuntimeError: no answer"
     )
     assert rows(store_url, "SELECT count(*) FROM runs WHERE state = 'done'") == [(0,)]
+
+
+def test_outputs_of_another_kind_than_the_buffer_are_calibrated_with_their_own_kind(harness, store_url):
+    """The parent's clock bound (harness.timing, step 5) takes off the harness's own cost of a
+    call, measured by a no-op that returns the output buffer. The prefix sum's reference answers
+    in float64 where the buffer is float32, twice the bytes to export: it is calibrated with a
+    no-op returning float64 of its shape (on the H200 the other flagged GPU MODE's own reference
+    `host_clock_mismatch`), the submission that fills the buffer with the buffer itself."""
+    ok(harness("task", "add", PROBLEMS / "prefixsum_py"))
+    correct = PROBLEMS / "prefixsum_py" / "solutions" / "correct.py"
+    ok(harness("register", correct, "--task", "prefixsum", "--lineage", "prefixsum_correct"))
+    ok(harness("tournament", "--task", "prefixsum", "--device", "cpu", "--mode", "benchmark", timeout=600))
+    calibrated = {
+        lineage: (json.loads(shape)["size"], json.loads(check)["timing"]["calibrated_output"])
+        for lineage, shape, check in rows(
+            store_url,
+            'SELECT l.name, s.shape, s."check" FROM shape_results s JOIN runs r ON r.id = s.run_id '
+            "JOIN revisions v ON v.id = r.revision_id JOIN lineages l ON l.id = v.lineage_id "
+            "WHERE r.mode = 'benchmark'",
+        )
+    }
+    size = calibrated["prefixsum_reference"][0]
+    assert calibrated == {
+        "prefixsum_reference": (size, ["torch.float64", [size]]),
+        "prefixsum_correct": (size, None),
+    }
+
+
+def test_the_calibration_no_op_takes_only_a_known_dtype_and_whole_sizes():
+    """The kind of output comes from the candidate's reply: nothing of it but a known dtype and
+    integers goes into the no-op's code."""
+    from harness.errors import HarnessError
+    from harness.sandbox.calibration import returning_candidate
+    from harness.tasks import load_task
+
+    task = load_task("conv2d_v2")
+    code = returning_candidate(task, ("torch.float64", (2, 3))).decode()
+    assert "torch.empty((2, 3), dtype=torch.float64, device=data[2].device)" in code
+    namespace: dict = {}
+    exec(compile(code, "<no-op>", "exec"), namespace)  # noqa: S102 - the harness's own code
+    made = namespace[task.entry_point]((None, None, torch.zeros(1)))
+    assert made.dtype == torch.float64 and made.shape == (2, 3)
+    for kind in [
+        ("torch.float64); import os; os.system('true'", (2,)),
+        ("float64", (2,)),
+        ("torch.float32", ("2); import os; (1",)),
+        ("torch.float32", (-1,)),
+        ("torch.float32", (True,)),
+    ]:
+        with pytest.raises(HarnessError, match="cannot calibrate an output"):
+            returning_candidate(task, kind)

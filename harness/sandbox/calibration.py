@@ -8,6 +8,13 @@ candidate is the harness's: a no-op that returns its output buffer untouched. It
 harness code, so a candidate cannot make it slower to hide work in the difference; it is timed
 like any candidate (every other child stopped), and the shortest bracket of its timed calls is
 the shape's harness cost.
+
+The export and the NaN fill of the returned tensor grow with its bytes. A candidate whose timed
+outputs are not the buffer's dtype and shape (GPU MODE's prefix sum reference answers in float64
+where the buffer is float32: twice the bytes, which flagged it on the H200) is calibrated by a
+no-op that returns a tensor of its outputs' dtype and shape (`returning_candidate`, a child per
+such kind), the smallest kind among its timed outputs, so that a candidate cannot buy itself
+slack with one large output.
 """
 
 from __future__ import annotations
@@ -36,20 +43,51 @@ def noop_candidate(task: TaskSpec) -> bytes:
     return f"def {task.entry_point}(data):\n    return data[{index}]\n".encode()
 
 
+def returning_candidate(task: TaskSpec, returns: Returned) -> bytes:
+    """A no-op for `task` that returns a tensor of `returns` (dtype, shape), made at its first
+    call on the device of the data, and the same tensor at every later call. Only a dtype of
+    harness.sandbox.transfer and whole numbers go into the code."""
+    from harness.sandbox.transfer import DTYPES
+
+    dtype, shape = returns
+    if dtype not in DTYPES or not all(type(size) is int and size >= 0 for size in shape):
+        raise HarnessError(f"cannot calibrate an output of dtype {dtype!r} and shape {shape!r}")
+    index = task.output_index if task.output_index is not None else task.input_indices[0]
+    return (
+        "import torch\n"
+        "_made = []\n"
+        f"def {task.entry_point}(data):\n"
+        "    if not _made:\n"
+        f"        _made.append(torch.empty({tuple(shape)!r}, dtype={dtype}, device=data[{index}].device))\n"
+        "    return _made[0]\n"
+    ).encode()
+
+
+Returned = tuple[str, tuple[int, ...]]  # a timed output's dtype (as str(torch.dtype)) and shape
+
+
 class Calibrator:
     """One child running `noop_candidate`, started on first use (or with `spawn`, so that it
-    starts beside the candidates' children); `harness_ms` is kept per shape and mode."""
+    starts beside the candidates' children), and one per other kind of output asked for
+    (`returning_candidate`); `harness_ms` is kept per shape, mode and kind of output."""
 
     def __init__(self, task: TaskSpec, *, device: str, limits: SandboxLimits) -> None:
-        code = noop_candidate(task)
-        self.task, self.device = task, device
-        self.child = ChildProcess(
-            code, task, device=device, limits=limits, code_sha256=hashlib.sha256(code).hexdigest()
-        )
+        self.task, self.device, self.limits = task, device, limits
+        self.child = self._child(noop_candidate(task))
+        self.children: dict[Returned, ChildProcess] = {}  # the others, by kind of output
         self.spawned = False
-        self.ready: Ready | None = None
-        self.harness_ms_by_shape: dict[tuple[str, bool], float] = {}
+        self.ready: dict[int, Ready] = {}  # by id() of the child
+        self.harness_ms_by_shape: dict[tuple[str, bool, Returned | None], float] = {}
         self.timed_seeds: dict[str, int] = {}
+
+    def _child(self, code: bytes) -> ChildProcess:
+        return ChildProcess(
+            code,
+            self.task,
+            device=self.device,
+            limits=self.limits,
+            code_sha256=hashlib.sha256(code).hexdigest(),
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -69,28 +107,37 @@ class Calibrator:
         A child learns it only when its own timed calls begin, after its checks."""
         return self.timed_seeds.setdefault(json.dumps(shape.parameters, sort_keys=True), secrets.randbits(63))
 
-    def harness_ms(self, shape: Shape, leaderboard: bool, output_bytes: int = 0) -> float:
+    def harness_ms(
+        self, shape: Shape, leaderboard: bool, output_bytes: int = 0, returns: Returned | None = None
+    ) -> float:
         """The shortest parent's bracket of a no-op timed call of `shape`, with a fresh seed per
-        call (`leaderboard`) or one seed for the shape, as the candidate's calls will have."""
-        key = (json.dumps(shape.parameters, sort_keys=True), leaderboard)
+        call (`leaderboard`) or one seed for the shape, as the candidate's calls will have; the
+        no-op returns the output buffer, or with `returns` a tensor of that dtype and shape."""
+        key = (json.dumps(shape.parameters, sort_keys=True), leaderboard, returns)
         if key not in self.harness_ms_by_shape:
-            self.harness_ms_by_shape[key] = self._measure(shape, leaderboard, output_bytes)
+            self.harness_ms_by_shape[key] = self._measure(shape, leaderboard, output_bytes, returns)
         return self.harness_ms_by_shape[key]
 
-    def _measure(self, shape: Shape, leaderboard: bool, output_bytes: int) -> float:
+    def _measure(self, shape: Shape, leaderboard: bool, output_bytes: int, returns: Returned | None) -> float:
         run_seed = secrets.randbits(63)
-        child = self.child
+        if returns is None:
+            self.spawn()
+            child = self.child
+        else:
+            if returns not in self.children:
+                self.children[returns] = self._child(returning_candidate(self.task, returns))
+                self.children[returns].spawn()
+            child = self.children[returns]
 
         def discard(done: CallDone) -> None:
             child.discard_files()
 
         try:
-            if self.ready is None:
-                self.spawn()
+            if id(child) not in self.ready:
                 ready = child.wait_ready()
                 if not isinstance(ready, Ready):
                     raise HarnessError(f"the harness's calibration child did not import: {ready.error}")
-                self.ready = ready
+                self.ready[id(child)] = ready
             timed = child.time(
                 shape.parameters,
                 seed_for=lambda index: secrets.randbits(63) if leaderboard else run_seed,
@@ -109,4 +156,5 @@ class Calibrator:
         return min(timed.call_wall_ms.values())
 
     def close(self) -> None:
-        self.child.close()
+        for child in [self.child, *self.children.values()]:
+            child.close()

@@ -36,7 +36,7 @@ from harness import checking, scoring
 from harness.config import get_settings
 from harness.environment import confirm_device_name
 from harness.errors import HarnessError
-from harness.sandbox.calibration import Calibrator
+from harness.sandbox.calibration import Calibrator, Returned
 from harness.sandbox.devices import (
     INTERLEAVE_GROUP,
     MODES,
@@ -547,9 +547,14 @@ class Evaluator:
         def seed_for(index: int) -> int:
             return seeds.setdefault(index, secrets.randbits(63) if leaderboard else run_seed)
 
+        returned: set[tuple[int, Returned]] = set()  # (bytes, kind) of the timed outputs
+
         def on_output(done: CallDone) -> None:
             nonlocal checked
             checked += 1
+            info = done.output
+            if info is not None and info.exact_tensor and info.dtype and info.shape is not None:
+                returned.add((info.nbytes or 0, (info.dtype, tuple(info.shape))))
             try:
                 if not problems:
                     problem = self._timed_output_problem(outcome, shape, seeds.get(done.index), done)
@@ -559,10 +564,8 @@ class Evaluator:
                 self.child.discard_files()
 
         # the output's size, from the check's reference case (cached): the shared buffer's size
-        output_bytes = checking.reference_case(
-            self.task, self.reference, shape, self._check_seed(shape), self.device
-        ).expected.nbytes
-        harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes)
+        case = checking.reference_case(self.task, self.reference, shape, self._check_seed(shape), self.device)
+        output_bytes = case.expected.nbytes
         warmup_calls, warmup_s = WARMUP[self.device]
         timed = self.child.time(
             shape.parameters,
@@ -577,6 +580,8 @@ class Evaluator:
         )
         reply, parent_ms = timed.reply, list(timed.call_wall_ms.values())
         times = reply.times_ms
+        calibrated = self._calibrated_kind(case.data, returned)
+        harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes, calibrated)
         if reply.error is not None:
             outcome.status, outcome.reason = reply.error.kind, f"during timing: {reply.error.error}"
         elif not 1 <= len(times) <= self.rule.max_runs or not all(0 < t < math.inf for t in times):
@@ -606,9 +611,24 @@ class Evaluator:
                 "flags": stats.flags,
                 "parent_ms": [round(ms, 4) for ms in parent_ms],
                 "harness_ms": round(harness_ms, 4),
+                # what the harness's no-op returned when calibrating: None, the output buffer
+                "calibrated_output": None if calibrated is None else [calibrated[0], list(calibrated[1])],
             }
             return
         outcome.passed = False
+
+    def _calibrated_kind(self, data: tuple, returned: set[tuple[int, Returned]]) -> Returned | None:
+        """The kind of output the harness's no-op returns when calibrating this shape: None (the
+        output buffer) when the timed outputs were all of the buffer's dtype and shape, else the
+        smallest of theirs (harness.sandbox.calibration)."""
+        index = self.task.output_index if self.task.output_index is not None else self.task.input_indices[0]
+        buffer = data[index] if index < len(data) else None
+        kinds = {kind for _, kind in returned}
+        if not kinds or (
+            isinstance(buffer, torch.Tensor) and kinds == {(str(buffer.dtype), tuple(buffer.shape))}
+        ):
+            return None
+        return min(returned)[1]
 
     def _calibrator(self) -> Calibrator:
         """The shared calibrator, or one of this evaluator's own (closed with it)."""
