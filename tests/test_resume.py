@@ -151,3 +151,60 @@ def test_ctrl_c_keeps_finished_shapes_and_the_next_run_evaluates_only_the_missin
 
     assert verdict(reports[resumed]) == verdict(reports[whole])
     assert reports[resumed]["status"] == "wrong_answer" and reports[resumed]["reason"].startswith("smoke[1]")
+
+
+def test_a_kept_partial_run_resumes_on_workers_and_force_starts_over(tmp_path: Path):
+    """Partial runs made with the store's own calls, as an interrupted check leaves them: the next
+    tournament on CPU workers (the request and its kept shapes cross a process boundary) evaluates
+    the missing shape only; `harness test --force` drops the kept shapes and checks everything."""
+    from harness.environment import probe_environment
+    from harness.sandbox.evaluation import evaluate
+    from harness.store.revisions import register_revision
+    from harness.store.runs import claim_run, record_shape, release_claim
+    from harness.store.session import open_store
+    from harness.tasks import load_task
+
+    db = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    code = REFERENCE.read_bytes()
+    task = load_task("conv2d_v2")
+    evaluation = evaluate(code, REFERENCE.name, task, device="cpu")
+    assert evaluation.status == "pass" and len(evaluation.shapes) == 4
+    store = open_store(db)
+    try:
+        revisions = []
+        for lineage in ("resumed", "forced"):
+            with store.session() as session:
+                revision = register_revision(session, code, REFERENCE.name, lineage=lineage).revision.id
+                run = claim_run(
+                    session, revision, task.name, "test", probe_environment("cpu"), worker="w:1", ttl_s=60
+                )
+            for outcome in evaluation.shapes[:3]:
+                with store.session() as session:
+                    assert record_shape(session, run.id, "w:1", outcome)
+            with store.session() as session:
+                assert not record_shape(session, run.id, "w:2", evaluation.shapes[3])  # not its claim
+                release_claim(session, run.id, "w:1")
+            revisions.append(revision)
+    finally:
+        store.close()
+    resumed, forced = revisions
+    for revision in revisions:
+        assert run_state(db, revision) == "partial" and len(kept_shapes(db, revision)) == 3
+    before = kept_shapes(db, resumed)
+
+    done = harness("tournament", "--mode", "test", "--only", resumed, "--device", "cpu", "--gpus", "2", db=db)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "test: 1 revisions, 1 evaluated now, 0 reused, 0 held by other workers, 1 passed; "
+        "3 shapes kept from an interrupted run, not run again" in done.stdout
+    ), done.stdout
+    after = kept_shapes(db, resumed)
+    assert after[:3] == [("done", *shape[1:]) for shape in before] and after[3][:3] == ("done", 3, "pass")
+    details = json.loads(rows(db, "SELECT details FROM runs WHERE revision_id = ?", resumed)[0][0])
+    assert details["resumed_shapes"] == [0, 1, 2]
+
+    again = harness("test", forced, "--device", "cpu", "--force", "--format", "json", db=db)
+    assert again.returncode == 0, again.stderr
+    (report,) = json.loads(again.stdout)
+    assert report["status"] == "pass" and report["resumed_shapes"] == [] and len(report["shapes"]) == 4
+    assert all(shape[3] != kept[3] for shape, kept in zip(kept_shapes(db, forced), before))  # run anew

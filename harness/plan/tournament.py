@@ -49,6 +49,7 @@ class PhaseResult:
     phase: str
     revision_ids: list[int]
     evaluated: int = 0  # revisions evaluated now (not reused from the store)
+    resumed_shapes: int = 0  # of those, shapes kept from an interrupted evaluation, not run again
     reused: int = 0
     busy: int = 0  # held by another worker's claim
     passed: list[int] = field(default_factory=list)
@@ -179,5 +180,6 @@ def _count(outcome: PhaseResult, item: PlannedRevision) -> None:
         outcome.reused += 1
     else:
         outcome.evaluated += 1
+        outcome.resumed_shapes += item.resumed
     if item.run.status == "pass" and item.revision_id not in outcome.passed:
         outcome.passed.append(item.revision_id)
