@@ -114,6 +114,8 @@ def test_ctrl_c_keeps_finished_shapes_and_the_next_run_evaluates_only_the_missin
         ("partial", 2, "pass"),
     ]
     assert run_state(db, reference) == "done"  # the revision that ended before is kept whole
+    (details,) = rows(db, "SELECT details FROM runs WHERE revision_id = ?", resumed)[0]
+    assert json.loads(details)["limits"]["call_timeout_s"] == 120.0  # the limits it ran under
     board = json.loads(harness("leaderboard", "--format", "json", db=db).stdout)
     (entry,) = [entry for entry in board["entries"] if entry["submission_id"] == resumed]
     assert entry["status"] == "not_run"  # a partial run is no result

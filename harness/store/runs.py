@@ -259,7 +259,13 @@ def reuse_or_claim(
     if run is None:
         holder = claim_holder(session, revision_id, task.name, mode, environment.env_key)
         return ReuseOrClaim(None, busy_with=holder or "another worker")
+    if run.state == "claimed" and limits:  # what a partial run it leaves ran under (record_shape)
+        run.details = {**(run.details or {}), "limits": _limits_of(limits)}
     return ReuseOrClaim(run)
+
+
+def _limits_of(limits: dict[str, float]) -> dict[str, float]:
+    return {name: limits[name] for name in TIME_LIMITS if name in limits}
 
 
 def estimated_cost(
@@ -456,7 +462,7 @@ def record_run(
         "autotuners": [tuner.model_dump() for tuner in evaluation.autotuners],
         "log_tail": evaluation.log_tail,
         **({"resumed_shapes": evaluation.resumed_shapes} if evaluation.resumed_shapes else {}),
-        **({"limits": {name: limits[name] for name in TIME_LIMITS if name in limits}} if limits else {}),
+        **({"limits": _limits_of(limits)} if limits else {}),
     }
     run.shapes = [_shape_result(outcome) for outcome in evaluation.shapes]
     run.state = "done"
