@@ -10,9 +10,9 @@ evaluation is written as it ends, one transaction each (a Ray job's together, as
 (harness.store.runs.record_shape), so that an interrupted one resumes: its claim is released as a
 partial run, and the next phase over that revision evaluates only the shapes still missing. A
 timed evaluation is kept whole or not at all: its timings are compared with the reference's
-within one interleaved run, and a verdict is never drawn across two. Then each revision settles: its run, a worker that took the claim
-over, or its own worker's failure (not the candidate's: a failing or hostile candidate is a status
-in its run).
+within one interleaved run, and a verdict is never drawn across two. Then each revision
+settles: its run, a worker that took the claim over, or its own worker's failure (not the
+candidate's: a failing or hostile candidate is a status in its run).
 
 What differs between phases is data (`Phase`): whether shapes are timed, the seed policy (public
 seeds, or the store's secret seed combined with the code), the run kind the store keys runs by,
@@ -290,7 +290,7 @@ def evaluate_and_record(
     shapes are also kept as they land (`record_shape`; `on_shape` hears of each after that). The
     claims of a job whose worker failed that were not written yet are released (the next
     tournament does them, resuming from their kept shapes); on an interruption every claim not
-    yet written is released so and the exception goes on."""
+    yet written is released the same way and the exception goes on."""
     dispatched = Dispatched()
     open_claims = {request.key for request in requests}
     keeps_shapes = {
