@@ -138,6 +138,9 @@ class Evaluation(BaseModel):
     ended_at: float | None = None
     isolation: str = ""
     autotuners: list[AutotunerInfo] = []
+    # the shapes taken over from an interrupted evaluation of the same run (stored as they landed,
+    # harness.store.runs.record_shape), not evaluated again
+    resumed_shapes: list[int] = []
     shapes: list[ShapeOutcome] = []
     log_tail: str = ""
     score_ms: float | None = None  # timed and passed: the task's score (ranking_by) of the shape means

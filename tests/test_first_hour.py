@@ -539,15 +539,28 @@ def test_a_wheel_installs_into_a_fresh_venv_and_works_from_any_folder(tmp_path):
     assert init.returncode == 0, init.stderr
     store = tmp_path / "data" / "harness" / "harness.sqlite"
     assert f"store sqlite:///{store}" in init.stdout and store.is_file()  # the user's data folder
-    seeded = run("seed")
+    assert "the default store: your data folder ($XDG_DATA_HOME/harness)" in init.stdout  # as README says
+    seeded = run("seed")  # the seed manifest and candidates, shipped in the wheel
     assert seeded.returncode == 0, seeded.stderr
     assert "11 registered" in seeded.stdout
     listed = run("list")
     assert listed.returncode == 0 and "conv2d_tc_tf32x3" in listed.stdout
-    assert run("prompt", "render", "improve", "--from", "2").returncode == 0
+    assert re.search(r"^1 +conv2d_v2_reference +r1 ", listed.stdout, re.MULTILINE), listed.stdout
+    prompt = run("prompt", "render", "improve", "--from", "2")  # the prompts, shipped in the wheel
+    assert prompt.returncode == 0 and "# Task: conv2d_v2" in prompt.stdout, prompt.stderr
+    tested = run("test", "1", "--device", "cpu")  # the task's files, shipped in the wheel
+    assert tested.returncode == 0, tested.stderr
+    assert re.search(r"^ *1 +conv2d_v2_reference r1 +pass +0: ", tested.stdout, re.MULTILINE), tested.stdout
+    assert "(stored)" not in tested.stdout
     checked = run("tournament", "--only", "1", "--mode", "test", "--device", "cpu")
     assert checked.returncode == 0, checked.stderr
-    assert "test: 1 revisions, 1 evaluated now" in checked.stdout
+    assert "test: 1 revisions, 0 evaluated now, 1 reused" in checked.stdout
+    shown = json.loads(run("show", "1", "--format", "json").stdout)
+    assert [(result["mode"], result["status"]) for result in shown["results"]] == [("test", "pass")]
+    board = run("leaderboard")
+    assert board.returncode == 0 and "conv2d_v2_reference" in board.stdout, board.stderr
+    diff = run("diff", "99237")
+    assert diff.returncode == 0 and diff.stdout.startswith("submission 99237"), diff.stderr
     where = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import harness.config as c; print(c.IN_CHECKOUT, c.__file__)"],
         cwd=elsewhere,

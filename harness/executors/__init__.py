@@ -29,14 +29,15 @@ from pydantic import BaseModel
 
 from harness.environment import Environment
 from harness.errors import HarnessError
+from harness.wire import ShapeOutcome
 
 if TYPE_CHECKING:
     from harness.sandbox.evaluation import Evaluator
     from harness.sandbox.limits import SandboxLimits
     from harness.sandbox.pool import ChildPool
-    from harness.wire import Evaluation, ShapeOutcome
+    from harness.wire import Evaluation
 
-ShapeCallback = Callable[[int, "ShapeOutcome"], None]  # (request key, outcome)
+ShapeCallback = Callable[[int, ShapeOutcome], None]  # (request key, outcome)
 ActivityCallback = Callable[[int, str], None]  # (request key, what it does now: Evaluator.tell)
 
 
@@ -56,6 +57,9 @@ class EvaluationRequest(BaseModel):
     rule: dict | None = None
     cost: float = 1.0  # an estimate of its seconds, to share requests out evenly (split_jobs)
     keep_child: bool = False  # keep a passing child for this candidate's next phase (Evaluator)
+    # untimed: the shapes an interrupted evaluation of this run kept (the store's partial run),
+    # taken over as they are; only the others are evaluated (Evaluator's `resumed`)
+    resumed: list[ShapeOutcome] = []
 
     @classmethod
     def make(
@@ -74,6 +78,7 @@ class EvaluationRequest(BaseModel):
         rule: object | None = None,
         cost: float = 1.0,
         keep_child: bool = False,
+        resumed: list[ShapeOutcome] | None = None,
     ) -> EvaluationRequest:
         return cls(
             key=key,
@@ -89,6 +94,7 @@ class EvaluationRequest(BaseModel):
             rule=dataclasses.asdict(rule) if rule is not None else None,
             cost=cost,
             keep_child=keep_child,
+            resumed=resumed or [],
         )
 
     def evaluator(self, pool: ChildPool | None = None) -> Evaluator:
@@ -109,6 +115,7 @@ class EvaluationRequest(BaseModel):
             rule=StoppingRule(**self.rule) if self.rule is not None else None,
             keep_child=self.keep_child,
             pool=pool,
+            resumed=self.resumed,
         )
 
 

@@ -6,9 +6,13 @@ shapes changed), or its run is claimed in the store (committed) and becomes an
 claim. The requests go to an executor (harness.executors: this process, one worker per GPU, or
 Ray), the untimed ones side by side and the timed ones interleaved shape by shape; each
 evaluation is written as it ends, one transaction each (a Ray job's together, as the job ends:
-`evaluate_and_record`). Then each revision settles: its run, a worker that took the claim
-over, or its own worker's failure (not the candidate's: a failing or hostile candidate is a status
-in its run).
+`evaluate_and_record`). An untimed evaluation also keeps each finished shape as it lands
+(harness.store.runs.record_shape), so that an interrupted one resumes: its claim is released as a
+partial run, and the next phase over that revision evaluates only the shapes still missing. A
+timed evaluation is kept whole or not at all: its timings are compared with the reference's
+within one interleaved run, and a verdict is never drawn across two. Then each revision
+settles: its run, a worker that took the claim over, or its own worker's failure (not the
+candidate's: a failing or hostile candidate is a status in its run).
 
 What differs between phases is data (`Phase`): whether shapes are timed, the seed policy (public
 seeds, or the store's secret seed combined with the code), the run kind the store keys runs by,
@@ -32,10 +36,13 @@ from harness.store.models import Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
 from harness.store.runs import (
     TIME_LIMITS,
+    discard_shapes,
     estimated_cost,
     new_batch,
     record_run,
+    record_shape,
     release_claim,
+    resumable_outcomes,
     reuse_or_claim,
 )
 from harness.store.session import Store, postgres_socket_directories
@@ -102,6 +109,7 @@ class PlannedRevision:
     failed: bool = False  # the worker that evaluated it failed (not the candidate): no result
     run_id: int | None = None  # the run claimed here
     shape_count: int = 0
+    resumed: int = 0  # shapes taken over from an interrupted evaluation of its run
     # timed phases: against the reference and the parent (harness.plan.bench)
     speedup: float | None = None  # reference score / score
     vs_reference: str | None = None  # scoring.compare verdict
@@ -233,6 +241,12 @@ class PhaseRun:
             item.run, item.reused, item.busy_with = found.run, found.reused, found.busy_with
             return None
         item.run_id, item.run = found.run.id, None
+        resumed = []
+        if self.force:
+            discard_shapes(session, found.run)
+        elif not phase.timed:
+            resumed = resumable_outcomes(session, found.run, task, shape_set)
+        item.resumed = len(resumed)
         secret_seed = leaderboard_seed(session, revision) if phase.seed_policy == "leaderboard" else None
         return EvaluationRequest.make(
             found.run.id,
@@ -247,6 +261,7 @@ class PhaseRun:
             secret_seed=secret_seed,
             rule=rule,
             cost=cost,
+            resumed=resumed,
         )
 
 
@@ -271,11 +286,26 @@ def evaluate_and_record(
 ) -> Dispatched:
     """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
     the results as the executor hands them over (each evaluation as it ends in this process and
-    the GPU workers, a Ray job's as the job ends), one transaction each time. The claims of a job
-    whose worker failed that were not written yet are released (the next tournament does them);
-    on an interruption every claim not yet written is released and the exception goes on."""
+    the GPU workers, a Ray job's as the job ends), one transaction each time; an untimed one's
+    shapes are also kept as they land (`record_shape`; `on_shape` hears of each after that). The
+    claims of a job whose worker failed that were not written yet are released (the next
+    tournament does them, resuming from their kept shapes); on an interruption every claim not
+    yet written is released the same way and the exception goes on."""
     dispatched = Dispatched()
     open_claims = {request.key for request in requests}
+    keeps_shapes = {
+        request.key: {outcome.index for outcome in request.resumed}
+        for request in requests
+        if not request.timed
+    }
+
+    def shape_done(key: int, outcome: ShapeOutcome) -> None:
+        resumed = keeps_shapes.get(key)
+        if resumed is not None and outcome.index not in resumed and key in open_claims:
+            with store.session() as session:
+                record_shape(session, key, worker, outcome)
+        if on_shape is not None:
+            on_shape(key, outcome)
 
     def release(keys: list[int]) -> None:
         with store.session() as session:
@@ -313,7 +343,7 @@ def evaluate_and_record(
         request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests
     }  # one job: one interleaved run
     try:
-        executor.run(jobs, on_shape or (lambda key, outcome: None), done, failed, on_activity=on_activity)
+        executor.run(jobs, shape_done, done, failed, on_activity=on_activity)
     except BaseException:
         if open_claims:
             release(sorted(open_claims))

@@ -11,9 +11,11 @@ a revision that passed its checks keeps its sandboxed child (ready, its candidat
 its benchmark run on the same process: no second start, torch import and candidate import. The
 leaderboard recheck always starts fresh children. Each (revision, phase) is a run in
 the store, claimed before the work and written whole after it
-(harness.store.runs), so an interrupted tournament leaves only claims, never half results: Ctrl-C
-releases them at once, a killed process's claims expire, and the next tournament reuses every
-finished run and does the rest.
+(harness.store.runs), so an interrupted tournament leaves no half result: Ctrl-C releases its
+claims at once, a killed process's claims expire, and the next tournament reuses every finished
+run and does the rest. The test phase's finished shapes survive too (a partial run: the next
+tournament checks only its missing shapes); a timed phase is redone whole, as its timings are
+compared within one run.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class PhaseResult:
     phase: str
     revision_ids: list[int]
     evaluated: int = 0  # revisions evaluated now (not reused from the store)
+    resumed_shapes: int = 0  # of those, shapes kept from an interrupted evaluation, not run again
     reused: int = 0
     busy: int = 0  # held by another worker's claim
     passed: list[int] = field(default_factory=list)
@@ -177,5 +180,6 @@ def _count(outcome: PhaseResult, item: PlannedRevision) -> None:
         outcome.reused += 1
     else:
         outcome.evaluated += 1
+        outcome.resumed_shapes += item.resumed
     if item.run.status == "pass" and item.revision_id not in outcome.passed:
         outcome.passed.append(item.revision_id)

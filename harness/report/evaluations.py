@@ -62,6 +62,8 @@ class RunReport(BaseModel):
     vs_reference: str | None = None
     vs_parent: str | None = None
     flags: list[str] = []
+    # shapes kept from an interrupted evaluation of this run and taken over, not evaluated again
+    resumed_shapes: list[int] = []
     shapes: list[ShapeReport] = []
 
 
@@ -93,6 +95,7 @@ def run_report(submission_id: int, label: str, run: Run | None, **extra: Any) ->
         status=run.status,
         reason=run.reason or verdict_reason(run),
         score_ms=run.score_ms,
+        resumed_shapes=(run.details or {}).get("resumed_shapes") or [],
         shapes=[shape_report(shape) for shape in run.shapes],
         **extra,
     )
@@ -189,6 +192,12 @@ def render_summary(checked: list[PlannedRevision], device: str) -> Text:
     reused = sum(item.reused for item in checked)
     if reused:
         lines.append(f"{reused} of {len(checked)} stored from an earlier check here (--force checks again)")
+    resumed = [item for item in checked if item.resumed and not item.reused and item.run is not None]
+    if resumed:
+        shapes = sum(item.resumed for item in resumed)
+        lines.append(
+            f"{len(resumed)} resumed from an interrupted check: {shapes} shapes kept, the rest checked now"
+        )
     return Text("\n".join(lines))
 
 

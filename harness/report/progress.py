@@ -25,6 +25,8 @@ def phase_summary(phase: PhaseResult) -> str:
     cover every revision of the phase, the reference too when the phase timed it."""
     total = phase.evaluated + phase.reused + phase.busy + len(phase.failures)
     note = " (the task's reference included)" if total > len(phase.revision_ids) else ""
+    if phase.resumed_shapes:
+        note += f"; {phase.resumed_shapes} shapes kept from an interrupted run, not run again"
     return (
         f"{phase.phase}: {total} revisions, {phase.evaluated} evaluated now, {phase.reused} reused, "
         f"{phase.busy} held by other workers, {len(phase.passed)} passed{note}"

@@ -277,6 +277,7 @@ class Evaluator:
         keep_child: bool = False,
         calibrator: Calibrator | None = None,
         pool: ChildPool | None = None,
+        resumed: list[ShapeOutcome] | None = None,
     ) -> None:
         device = resolve_device(device)
         self.pool = pool or CHILD_POOL  # where its child may be kept or found (harness.sandbox.pool)
@@ -312,6 +313,7 @@ class Evaluator:
                 for i, s in enumerate(self.shapes)
             ],
         )
+        self.resumed = self._take_over(resumed or [])
         force_configs = self.limits.check_all_autotune_configs
         self.force_configs = device == "cpu" if force_configs is None else force_configs
         self.config_count = 0
@@ -341,6 +343,28 @@ class Evaluator:
         for unused in (kept, early):
             if unused is not None and unused is not self.child:
                 unused.close()
+
+    def _take_over(self, resumed: list[ShapeOutcome]) -> set[int]:
+        """Put the outcomes kept from an interrupted evaluation of this run in their places (each
+        must be one of this evaluation's shapes, untimed, with a status the evaluation goes on
+        after); `run_shape` hands them back without running them. Returns their indices."""
+        if resumed and self.timed:
+            raise HarnessError("a timed evaluation is evaluated whole: it cannot resume shapes")
+        indices = set()
+        for outcome in resumed:
+            place = self.evaluation.shapes[outcome.index] if outcome.index < len(self.shapes) else None
+            if (
+                place is None
+                or (place.set_name, place.shape) != (outcome.set_name, outcome.shape)
+                or outcome.status not in ("pass", "wrong_answer")
+            ):
+                raise HarnessError(
+                    f"a resumed shape that is not this evaluation's: {outcome.set_name}[{outcome.index}]"
+                )
+            self.evaluation.shapes[outcome.index] = outcome.model_copy(deep=True)
+            indices.add(outcome.index)
+        self.evaluation.resumed_shapes = sorted(indices)
+        return indices
 
     def __enter__(self) -> Self:
         return self
@@ -458,6 +482,7 @@ class Evaluator:
         `run_shape` would on its check: `start_evaluators` does it while the children import, so
         that the parent's own CUDA initialization and first reference overlap their start. Any
         error is left for the check itself to raise."""
+        index = next((i for i in range(index, len(self.shapes)) if i not in self.resumed), len(self.shapes))
         if index >= len(self.shapes):
             return
         shape = self.shapes[index]
@@ -473,9 +498,10 @@ class Evaluator:
 
     def run_shape(self, index: int) -> ShapeOutcome:
         """Check shape `index`, then time it when timed. After a shape that ended the evaluation
-        (anything but pass or wrong_answer) the remaining shapes stay `not_run`."""
+        (anything but pass or wrong_answer) the remaining shapes stay `not_run`. A resumed shape
+        is handed back as it was kept."""
         outcome = self.evaluation.shapes[index]
-        if self.stopped:
+        if self.stopped or index in self.resumed:
             return outcome
         shape = self.shapes[index]
         seed = self._check_seed(shape)

@@ -147,7 +147,9 @@ class Run(Base):
     device: Mapped[str] = mapped_column(String(20))  # cpu | cuda
     device_name: Mapped[str] = mapped_column(String(200), default="")
     environment: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    state: Mapped[str] = mapped_column(String(20), default="claimed")  # claimed | done
+    # claimed | done | partial (an untimed run interrupted with finished shapes: resumed by the
+    # next claim, never a result; harness.store.runs)
+    state: Mapped[str] = mapped_column(String(20), default="claimed")
     claimed_by: Mapped[str] = mapped_column(String(200), default="")
     claim_expires_at: Mapped[datetime | None]
     status: Mapped[str | None] = mapped_column(String(30))

@@ -5,7 +5,15 @@ state `claimed`, its name `<host>:<pid>` and a claim expiry), commits, does the 
 transaction, and then writes the status, the per-shape results and state `done` in one
 transaction. So a run is either complete or visibly in progress; a worker that died leaves a
 claim that expires (at once when its process is gone from this host), and the next worker to
-claim the key replaces it. A forced run claims a done row without touching its result (the row
+claim the key replaces it.
+
+Untimed runs keep their finished shapes as they land (`record_shape`, one transaction each, into
+the claimed row): a claim released before its run was written (Ctrl-C, a failed worker) keeps
+them as a `partial` row, and the next worker to claim the key resumes from there
+(`resumable_outcomes`): only the missing shapes are evaluated, and `record_run` writes the run
+whole, the stored shapes with the new ones. A partial row is never a result (readers take
+`done` runs only). Timed runs have no partial rows: their timings are compared within one
+interleaved run, so a timed run is evaluated whole or not at all. A forced run claims a done row without touching its result (the row
 stays `done` with a claim expiry): the old result is replaced only when the new one is written,
 and a forced run that never finishes leaves it as it was.
 
@@ -37,7 +45,7 @@ from harness.environment import Environment, process_is_gone
 from harness.store.models import Run, ShapeResult, utcnow
 from harness.tasks import load_task
 from harness.verdicts import VERDICTS
-from harness.wire import TIMING_STATISTICS
+from harness.wire import TIMING_STATISTICS, ShapeOutcome
 
 if TYPE_CHECKING:
     from harness.tasks import TaskSpec
@@ -147,9 +155,12 @@ def claim_run(
     # Take the row over only if nobody else changed it since we read it. A done row keeps its
     # result (record_run replaces it); a claimed one has none.
     values = {"claimed_by": worker, "claim_expires_at": expires}
-    if existing.state != "done":
+    if existing.state != "done":  # claimed (its claim expired) or partial: its shapes stay
         values.update(
-            started_at=now, environment=environment.model_dump(), device_name=environment.device_name
+            state="claimed",
+            started_at=now,
+            environment=environment.model_dump(),
+            device_name=environment.device_name,
         )
     taken = session.execute(
         update(Run)
@@ -248,7 +259,13 @@ def reuse_or_claim(
     if run is None:
         holder = claim_holder(session, revision_id, task.name, mode, environment.env_key)
         return ReuseOrClaim(None, busy_with=holder or "another worker")
+    if run.state == "claimed" and limits:  # what a partial run it leaves ran under (record_shape)
+        run.details = {**(run.details or {}), "limits": _limits_of(limits)}
     return ReuseOrClaim(run)
+
+
+def _limits_of(limits: dict[str, float]) -> dict[str, float]:
+    return {name: limits[name] for name in TIME_LIMITS if name in limits}
 
 
 def estimated_cost(
@@ -272,8 +289,16 @@ def estimated_cost(
 
 
 def release_claim(session: Session, run_id: int, worker: str) -> None:
-    """Drop a claim that will not be completed (the worker itself failed), if it is still ours: a
-    claimed row goes, a done row being replaced keeps its result."""
+    """Drop a claim that will not be completed (interrupted, or the worker itself failed), if it is
+    still ours: a claimed row with finished shapes (`record_shape`) stays as a `partial` row for
+    the next worker to resume, one without goes; a done row being replaced keeps its result."""
+    has_shapes = select(ShapeResult.id).where(ShapeResult.run_id == run_id).exists()
+    session.execute(
+        update(Run)
+        .where(Run.id == run_id, Run.state == "claimed", Run.claimed_by == worker, has_shapes)
+        .values(state="partial", claim_expires_at=None, finished_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
     session.execute(delete(Run).where(Run.id == run_id, Run.state == "claimed", Run.claimed_by == worker))
     session.execute(
         update(Run)
@@ -298,6 +323,98 @@ def _verdict_columns(outcome) -> dict:
                 f"{name}_reason": verdict.reason,
             }
     return columns
+
+
+def _shape_result(outcome: ShapeOutcome) -> ShapeResult:
+    """A shape outcome as its stored row (`stored_outcome` reads it back)."""
+    return ShapeResult(
+        set_name=outcome.set_name,
+        index=outcome.index,
+        shape=outcome.shape,
+        passed=outcome.passed,
+        check={**outcome.check, "status": outcome.status, "reason": outcome.reason, "call_s": outcome.call_s},
+        times_ms=list(outcome.times_ms),
+        **{name: getattr(outcome, name) for name in TIMING_STATISTICS},
+        **_verdict_columns(outcome),
+    )
+
+
+def stored_outcome(result: ShapeResult) -> ShapeOutcome:
+    """A stored shape as the outcome it was written from (`_shape_result`), untimed fields only:
+    what a resumed evaluation takes over (`resumable_outcomes`)."""
+    check = {key: value for key, value in result.check.items() if key not in ("status", "reason", "call_s")}
+    return ShapeOutcome(
+        set_name=result.set_name,
+        index=result.index,
+        shape=result.shape,
+        status=result.check["status"],
+        passed=result.passed,
+        reason=result.check.get("reason") or "",
+        check=check,
+        call_s=result.check.get("call_s"),
+        verdicts=result.verdicts,
+        accuracy=result.accuracy,
+    )
+
+
+# The shape statuses kept as they land: an evaluation goes on after them. A shape that ends it
+# (a crash, a timeout, an exception) is written with the whole run only; so is a shape killed
+# by an interruption.
+RESUMABLE_STATUSES = ("pass", "wrong_answer")
+
+
+def record_shape(session: Session, run_id: int, worker: str, outcome: ShapeOutcome) -> bool:
+    """Keep one finished untimed shape in the run `worker` claimed, in the caller's transaction,
+    so that an interruption loses it not (`release_claim` keeps it as a partial row). Nothing is
+    written (False) for a status that ends the evaluation, a shape stored already, a claim that
+    is no longer this worker's, or a done run being replaced (`force`: its old result stays until
+    `record_run`)."""
+    if outcome.status not in RESUMABLE_STATUSES:
+        return False
+    run = session.get(Run, run_id, with_for_update=True, populate_existing=True)
+    if run is None or run.state != "claimed" or run.claimed_by != worker or run.claim_expires_at is None:
+        return False
+    stored = session.scalar(
+        select(ShapeResult.id).where(
+            ShapeResult.run_id == run_id,
+            ShapeResult.set_name == outcome.set_name,
+            ShapeResult.index == outcome.index,
+        )
+    )
+    if stored is not None:
+        return False
+    row = _shape_result(outcome)
+    row.run_id = run_id
+    session.add(row)
+    session.flush()
+    return True
+
+
+def resumable_outcomes(session: Session, run: Run, task: TaskSpec, shape_set: str) -> list[ShapeOutcome]:
+    """The shapes a claimed run kept from an interrupted evaluation (`record_shape`) that still
+    stand: of the task's current shapes of `shape_set`, with a status an evaluation goes on after,
+    judged with both verdicts. [] for a done run (a forced one is evaluated whole)."""
+    if run.state != "claimed":
+        return []
+    current = {i: {**s.parameters, "seed": s.seed} for i, s in enumerate(task.shapes(shape_set))}
+    results = session.scalars(
+        select(ShapeResult).where(ShapeResult.run_id == run.id).order_by(ShapeResult.index)
+    )
+    return [
+        stored_outcome(result)
+        for result in results
+        if result.set_name == shape_set
+        and current.get(result.index) == result.shape
+        and result.check.get("status") in RESUMABLE_STATUSES
+        and result.verdicts is not None
+    ]
+
+
+def discard_shapes(session: Session, run: Run) -> None:
+    """Drop the shapes an interrupted evaluation kept in a claimed run (a forced run starts over);
+    a done run's shapes are its result, left to `record_run`."""
+    if run.state == "claimed":
+        session.execute(delete(ShapeResult).where(ShapeResult.run_id == run.id))
 
 
 def new_batch() -> str:
@@ -344,26 +461,10 @@ def record_run(
         "isolation": evaluation.isolation,
         "autotuners": [tuner.model_dump() for tuner in evaluation.autotuners],
         "log_tail": evaluation.log_tail,
-        **({"limits": {name: limits[name] for name in TIME_LIMITS if name in limits}} if limits else {}),
+        **({"resumed_shapes": evaluation.resumed_shapes} if evaluation.resumed_shapes else {}),
+        **({"limits": _limits_of(limits)} if limits else {}),
     }
-    run.shapes = [
-        ShapeResult(
-            set_name=outcome.set_name,
-            index=outcome.index,
-            shape=outcome.shape,
-            passed=outcome.passed,
-            check={
-                **outcome.check,
-                "status": outcome.status,
-                "reason": outcome.reason,
-                "call_s": outcome.call_s,
-            },
-            times_ms=list(outcome.times_ms),
-            **{name: getattr(outcome, name) for name in TIMING_STATISTICS},
-            **_verdict_columns(outcome),
-        )
-        for outcome in evaluation.shapes
-    ]
+    run.shapes = [_shape_result(outcome) for outcome in evaluation.shapes]
     run.state = "done"
     run.claim_expires_at = None
     run.finished_at = utcnow()
