@@ -70,7 +70,8 @@ class Calibrator:
         """The secret seed of `shape`'s timed calls in benchmark mode: drawn once per shape and
         run, for every revision timed beside this calibrator, so that the parent computes the
         reference (and the exact answer, where needed) of those calls once, not once per revision.
-        A child learns it only when its own timed calls begin, after its checks."""
+        A child never learns it: it gets the inputs only when its own timed calls begin, after
+        its checks."""
         return self.timed_seeds.setdefault(json.dumps(shape.parameters, sort_keys=True), secrets.randbits(63))
 
     def harness_ms(self, shape: Shape, leaderboard: bool, output_bytes: int = 0) -> float:

@@ -257,7 +257,7 @@ class Evaluator:
     `timed`: after a shape passes its check it is warmed up and timed (harness.timing) in the same
     child, as long as every shape before it passed. Test mode times every call on the inputs of
     one seed per shape and run (GPU MODE's benchmark); leaderboard mode makes each call's inputs
-    from a fresh secret seed, handed to the child only when it asks for that call; every timed
+    from a fresh secret seed, handed to the child (as bytes) only when it asks for that call; every timed
     call's output is checked here, so that a candidate that caches or replays outputs fails.
     """
 

@@ -248,8 +248,8 @@ def read_tensor(directory_fd: int, name: str, info: TensorInfo, device: str = "c
 # `read` calls), and grows it to the output's size
 # before each timing phase; the child copies the output into its mapping (registered with CUDA,
 # so the copy from the GPU is one DMA), and the parent copies it from its own mapping straight to
-# its GPU. The parent reads only after the child's `CallDone` and before it sends the next
-# call's seed, when the child's protocol leaves the buffer alone; a child that writes there at
+# its GPU. The parent reads only after the child's `CallDone` and before it hands over the
+# next call's inputs, when the child's protocol leaves the buffer alone; a child that writes there at
 # other times (a thread) can only make its own output wrong, as with a file it rewrites.
 
 
