@@ -556,8 +556,11 @@ class ChildProcess:
         `output_bytes` first; harness.sandbox.transfer) or, when it does not fit, to
         `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before
         the next call's inputs are asked for. Every message is due within call_timeout_s of the
-        one before it, so a hanging call is killed like one in `check`. Returns the child's reply
-        with the parent's own clock of each call (`TimedShape.call_wall_ms`)."""
+        one before it, so a hanging call is killed like one in `check`; the first, which ends the
+        warm-up, within call_timeout_s per warm-up call asked for plus `warmup_s` (an honest
+        warm-up's calls fit, one call past `warmup_s` included; a clock the candidate slowed down
+        cannot stretch it). Returns the child's reply with the parent's own clock of each call
+        (`TimedShape.call_wall_ms`)."""
         with self.pool.timing_lock, self.pool.others_stopped(self):
             call_wall_ms: dict[int, float] = {}
             inputs_sent_at: dict[int, float] = {}
@@ -584,15 +587,19 @@ class ChildProcess:
             phase_deadline = monotonic() + phase_limit_s
             last_index, previous = -1, warmup_data
             phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
+            # the warm-up's calls send no message: the first message is due after all of them
+            warmup_limit_s = max(1, warmup_calls) * self.limits.call_timeout_s + warmup_s
+            warming_up = True
             while True:
                 now = monotonic()
                 if now >= phase_deadline:
                     raise self._fail("timeout", phase_timeout)
+                limit_s = warmup_limit_s if warming_up else self.limits.call_timeout_s
                 try:
                     message = self._receive(
                         now,
-                        min(self.limits.call_timeout_s, phase_deadline - now),
-                        phase,
+                        min(limit_s, phase_deadline - now),
+                        f"the warm-up of {phase}" if warming_up else phase,
                         (InputsWanted, CallDone, TimeReply),
                         request.id,
                     )
@@ -600,6 +607,7 @@ class ChildProcess:
                     if failure.status == "timeout" and monotonic() >= phase_deadline:
                         raise ChildFailure("timeout", phase_timeout) from None
                     raise
+                warming_up = False
                 if isinstance(message, TimeReply):
                     return TimedShape(message, call_wall_ms)
                 if isinstance(message, InputsWanted):
