@@ -594,18 +594,22 @@ class ChildProcess:
                 now = monotonic()
                 if now >= phase_deadline:
                     raise self._fail("timeout", phase_timeout)
-                limit_s = warmup_limit_s if warming_up else self.limits.call_timeout_s
+                wait_s = min(
+                    warmup_limit_s if warming_up else self.limits.call_timeout_s, phase_deadline - now
+                )
                 try:
                     message = self._receive(
-                        now,
-                        min(limit_s, phase_deadline - now),
-                        f"the warm-up of {phase}" if warming_up else phase,
-                        (InputsWanted, CallDone, TimeReply),
-                        request.id,
+                        now, wait_s, phase, (InputsWanted, CallDone, TimeReply), request.id
                     )
                 except ChildFailure as failure:
                     if failure.status == "timeout" and monotonic() >= phase_deadline:
                         raise ChildFailure("timeout", phase_timeout) from None
+                    if failure.status == "timeout" and warming_up and monotonic() - now >= wait_s:
+                        raise ChildFailure(
+                            "timeout",
+                            f"the warm-up of {phase} ran past its limit of {warmup_limit_s:g} s on the "
+                            "parent's clock (call_timeout_s per warm-up call, plus warmup_s)",
+                        ) from None
                     raise
                 warming_up = False
                 if isinstance(message, TimeReply):
