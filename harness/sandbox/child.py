@@ -435,6 +435,9 @@ class Worker:
 
         self.torch = torch
         self.transfer = transfer
+        self.export_tensor = transfer.export_tensor
+        self.changed_elements = transfer.changed_elements
+        self.describe = transfer.describe
         if self.inputs_fd is not None:
             self.inputs = transfer.SharedBuffer(self.inputs_fd, cuda=self.hello.device == "cuda")
         workdir = self.hello.workdir
@@ -491,9 +494,9 @@ class Worker:
         value = torch.arange(4096, dtype=torch.float32).to("cuda")
         before = value.clone()
         value.fill_(float("nan"))
-        self.transfer.changed_elements(before, value)
+        self.changed_elements(before, value)
         path = self.io_dir / "warm-up.bin"
-        self.transfer.export_tensor(before, path)
+        self.export_tensor(before, path)
         path.unlink()
         torch.cuda.synchronize()
 
@@ -560,11 +563,9 @@ class Worker:
             self.called = True
         reply.autotuners = self.autotuners.describe()
         reply.autotune_config = self.autotuners.chosen()
-        reply.output = self.transfer.export_tensor(result, self.io_dir / f"output-{request.id}.bin")
-        reply.inputs = [self.transfer.describe(data[index]) for index in counted]
-        reply.inputs_changed = [
-            self.transfer.changed_elements(before[index], data[index]) for index in counted
-        ]
+        reply.output = self.export_tensor(result, self.io_dir / f"output-{request.id}.bin")
+        reply.inputs = [self.describe(data[index]) for index in counted]
+        reply.inputs_changed = [self.changed_elements(before[index], data[index]) for index in counted]
         del before
         if reply.output.exact_tensor:
             reply.output_aliases_input = self.aliases_input(result, data)
@@ -673,7 +674,7 @@ class Worker:
             info = self.transfer.export_shared(result, shared, request.shared_output_bytes)
             if info.written or not info.exact_tensor:
                 return info
-        return self.transfer.export_tensor(result, self.io_dir / f"timed-{request.id}-{index}.bin")
+        return self.export_tensor(result, self.io_dir / f"timed-{request.id}-{index}.bin")
 
     def receive_call_inputs(self, request_id: int, index: int) -> list[DataItem] | None:
         line = self.channel.receive_line()
