@@ -506,14 +506,25 @@ class ChildProcess:
         only changed its own inputs)."""
         if self.inputs_written is not None and self.inputs_written[0] is data:
             return self.inputs_written[1]
+        laid_out = self.lay_out_inputs(data)
+        self.copy_inputs(data, laid_out)
+        return laid_out[0]
+
+    def lay_out_inputs(self, data: tuple):
+        """`transfer.lay_out_inputs` for this task: the items, and where each tensor goes."""
+        from harness.sandbox.transfer import lay_out_inputs  # torch: not before the spawn
+
+        return lay_out_inputs(data, self.task.output_index)
+
+    def copy_inputs(self, data: tuple, laid_out) -> None:
+        """The bytes of a laid-out data tuple into the child's inputs memory."""
         if self.inputs_writer is None:
-            from harness.sandbox.transfer import InputsWriter  # torch: not before the spawn
+            from harness.sandbox.transfer import InputsWriter
 
             self.inputs_writer = InputsWriter(self.inputs_fd, cuda=self.device == "cuda")
         self.inputs_written = None
-        items = self.inputs_writer.write(data, self.task.output_index)
-        self.inputs_written = (data, items)
-        return items
+        self.inputs_writer.copy(laid_out)
+        self.inputs_written = (data, laid_out[0])
 
     def check(
         self, data: tuple, *, autotune_config: int | None, phase: str, forget_tuning: bool = False
@@ -552,7 +563,7 @@ class ChildProcess:
         (`write_inputs`; the same tuple as the call before is not handed over again, benchmark
         mode), then the child is told. So no thread of the candidate can start on a call's inputs
         before its bracket opens; `inputs_for` itself (the parent's inputs and reference for the
-        call) runs before. Every timed call's output is exported to the shared buffer (grown to
+        call), their layout and the message run before. Every timed call's output is exported to the shared buffer (grown to
         `output_bytes` first; harness.sandbox.transfer) or, when it does not fit, to
         `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before
         the next call's inputs are asked for. Every message is due within call_timeout_s of the
@@ -619,10 +630,15 @@ class ChildProcess:
                         raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
                     last_index = message.index
                     data = inputs_for(message.index)
+                    # made before the clock starts: the layout and the message; within it: the bytes
+                    laid_out = None if data is previous else self.lay_out_inputs(data)
+                    items = None if laid_out is None else laid_out[0]
+                    encoded = encode(CallInputs(id=request.id, index=message.index, data=items))
                     inputs_sent_at[message.index] = monotonic()
-                    items = None if data is previous else self.write_inputs(data)
+                    if laid_out is not None:
+                        self.copy_inputs(data, laid_out)
                     previous = data
-                    self._send(CallInputs(id=request.id, index=message.index, data=items), phase)
+                    self._send_encoded(encoded, phase)
                 else:
                     if message.index not in inputs_sent_at or message.index in call_wall_ms:
                         raise self._fail(
@@ -734,7 +750,10 @@ class ChildProcess:
         return ChildFailure(status, reason)
 
     def _send(self, message: Message, phase: str) -> None:
-        data = memoryview(encode(message))
+        self._send_encoded(encode(message), phase)
+
+    def _send_encoded(self, encoded: bytes, phase: str) -> None:
+        data = memoryview(encoded)
         try:
             while data:
                 written = os.write(self.request_fd, data)

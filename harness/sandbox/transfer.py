@@ -414,7 +414,14 @@ class InputsWriter:
         self.buffer = SharedBuffer(fd, cuda=cuda)
 
     def write(self, data: tuple, output_index: int | None) -> list[DataItem]:
-        items, placed, needed = lay_out_inputs(data, output_index)
+        laid_out = lay_out_inputs(data, output_index)
+        self.copy(laid_out)
+        return laid_out[0]
+
+    def copy(self, laid_out: tuple[list[DataItem], list[tuple[int, torch.Tensor]], int]) -> None:
+        """Copy the tensors of a tuple laid out by `lay_out_inputs` into the memfd (grown first):
+        the part of `write` that a timed call's bracket must hold (the layout can come before)."""
+        _items, placed, needed = laid_out
         if needed > self.size:
             os.ftruncate(self.fd, needed)
             self.size = needed
@@ -424,7 +431,6 @@ class InputsWriter:
                 if value.numel():
                     nbytes = value.numel() * value.element_size()
                     memory[offset : offset + nbytes].view(value.dtype).view(value.shape).copy_(value.detach())
-        return items
 
     def close(self) -> None:
         self.buffer.close()
