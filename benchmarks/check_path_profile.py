@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Milliseconds of each step of one check's path on a large shape, in one process (no sandbox):
-what the child does after the call (copy and bit sums of the inputs, the output's export, the
-inputs' comparison) and what the parent does (read back, compare, judge the inputs), then the
-isolation probe and a child's start. For finding where a check's overhead goes on a GPU.
+the inputs' hand-over (the parent writes them into its memfd, the child rebuilds them on its
+device), what the child does after the call (copy of the inputs, the output's export, the inputs'
+comparison) and what the parent does (read back, compare, judge the inputs), then the isolation
+probe and a child's start. For finding where a check's overhead goes on a GPU.
 
     python benchmarks/check_path_profile.py [--device cuda] [--shape 2]
 """
@@ -10,6 +11,7 @@ isolation probe and a child's start. For finding where a check's overhead goes o
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -20,11 +22,19 @@ from pathlib import Path
 import torch
 
 from harness import checking
-from harness.bits import bit_sum
 from harness.sandbox import isolation
-from harness.sandbox.protocol import CheckReply
-from harness.sandbox.transfer import changed_elements, describe, export_tensor, read_tensor
+from harness.sandbox.transfer import (
+    InputsWriter,
+    SharedBuffer,
+    changed_elements,
+    describe,
+    export_tensor,
+    read_inputs,
+    read_tensor,
+)
+from harness.sandbox.workspace import create_shared_memory
 from harness.tasks import load_reference, load_task
+from harness.wire import CheckReply
 
 
 def timed(label: str, function, repeats: int, device: str, results: dict) -> object:
@@ -61,14 +71,27 @@ def main() -> None:
         device,
         results,
     )
-    data = reference.generate_input(**shape.parameters, seed=shape.seed, device=device)
+    memfd = create_shared_memory("harness-inputs")
+    writer, reader = InputsWriter(memfd, cuda=device == "cuda"), SharedBuffer(memfd, cuda=device == "cuda")
+    items = timed(
+        "parent: write the inputs into the memfd",
+        lambda: writer.write(case.data, task.output_index),
+        repeats,
+        device,
+        results,
+    )
+    data = timed(
+        "child: rebuild the inputs on the device",
+        lambda: read_inputs(items, reader, device),
+        repeats,
+        device,
+        results,
+    )
     inputs = [data[i] for i in task.input_indices]
     output = case.expected.clone()
     io = Path(tempfile.mkdtemp(prefix="harness-io-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    io_fd = os.open(io, os.O_RDONLY | os.O_DIRECTORY)
     before = timed("child: copy the inputs", lambda: [t.clone() for t in inputs], repeats, device, results)
-    sums = timed(
-        "child: bit sums of the inputs", lambda: [bit_sum(t) for t in before], repeats, device, results
-    )
     info = timed(
         "child: export the output (new file)",
         lambda: export_tensor(output, io / "out.bin"),
@@ -85,7 +108,7 @@ def main() -> None:
     )
     received = timed(
         "parent: read the output back",
-        lambda: read_tensor(io / "out.bin", info, device),
+        lambda: read_tensor(io_fd, "out.bin", info, device),
         repeats,
         device,
         results,
@@ -102,7 +125,6 @@ def main() -> None:
         id=1,
         inputs=[describe(t) for t in inputs],
         inputs_changed=[0] * len(inputs),
-        inputs_bit_sums=sums,
     )
     timed(
         "parent: judge the inputs",

@@ -1,15 +1,17 @@
 """Trusted checking, in the parent only: the reference, the comparison, both verdicts per call
 (harness.verdicts says what each one accepts).
 
-The parent regenerates each shape's inputs with the task's own generator and seed, computes the
-reference from them, and compares what the child sent back:
+The parent alone makes each call's inputs with the task's own generator and seed (the child gets
+them as raw bytes, harness.sandbox.transfer, and never runs the task's reference module), computes
+the reference from them, and compares what the child sent back:
 
 - the returned object must be an exact `torch.Tensor` (not a subclass) with the reference's
   shape, dtype and device type, and must not share memory with an input;
-- the inputs, as the child holds them after the call, must still be plain tensors of their shape
-  and dtype and equal bit for bit to the child's own copy from before the call (compared in the
-  child on the device, so that large inputs never travel; like every report of the child, a
-  candidate that rewrites the harness in its process can fake it, see docs/threat-model.md);
+- the input tensors, as the child holds them after the call, must still be plain tensors of their
+  shape and dtype and equal bit for bit to the child's own copy from before the call (compared in
+  the child on the device, so that large inputs never travel back; like every report of the
+  child, a candidate that rewrites the harness in its process can fake it, see
+  docs/threat-model.md);
 - every element must be finite (the output buffer is NaN before the call, so an element the
   candidate did not write stays NaN) and within `atol + rtol * |expected|` of the fp32
   reference, as GPU MODE's `verbose_allclose` has it.
@@ -33,7 +35,6 @@ from types import ModuleType
 import torch
 from pydantic import BaseModel
 
-from harness.bits import bit_sum
 from harness.errors import HarnessError
 from harness.tasks import Shape, TaskSpec
 from harness.tasks.spec import generate_inputs
@@ -64,13 +65,6 @@ class ReferenceCase:
     _exact_done: bool = field(default=False, repr=False)
     _scale: torch.Tensor | None = field(default=None, repr=False)
     _scale_done: bool = field(default=False, repr=False)
-    _bit_sums: dict = field(default_factory=dict, repr=False)
-
-    def bit_sum(self, index: int) -> int:
-        """Input `index`'s bit sum (harness.bits.bit_sum), computed once per case."""
-        if index not in self._bit_sums:
-            self._bit_sums[index] = bit_sum(self.data[index])
-        return self._bit_sums[index]
 
     def exact(self) -> torch.Tensor | None:
         """The exact answer: the task's reference in float64 on the same fp32 inputs (rounded once,
@@ -285,19 +279,17 @@ def output_problem(
 
 
 def inputs_problem(task: TaskSpec, case: ReferenceCase, reply: CheckReply) -> str | None:
-    """The first input that the child did not make as the parent did or no longer holds as made,
-    or None. The reply carries each input's bit sum before the call, its description after it, and
-    the count of its elements that differ bit for bit from the child's copy taken before the call
-    (harness.sandbox.transfer)."""
-    count = len(task.input_indices)
-    if not len(reply.inputs) == len(reply.inputs_changed) == len(reply.inputs_bit_sums) == count:
+    """The first input tensor that the child no longer holds as the parent handed it over, or
+    None. The reply carries, for each input of the data that is a tensor (in order:
+    `harness.sandbox.transfer.tensor_inputs`), its description after the call and the count of its
+    elements that differ bit for bit from the child's copy taken before the call."""
+    counted = [index for index in task.input_indices if isinstance(case.data[index], torch.Tensor)]
+    if not len(reply.inputs) == len(reply.inputs_changed) == len(counted):
         return "the inputs were not reported after the call"
-    for position, index in enumerate(task.input_indices):
+    for position, index in enumerate(counted):
         info, changed = reply.inputs[position], reply.inputs_changed[position]
         before = case.data[index]
         name = task.data[index]
-        if reply.inputs_bit_sums[position] != case.bit_sum(index):
-            return f"input {name!r} in the child is not the parent's (is generate_input deterministic?)"
         if not info.exact_tensor:
             return f"input {name!r} is no longer a plain tensor after the call"
         if info.shape != list(before.shape) or info.dtype != str(before.dtype):

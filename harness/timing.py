@@ -5,6 +5,9 @@ Method, per shape (`time_calls`):
 1. Warm-up: at least `warmup_calls` calls (at least one) and `warmup_s` seconds, each call
    followed by a device-wide synchronize. Their host seconds are returned as `compile_s`, so that
    JIT compilation, Triton autotuning and cuDNN algorithm search stay out of the timed calls.
+   Their inputs may come from elsewhere than the timed calls' (`warmup_inputs`: in the sandbox,
+   inputs handed over once with the request, without a round trip to the parent per call); their
+   outputs are not checked.
 2. Timed calls, on CUDA. The inputs are made outside the timed region. Then: a device-wide
    synchronize; the L2 cache flushed by writing zeros over a 256 MiB buffer; an event `start`; the
    call; an event `end`; the host waits for `end`, then for the whole device (so a call ends only
@@ -28,8 +31,9 @@ and can replace `perf_counter`, `torch.cuda.Event` or this whole loop there), fl
 review:
 
 5. `host_clock_mismatch`: the parent's own monotonic clock brackets every timed call, from
-   sending the call's seed (no call's inputs are known before it) to hearing that its output is
-   in its file (every timed output is checked, so the work must lie in between). Whatever the
+   starting to hand over the call's inputs (the parent makes them, and no timed call's inputs
+   reach the child before its bracket opens) to hearing that its output is in the shared buffer
+   or its file (every timed output is checked, so the work must lie in between). Whatever the
    child does for a call (making inputs, the NaN fill, the L2 flush, the export) lies in the
    bracket too; less the harness's own cost of a call of that shape (`harness_ms`, measured in a
    child that runs only harness code: harness.sandbox.calibration), the bracket bounds the call
@@ -45,7 +49,7 @@ review:
    counted: it can still sit in the L2 cache when the call ends.
 
 Leaderboard mode is the caller's choice of `make_inputs` (fresh inputs from a new seed for every
-call; benchmark mode: one seed per shape that the candidate learns only when it is timed);
+call; benchmark mode: one seed per shape whose inputs the candidate gets only when it is timed);
 `after_call` hands every timed call's output to the checker, in every mode. Both run outside the
 timed region, inside the parent's bracket.
 """
@@ -143,13 +147,15 @@ def time_calls(
     rule: StoppingRule = StoppingRule(),
     warmup_calls: int = 1,
     warmup_s: float = 0.0,
+    warmup_inputs: Callable[[int], Any] | None = None,
     after_call: Callable[[int, Any, Any], None] | None = None,
 ) -> BenchmarkStats:
     """Warm up, then time `call(make_inputs(k))` until `rule` says stop (method: module docstring).
 
     The warm-up is at least `warmup_calls` calls (at least one) and at least `warmup_s` seconds
-    (so that the GPU's clocks are up). `k` counts the shape's calls from 0, warm-up included.
-    `after_call(k, inputs, output)` runs after each timed call, outside the timed region.
+    (so that the GPU's clocks are up), each on `warmup_inputs(k)` (default: `make_inputs(k)`).
+    `k` counts the shape's calls from 0, warm-up included. `after_call(k, inputs, output)` runs
+    after each timed call, outside the timed region.
     """
     if device not in ("cuda", "cpu"):
         raise ValueError(f"unknown device {device!r}")
@@ -157,7 +163,7 @@ def time_calls(
     compile_s = 0.0
     calls = 0
     while calls < max(1, warmup_calls) or compile_s < warmup_s:
-        inputs = make_inputs(calls)
+        inputs = (warmup_inputs or make_inputs)(calls)
         started = perf_counter()
         call(inputs)
         _synchronize(device)

@@ -60,12 +60,12 @@ class CheckReply(Message):
     error: CallError | None = None
     output: TensorInfo | None = None
     output_aliases_input: bool = False
-    inputs: list[TensorInfo] = []  # each input as the child holds it after the call (not exported)
-    # per input: elements that differ bit for bit from the child's copy taken before the call
-    # (None: no longer a plain tensor of the same shape, dtype and device)
+    # each input tensor (the data's inputs that are tensors, in order) as the child holds it after
+    # the call (not exported)
+    inputs: list[TensorInfo] = []
+    # per input tensor: elements that differ bit for bit from the child's copy taken before the
+    # call (None: no longer a plain tensor of the same shape, dtype and device)
     inputs_changed: list[int | None] = []
-    # per input, before the call: harness.bits.bit_sum, against the parent's own inputs
-    inputs_bit_sums: list[int] = []
     autotuners: list[AutotunerInfo] = []
     autotune_config: dict[str, dict[str, str]] | None = None  # per Autotuner: the config it ran
 

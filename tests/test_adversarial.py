@@ -311,8 +311,10 @@ def test_replaced_cuda_timers_are_flagged_on_cuda():
 
 def test_a_fake_clock_cannot_stretch_the_warm_up_past_the_parents_deadline(monkeypatch):
     """The child ends warm-up by its own clock; the timer cheat's clock barely moves, so a warm-up
-    measured in seconds would never end. The parent's deadline for the timing phase ends it
-    (on the CPU the harness warms up by calls only, so the test asks for 0.1 s of warm-up)."""
+    measured in seconds would never end. The parent's deadline for the warm-up ends it: its calls
+    send no message, so the first message of the timing is due within call_timeout_s per warm-up
+    call plus the warm-up's seconds, 3.1 s here, well inside the phase's limit of 8.4 s (on the
+    CPU the harness warms up by calls only, so the test asks for 0.1 s of warm-up)."""
     from harness.sandbox import evaluation as evaluation_module
 
     monkeypatch.setitem(evaluation_module.WARMUP, "cpu", (1, 0.1))
@@ -320,7 +322,9 @@ def test_a_fake_clock_cannot_stretch_the_warm_up_past_the_parents_deadline(monke
     code = (ADVERSARIAL / "patches_timers.py").read_bytes()
     result = evaluate(code, "patches_timers.py", TASK, device="cpu", timed=True, limits=limits, rule=RULE)
     assert result.status == "timeout", result.reason
-    assert "ran past the phase's limit of 8.4 s on the parent's clock" in result.reason
+    assert (
+        "the warm-up of timing on smoke[0] ran past its limit of 3.1 s on the parent's clock" in result.reason
+    )
 
 
 # --- issue 15: timing cheats -----------------------------------------------------------------

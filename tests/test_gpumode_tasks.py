@@ -24,8 +24,8 @@ def harness(run_cli, tmp_path):
     """run_cli with the harness's caches (the stored tasks' files among them) in the test's tmp dir."""
     cache = tmp_path / "cache"
 
-    def run(*args, **options):
-        return run_cli(*args, env={"HARNESS_CACHE_DIR": str(cache)}, **options)
+    def run(*args, env: dict[str, str] | None = None, **options):
+        return run_cli(*args, env={"HARNESS_CACHE_DIR": str(cache), **(env or {})}, **options)
 
     return run
 
@@ -393,3 +393,70 @@ def test_the_calibration_no_op_takes_only_a_known_dtype_and_whole_sizes():
     ]:
         with pytest.raises(HarnessError, match="cannot calibrate an output"):
             returning_candidate(task, kind)
+
+
+def test_the_reference_runs_only_in_the_parent_and_the_child_gets_its_inputs_as_bytes(harness, store_url):
+    """parentonly_py's generate_input and check_implementation raise in any process without
+    PARENT_ONLY_REFERENCE=parent, which the harness command has and its sandboxed children never
+    have (their environment is scrubbed). A correct submission still passes `harness test` and
+    both tournaments on the CPU: the parent made every input (a transposed tensor, an int, a
+    float, a string, a nested tuple) and handed it over, and the child rebuilt it without the
+    reference (the submission asserts the types, the stride, and that no `reference` module was
+    imported in its process). A submission that returns the output buffer untouched fails with
+    the task's own check_implementation message: the buffer's bytes, where the parent's
+    reference wrote its answer, never reach the child."""
+    parent = {"PARENT_ONLY_REFERENCE": "parent"}
+    problem = PROBLEMS / "parentonly_py"
+    ok(harness("task", "add", problem, env=parent))
+    submissions = {}
+    for kind in ("correct", "wrong"):
+        out = ok(
+            harness(
+                "register",
+                problem / "solutions" / f"{kind}.py",
+                "--task",
+                "parentonly",
+                "--lineage",
+                kind,
+                env=parent,
+            )
+        )
+        submissions[kind] = out.split()[2].rstrip(":")
+    assert "pass" in ok(harness("test", submissions["correct"], "--device", "cpu", env=parent))
+    reason = "GPU MODE check: output differs from the reference: "
+    for mode in ("benchmark", "leaderboard"):
+        some_failed(
+            harness(
+                "tournament",
+                "--task",
+                "parentonly",
+                "--device",
+                "cpu",
+                "--mode",
+                mode,
+                "--budget",
+                "0.2",
+                env=parent,
+                timeout=600,
+            )
+        )
+        board = json.loads(ok(harness("leaderboard", "--task", "parentonly", "--format", "json")))
+        assert board["mode"] == mode
+        entries = {entry["lineage"]: entry for entry in board["entries"]}
+        assert {name for name, entry in entries.items() if entry["rank"] is not None} == {
+            "parentonly_reference",
+            "correct",
+        }, entries
+        wrong = entries["wrong"]
+        assert wrong["status"] == "wrong_answer" and reason in wrong["reason"] and "nan vs" in wrong["reason"]
+    runs = rows(
+        store_url, "SELECT r.filename, u.mode, u.status FROM runs u JOIN revisions r ON r.id = u.revision_id"
+    )
+    assert sorted(runs) == sorted(
+        [("wrong.py", "test", "wrong_answer")]
+        + [
+            (filename, mode, "pass")
+            for filename in ("correct.py", "parentonly_reference.py")
+            for mode in ("test", "benchmark", "leaderboard")
+        ]
+    )

@@ -107,6 +107,30 @@ def test_cpu_timing_of_a_real_call_records_every_call():
     assert stats.flags == []
 
 
+def test_warm_up_calls_take_their_own_inputs_when_given():
+    """The sandbox's warm-up runs on inputs handed over once (no round trip per call): only the
+    timed calls ask `make_inputs`."""
+    warm, timed = [], []
+
+    def warmup_inputs(index):
+        warm.append(index)
+        return torch.zeros(8, 8)
+
+    def make_inputs(index):
+        timed.append(index)
+        return torch.ones(8, 8)
+
+    stats = time_calls(
+        lambda x: x @ x,
+        make_inputs,
+        device="cpu",
+        warmup_calls=3,
+        warmup_inputs=warmup_inputs,
+        rule=StoppingRule(min_runs=4, max_runs=4),
+    )
+    assert warm == [0, 1, 2] and timed == [3, 4, 5, 6] and stats.runs == 4
+
+
 def test_unknown_device_is_refused():
     with pytest.raises(ValueError, match="device"):
         time_calls(lambda x: x, lambda index: index, device="tpu")
@@ -278,6 +302,69 @@ def custom_kernel(data: input_t) -> output_t:
     out.copy_(F.conv2d(x, w))
     return out
 """.encode()
+
+
+def test_the_warm_up_asks_the_parent_for_nothing_and_timed_inputs_go_over_only_when_they_change():
+    """Through a real child: the warm-up's calls run on the inputs handed over with the request
+    (the parent is asked for none of them); each timed call asks for its inputs once; a call whose
+    inputs are the call before's gets nothing over again and runs on the same tensors (benchmark
+    mode, as GPU MODE). The candidate adds 1 to its input and returns a copy of it, so its outputs
+    show which tensors each call ran on."""
+    import hashlib
+
+    from harness.sandbox.protocol import Ready
+    from harness.sandbox.supervisor import ChildProcess
+    from harness.sandbox.transfer import SharedBuffer, read_shared
+    from harness.tasks import load_reference
+    from harness.tasks.spec import generate_inputs
+
+    task = load_task("conv2d_v2")
+    code = b"def custom_kernel(data):\n    return data[0].add_(1.0).clone()\n"
+    shape = task.smoke[0]
+    reference = load_reference(task)
+    warm, first, second = (generate_inputs(reference, shape.parameters, seed, "cpu") for seed in (1, 2, 3))
+    asked: list[int] = []
+    seen: dict[int, torch.Tensor] = {}
+
+    def inputs_for(index: int) -> tuple:
+        asked.append(index)
+        return first if len(asked) <= 2 else second
+
+    child = ChildProcess(
+        code,
+        task,
+        device="cpu",
+        limits=SandboxLimits.from_settings(),
+        code_sha256=hashlib.sha256(code).hexdigest(),
+    )
+    with child:
+        assert isinstance(child.start(), Ready)
+        reader = SharedBuffer(child.output_fd, cuda=False)
+
+        def on_output(done) -> None:
+            seen[done.index] = read_shared(reader, child.shared_bytes, done.output)
+
+        try:
+            timed = child.time(
+                warmup_data=warm,
+                inputs_for=inputs_for,
+                rule=StoppingRule(min_runs=4, max_runs=4),
+                warmup_calls=3,
+                warmup_s=0.0,
+                autotune_config=None,
+                on_output=on_output,
+                phase="timing",
+                output_bytes=first[0].nbytes,
+            )
+        finally:
+            reader.close()
+    assert timed.reply.error is None and len(timed.reply.times_ms) == 4
+    assert asked == [3, 4, 5, 6] and sorted(timed.call_wall_ms) == [3, 4, 5, 6]
+    assert torch.equal(seen[3], first[0] + 1) and torch.equal(seen[4], first[0] + 1 + 1)  # the same tensors
+    assert torch.equal(seen[5], second[0] + 1) and torch.equal(seen[6], second[0] + 1 + 1)
+    assert torch.equal(warm[0], generate_inputs(reference, shape.parameters, 1, "cpu")[0]), (
+        "the parent's copy"
+    )
 
 
 def test_a_call_that_raises_or_hangs_while_timed_is_a_status():

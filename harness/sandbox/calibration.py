@@ -1,13 +1,16 @@
 """The harness's own cost of a timed call, per shape, measured where no candidate can touch it.
 
-The parent brackets every timed call on its own clock (harness.timing, step 5): from sending the
-call's seed to hearing that its output is in its file. Part of that bracket is the harness's own
-work in the child (making the inputs, the NaN fill, the L2 flush, the export, the messages). A
-`Calibrator` measures that part per shape and mode in a sandboxed child of its own whose
-candidate is the harness's: a no-op that returns its output buffer untouched. It runs only
+The parent brackets every timed call on its own clock (harness.timing, step 5): from starting to
+hand over the call's inputs to hearing that its output is in the shared buffer or its file. Part
+of that bracket is the harness's own work (the parent writing the inputs into the child's inputs
+memory, the child rebuilding them on its device, the NaN fill, the L2 flush, the export, the
+messages). A `Calibrator` measures that part per shape and mode in a sandboxed child of its own
+whose candidate is the harness's: a no-op that returns its output buffer untouched. It runs only
 harness code, so a candidate cannot make it slower to hide work in the difference; it is timed
-like any candidate (every other child stopped), and the shortest bracket of its timed calls is
-the shape's harness cost.
+like any candidate (every other child stopped), on inputs of the shape made as the candidate's
+are (the task's generate_input, in the parent: warm-up on one seed, then one seed for every timed
+call or a fresh one per call), and the shortest bracket of its timed calls is the shape's
+harness cost.
 
 The export and the NaN fill of the returned tensor grow with its bytes. A candidate whose timed
 outputs are not the buffer's dtype and shape (GPU MODE's prefix sum reference answers in float64
@@ -29,7 +32,8 @@ from harness.errors import HarnessError
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.protocol import CallDone, Ready
 from harness.sandbox.supervisor import ChildFailure, ChildProcess
-from harness.tasks import Shape, TaskSpec
+from harness.tasks import Shape, TaskSpec, load_reference
+from harness.tasks.spec import generate_inputs
 from harness.timing import StoppingRule
 
 CALIBRATION_RULE = StoppingRule(min_runs=5, max_runs=5)
@@ -104,7 +108,8 @@ class Calibrator:
         """The secret seed of `shape`'s timed calls in benchmark mode: drawn once per shape and
         run, for every revision timed beside this calibrator, so that the parent computes the
         reference (and the exact answer, where needed) of those calls once, not once per revision.
-        A child learns it only when its own timed calls begin, after its checks."""
+        A child never learns it: it gets the inputs only when its own timed calls begin, after
+        its checks."""
         return self.timed_seeds.setdefault(json.dumps(shape.parameters, sort_keys=True), secrets.randbits(63))
 
     def harness_ms(
@@ -118,8 +123,12 @@ class Calibrator:
             self.harness_ms_by_shape[key] = self._measure(shape, leaderboard, output_bytes, returns)
         return self.harness_ms_by_shape[key]
 
+    def _inputs(self, shape: Shape, seed: int) -> tuple:
+        """The task's inputs of `shape` for `seed`, made as the candidates' are (no reference)."""
+        return generate_inputs(load_reference(self.task), shape.parameters, seed, self.device)
+
     def _measure(self, shape: Shape, leaderboard: bool, output_bytes: int, returns: Returned | None) -> float:
-        run_seed = secrets.randbits(63)
+        timed_data = self._inputs(shape, secrets.randbits(63))
         if returns is None:
             self.spawn()
             child = self.child
@@ -139,8 +148,10 @@ class Calibrator:
                     raise HarnessError(f"the harness's calibration child did not import: {ready.error}")
                 self.ready[id(child)] = ready
             timed = child.time(
-                shape.parameters,
-                seed_for=lambda index: secrets.randbits(63) if leaderboard else run_seed,
+                warmup_data=self._inputs(shape, secrets.randbits(63)),
+                inputs_for=lambda index: (
+                    self._inputs(shape, secrets.randbits(63)) if leaderboard else timed_data
+                ),
                 rule=CALIBRATION_RULE,
                 warmup_calls=CALIBRATION_WARMUP_CALLS,
                 warmup_s=0.0,

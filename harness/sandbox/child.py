@@ -11,13 +11,17 @@ namespaces). In order, before any of the candidate's code runs:
    forks so that a small init stays pid 1 of the pid namespace (it reports the worker's exit on
    the status pipe; when it exits, the kernel kills whatever the candidate left behind), and
    enters a nested user and mount namespace so that the candidate cannot undo the mounts;
-4. imports torch and the task's input generator, says `Started`, imports the candidate
-   (`submission.py` in the working directory), and answers `Ready` or `ImportFailed`;
+4. imports torch, says `Started`, imports the candidate (`submission.py` in the working
+   directory), and answers `Ready` or `ImportFailed`;
 5. serves requests in order until `Shutdown` or the end of the pipe.
 
-The child never holds the reference output, the secret seed or the store: it gets per-shape seeds
-and sends back raw bytes that the parent checks. Everything here runs in the same process as the
-candidate, so none of it is trusted by the parent; it only has to work for honest candidates.
+The child never imports or calls the task's reference module (generate_input, ref_kernel,
+check_implementation run only in the parent; reference.py and utils.py lie beside the submission
+only because GPU MODE submissions may import them). It gets every call's inputs from the parent as
+raw bytes in the parent's memfd (`--inputs-fd`, harness.sandbox.transfer.read_inputs), never a
+seed, and never holds the reference output or the store; it sends back raw bytes that the parent
+checks. Everything here runs in the same process as the candidate, so none of it is trusted by the
+parent; it only has to work for honest candidates.
 """
 
 from __future__ import annotations
@@ -42,17 +46,18 @@ from harness.sandbox.protocol import (
     AutotunerInfo,
     CallDone,
     CallError,
-    CallSeed,
+    CallInputs,
     CheckReply,
     CheckRequest,
+    DataItem,
     Hello,
     ImportFailed,
     InitStatus,
+    InputsWanted,
     IsolationPlan,
     IsolationReport,
     Message,
     Ready,
-    SeedWanted,
     Shutdown,
     Started,
     TimeReply,
@@ -399,14 +404,21 @@ def _load_module(name: str, path: str) -> ModuleType:
 
 class Worker:
     def __init__(
-        self, hello: Hello, channel: Channel, isolation: IsolationReport, output_fd: int | None = None
+        self,
+        hello: Hello,
+        channel: Channel,
+        isolation: IsolationReport,
+        output_fd: int | None = None,
+        inputs_fd: int | None = None,
     ) -> None:
         self.hello = hello
         self.channel = channel
         self.isolation = isolation
         self.io_dir = Path(hello.io_dir)
         self.output_fd = output_fd
-        self.shared_output = None  # transfer.SharedBuffer over output_fd, made on the first timed call
+        self.shared_output = None  # transfer.SharedBuffer over output_fd, made on the first timing
+        self.inputs_fd = inputs_fd
+        self.inputs = None  # transfer.SharedBuffer over inputs_fd, made at the start
         self.autotuners = Autotuners()
         self.called = False
         self.handlers = {CheckRequest: self.check, TimeRequest: self.time}
@@ -416,20 +428,20 @@ class Worker:
             self.torch.cuda.synchronize()
 
     def start(self) -> bool:
-        """Import torch, the input generator and the candidate; answer Ready or ImportFailed."""
+        """Import torch and the candidate; answer Ready or ImportFailed."""
         import torch
 
-        from harness.bits import bit_sum
-        from harness.sandbox.transfer import changed_elements, describe, export_tensor
+        from harness.sandbox import transfer
 
         self.torch = torch
-        self.export_tensor = export_tensor
-        self.changed_elements = changed_elements
-        self.describe = describe
-        self.bit_sum = bit_sum
+        self.transfer = transfer
+        self.export_tensor = transfer.export_tensor
+        self.changed_elements = transfer.changed_elements
+        self.describe = transfer.describe
+        if self.inputs_fd is not None:
+            self.inputs = transfer.SharedBuffer(self.inputs_fd, cuda=self.hello.device == "cuda")
         workdir = self.hello.workdir
-        sys.path.insert(0, workdir)  # a GPU MODE reference imports task and utils from it
-        self.reference = _load_module("reference", os.path.join(workdir, "reference.py"))
+        sys.path.insert(0, workdir)  # a submission may import task, utils or reference from it
         self.channel.send(Started(token=self.hello.token))
         started = perf_counter()
         try:
@@ -474,16 +486,14 @@ class Worker:
             pass
 
     def warm_check_path(self) -> None:
-        """Run the harness's own per-check steps once on a tiny tensor (seeded input, NaN fill,
-        copy, bit sum, comparison, pinned export): CUDA loads each kernel and the host allocator
-        its first pinned block on first use, tens of ms each, which would otherwise fall in the
-        first check, one child after another; here the children of a group pay it side by side."""
+        """Run the harness's own per-check steps once on a tiny tensor (a copy from the host, NaN
+        fill, copy, comparison, pinned export): CUDA loads each kernel and the host allocator its
+        first pinned block on first use, tens of ms each, which would otherwise fall in the first
+        check, one child after another; here the children of a group pay it side by side."""
         torch = self.torch
-        generator = torch.Generator(device="cuda").manual_seed(0)
-        value = torch.randn(4096, device="cuda", generator=generator)
+        value = torch.arange(4096, dtype=torch.float32).to("cuda")
         before = value.clone()
         value.fill_(float("nan"))
-        self.bit_sum(before)
         self.changed_elements(before, value)
         path = self.io_dir / "warm-up.bin"
         self.export_tensor(before, path)
@@ -512,10 +522,12 @@ class Worker:
                 return
             self.channel.send(self.handlers[type(request)](request))
 
-    def make_inputs(self, shape: dict, seed: int) -> tuple:
-        if not self.hello.generator_takes_device:
-            return self.reference.generate_input(**shape, seed=seed)
-        return self.reference.generate_input(**shape, seed=seed, device=self.hello.device)
+    def make_inputs(self, items: list[DataItem]) -> tuple:
+        """The data tuple the parent handed over in the inputs memory, on this child's device
+        (a GPU's copy from the host here, outside any timed region)."""
+        data = self.transfer.read_inputs(items, self.inputs, self.hello.device)
+        self.synchronize()
+        return data
 
     def fill_output_buffer(self, data: tuple) -> None:
         index = self.hello.output_index
@@ -523,18 +535,18 @@ class Worker:
             data[index].fill_(float("nan"))
 
     def check(self, request: CheckRequest) -> CheckReply:
-        """One call on fresh inputs. The output buffer is NaN before the call; afterwards the
-        returned object goes to a file for the parent, every input is described and compared bit
-        for bit with a copy taken before the call, then the returned tensor and the buffer are
-        overwritten with NaN so that no later call finds this answer in memory."""
+        """One call on the parent's inputs. The output buffer is NaN before the call; afterwards
+        the returned object goes to a file for the parent, every input tensor is described and
+        compared bit for bit with a copy taken before the call, then the returned tensor and the
+        buffer are overwritten with NaN so that no later call finds this answer in memory."""
         reply = CheckReply(token=self.hello.token, id=request.id)
         if request.forget_tuning:
             self.autotuners.scan()
             self.autotuners.forget()
-        data = self.make_inputs(request.shape, request.seed)
+        data = self.make_inputs(request.data)
         self.fill_output_buffer(data)
-        before = {index: data[index].detach().clone() for index in self.hello.input_indices}
-        reply.inputs_bit_sums = [self.bit_sum(before[index]) for index in self.hello.input_indices]
+        counted = self.transfer.tensor_inputs(data, self.hello.input_indices)
+        before = {index: data[index].detach().clone() for index in counted}
         self.autotuners.force(request.autotune_config)
         self.synchronize()
         started = perf_counter()
@@ -552,10 +564,8 @@ class Worker:
         reply.autotuners = self.autotuners.describe()
         reply.autotune_config = self.autotuners.chosen()
         reply.output = self.export_tensor(result, self.io_dir / f"output-{request.id}.bin")
-        reply.inputs = [self.describe(data[index]) for index in self.hello.input_indices]
-        reply.inputs_changed = [
-            self.changed_elements(before[index], data[index]) for index in self.hello.input_indices
-        ]
+        reply.inputs = [self.describe(data[index]) for index in counted]
+        reply.inputs_changed = [self.changed_elements(before[index], data[index]) for index in counted]
         del before
         if reply.output.exact_tensor:
             reply.output_aliases_input = self.aliases_input(result, data)
@@ -579,28 +589,40 @@ class Worker:
     def time(self, request: TimeRequest) -> TimeReply:
         """Warm up and time the entry point on one shape (harness.timing.time_calls).
 
-        Before each call the child asks the parent for that call's seed and makes the inputs from
-        it, outside the timed region; when the seed repeats (benchmark mode) the inputs are made
-        once, as GPU MODE does. The output buffer is NaN before each call; every timed call's
-        output goes to a file for the parent to check and is then overwritten with NaN, and a
-        `CallDone` tells the parent that the call is over (its deadline is per call, and its
-        clock brackets each call from the seed to this message)."""
+        The shared output buffer is mapped (and registered with CUDA) first, and the warm-up
+        calls run on the inputs handed over with the request, without a message each. Before each
+        timed call the child asks the parent for that call's inputs and rebuilds them on its
+        device, outside the timed region; when the parent says they are the call before's
+        (benchmark mode) the same tensors serve again, as GPU MODE does. The output buffer is NaN
+        before each call; every timed call's output goes to the shared buffer or a file for the
+        parent to check and is then overwritten with NaN, and a `CallDone` tells the parent that
+        the call is over (its deadline is per call, and its clock brackets each call from handing
+        over its inputs to this message)."""
         reply = TimeReply(token=self.hello.token, id=request.id)
         if request.autotune_config is not None:
             # only to force a config: tuners made since the first call must be found (a scan of
             # every live object, tenths of a second with torch and Triton loaded)
             self.autotuners.scan()
         self.autotuners.force(request.autotune_config)
-        made: dict[int, tuple] = {}
+        self.shared_output_buffer(request.shared_output_bytes)
+        try:
+            current = [self.make_inputs(request.warmup_data)]
+        except Exception as exc:  # noqa: BLE001 - a GPU that fails here fails the shape
+            traceback.print_exc()
+            reply.error = CallError(kind=classify(exc, self.hello.device), error=one_line(exc))
+            return reply
+
+        def warmup_inputs(index: int) -> tuple:
+            self.fill_output_buffer(current[0])
+            return current[0]
 
         def make_inputs(index: int) -> tuple:
-            self.channel.send(SeedWanted(token=self.hello.token, id=request.id, index=index))
-            seed = self.receive_call_seed(request.id, index)
-            if seed not in made:
-                made.clear()
-                made[seed] = self.make_inputs(request.shape, seed)
-            self.fill_output_buffer(made[seed])
-            return made[seed]
+            self.channel.send(InputsWanted(token=self.hello.token, id=request.id, index=index))
+            items = self.receive_call_inputs(request.id, index)
+            if items is not None:
+                current[0] = self.make_inputs(items)
+            self.fill_output_buffer(current[0])
+            return current[0]
 
         def after_call(index: int, data: tuple, result: object) -> None:
             done = CallDone(token=self.hello.token, id=request.id, index=index)
@@ -625,6 +647,7 @@ class Worker:
                 rule=rule,
                 warmup_calls=request.warmup_calls,
                 warmup_s=request.warmup_s,
+                warmup_inputs=warmup_inputs,
                 after_call=after_call,
             )
         except Exception as exc:  # noqa: BLE001 - whatever the candidate raises is a result
@@ -634,27 +657,35 @@ class Worker:
         reply.times_ms, reply.compile_s, reply.flags = stats.times_ms, stats.compile_s, stats.flags
         return reply
 
+    def shared_output_buffer(self, capacity: int):
+        """The shared output buffer, mapped (and registered with CUDA) to `capacity` bytes: at the
+        start of a timing, so that neither costs the first timed call; None without one."""
+        if not capacity or self.output_fd is None:
+            return None
+        if self.shared_output is None:
+            self.shared_output = self.transfer.SharedBuffer(self.output_fd, cuda=self.hello.device == "cuda")
+        self.shared_output.ensure(capacity)
+        return self.shared_output
+
     def export_timed(self, result: object, request: TimeRequest, index: int):
         """A timed call's output into the shared buffer when it fits, else into a file."""
-        capacity = request.shared_output_bytes if self.output_fd is not None else 0
-        if capacity:
-            from harness.sandbox.transfer import SharedBuffer, export_shared
-
-            if self.shared_output is None:
-                self.shared_output = SharedBuffer(self.output_fd, cuda=self.hello.device == "cuda")
-            info = export_shared(result, self.shared_output, capacity)
+        shared = self.shared_output_buffer(request.shared_output_bytes)
+        if shared is not None:
+            info = self.transfer.export_shared(result, shared, request.shared_output_bytes)
             if info.written or not info.exact_tensor:
                 return info
         return self.export_tensor(result, self.io_dir / f"timed-{request.id}-{index}.bin")
 
-    def receive_call_seed(self, request_id: int, index: int) -> int:
+    def receive_call_inputs(self, request_id: int, index: int) -> list[DataItem] | None:
         line = self.channel.receive_line()
         if line is None:
             raise EOFError("the parent closed the request pipe")
         message = REQUEST.validate_json(line)
-        if not isinstance(message, CallSeed) or (message.id, message.index) != (request_id, index):
-            raise ValueError(f"expected the seed of call {index} of request {request_id}, got {message.type}")
-        return message.seed
+        if not isinstance(message, CallInputs) or (message.id, message.index) != (request_id, index):
+            raise ValueError(
+                f"expected the inputs of call {index} of request {request_id}, got {message.type}"
+            )
+        return message.data
 
 
 # --- entry points ---------------------------------------------------------------------------
@@ -695,12 +726,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reply-fd", type=int)
     parser.add_argument("--status-fd", type=int)
     parser.add_argument("--output-fd", type=int)  # the shared buffer for timed outputs (transfer.py)
+    parser.add_argument("--inputs-fd", type=int)  # the parent's memfd the inputs come in (transfer.py)
     parser.add_argument("--probe", metavar="SCRATCH_DIR")
     parser.add_argument("--probe-cuda", action="store_true")
     args = parser.parse_args(argv)
     if args.probe:
         return probe(args.probe, args.probe_cuda)
-    worker_fds = [args.request_fd, args.reply_fd] + ([args.output_fd] if args.output_fd is not None else [])
+    shared_fds = [fd for fd in (args.output_fd, args.inputs_fd) if fd is not None]
+    worker_fds = [args.request_fd, args.reply_fd, *shared_fds]
     for fd in worker_fds + ([args.status_fd] if args.status_fd is not None else []):
         os.set_inheritable(fd, False)
     channel = Channel(args.request_fd, args.reply_fd)
@@ -710,7 +743,7 @@ def main(argv: list[str] | None = None) -> int:
     hello = Hello.model_validate_json(line)
     isolation = apply_isolation(hello.isolation, args.status_fd, worker_fds)
     os.chdir(hello.workdir)
-    worker = Worker(hello, channel, isolation, args.output_fd)
+    worker = Worker(hello, channel, isolation, args.output_fd, args.inputs_fd)
     if worker.start():
         worker.serve()
     exit_now()

@@ -1,7 +1,8 @@
 """`evaluate`: check one candidate against its task's reference in a sandboxed child.
 
-The flow per shape: the parent makes the inputs and the reference (harness.checking), asks the
-child to run the entry point on the same seed, reads back the output and the inputs, and judges.
+The flow per shape: the parent makes the inputs and the reference (harness.checking), hands the
+inputs to the child as raw bytes (harness.sandbox.transfer), asks it to run the entry point on
+them, reads back the output and what the child saw of the inputs, and judges.
 On the CPU, where the Triton interpreter cannot benchmark, every autotune config is checked: the
 shape is run once per config index with every Autotuner forced to that config.
 
@@ -192,8 +193,7 @@ def _check_shape(
         forced = index if config_count else None
         phase = f"call on {where}" + (f" with autotune config {forced}" if forced is not None else "")
         reply = child.check(
-            shape.parameters,
-            seed,
+            case.data,
             autotune_config=forced,
             phase=phase,
             forget_tuning=forget_tuning and index == 0,
@@ -255,10 +255,10 @@ class Evaluator:
         evaluations = [ev.finish() for ev in evaluators]
 
     `timed`: after a shape passes its check it is warmed up and timed (harness.timing) in the same
-    child, as long as every shape before it passed. Test mode times every call on the check's
-    inputs (GPU MODE's benchmark); leaderboard mode makes each call's inputs from a fresh secret
-    seed that the child learns only when it asks for that call, and checks every timed call's
-    output here, so that a candidate that caches or replays outputs fails.
+    child, as long as every shape before it passed. Test mode times every call on the inputs of
+    one seed per shape and run (GPU MODE's benchmark); leaderboard mode makes each call's inputs
+    from a fresh secret seed, handed to the child (as bytes) only when it asks for that call; every timed
+    call's output is checked here, so that a candidate that caches or replays outputs fails.
     """
 
     def __init__(
@@ -560,18 +560,23 @@ class Evaluator:
         """Warm up and time one shape that passed its check; fill the outcome's timing fields, or
         fail it (an exception, implausible times, a timed output that is wrong or missing).
 
-        Every timed output is checked against the reference of its seed, in every mode. Benchmark
-        mode times every call on the run's secret seed for the shape (`Calibrator.timed_seed`: so
-        that nothing the candidate computed at import or in its check helps, and the reference of
-        those calls is computed once per run); leaderboard mode draws a fresh seed per call."""
+        The warm-up runs on the check's inputs (the candidate has seen them; warm-up outputs are
+        not checked). Every timed output is checked against the reference of its seed, in every
+        mode. Benchmark mode times every call on the run's secret seed for the shape
+        (`Calibrator.timed_seed`: so that nothing the candidate computed at import or in its check
+        helps, and the reference of those calls is computed once per run), its inputs handed over
+        once, at the first timed call; leaderboard mode draws a fresh seed per call, and hands
+        over each call's inputs when the child asks for that call."""
         leaderboard = self.mode == "leaderboard"
         run_seed = self._calibrator().timed_seed(shape)
         seeds: dict[int, int] = {}
         problems: list[str] = []
         checked = 0
 
-        def seed_for(index: int) -> int:
-            return seeds.setdefault(index, secrets.randbits(63) if leaderboard else run_seed)
+        def inputs_for(index: int) -> tuple:
+            """The inputs of timed call `index`, made with its reference before the call."""
+            seed = seeds.setdefault(index, secrets.randbits(63) if leaderboard else run_seed)
+            return self._timed_case_for(shape, seed).data
 
         returned: set[tuple[int, Returned]] = set()  # (bytes, kind) of the timed outputs
 
@@ -589,13 +594,15 @@ class Evaluator:
             finally:
                 self.child.discard_files()
 
-        # the output's size, from the check's reference case (cached): the shared buffer's size
-        case = checking.reference_case(self.task, self.reference, shape, self._check_seed(shape), self.device)
-        output_bytes = case.expected.nbytes
+        # the check's case (cached): the warm-up's inputs, and the output's size (the shared buffer's)
+        check_case = checking.reference_case(
+            self.task, self.reference, shape, self._check_seed(shape), self.device
+        )
+        output_bytes = check_case.expected.nbytes
         warmup_calls, warmup_s = WARMUP[self.device]
         timed = self.child.time(
-            shape.parameters,
-            seed_for=seed_for,
+            warmup_data=check_case.data,
+            inputs_for=inputs_for,
             rule=self.rule,
             warmup_calls=warmup_calls,
             warmup_s=warmup_s,
@@ -606,7 +613,7 @@ class Evaluator:
         )
         reply, parent_ms = timed.reply, list(timed.call_wall_ms.values())
         times = reply.times_ms
-        calibrated = self._calibrated_kind(case.data, returned)
+        calibrated = self._calibrated_kind(check_case.data, returned)
         harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes, calibrated)
         if reply.error is not None:
             outcome.status, outcome.reason = reply.error.kind, f"during timing: {reply.error.error}"
@@ -688,15 +695,10 @@ class Evaluator:
             return read_shared(child.shared_reader, child.shared_bytes, done.output, device)
         return read_tensor(child.io_fd, child.timed_output_name(done.id, done.index), done.output, device)
 
-    def _timed_output_problem(
-        self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone
-    ) -> str | None:
-        """Why a timed call's output is not the answer for its seed, or None; its verdicts are
-        folded into the shape's. The fp32 reference is computed once per seed (benchmark mode's
-        calls share one), and the exact answer only where GPU MODE's check fails (no accuracy
-        figures), to keep the check cheap."""
-        if seed is None:
-            return "an output for a call whose seed was never sent"
+    def _timed_case_for(self, shape: Shape, seed: int) -> checking.ReferenceCase:
+        """The inputs and reference of a timed call's seed: made once per seed (benchmark mode's
+        calls share one; the run's seed for this shape gives every revision timed in the run one
+        case), the previous one freed first."""
         key = (json.dumps(shape.parameters, sort_keys=True), seed)
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
@@ -709,12 +711,23 @@ class Evaluator:
                     exact_now=False,
                     exact_answer=self.task.exact_answer,
                 )
-            else:  # the run's seed for this shape: one case for every revision timed in the run
+            else:
                 case = checking.reference_case(
                     self.task, self.reference, shape, seed, self.device, exact_now=False
                 )
             self._timed_case = (key, case)
-        case = self._timed_case[1]
+        return self._timed_case[1]
+
+    def _timed_output_problem(
+        self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone
+    ) -> str | None:
+        """Why a timed call's output is not the answer for its seed, or None; its verdicts are
+        folded into the shape's. The fp32 reference is computed once per seed (benchmark mode's
+        calls share one), with the call's inputs, and the exact answer only where GPU MODE's check
+        fails (no accuracy figures), to keep the check cheap."""
+        if seed is None:
+            return "an output for a call whose inputs were never sent"
+        case = self._timed_case_for(shape, seed)
         problem = checking.output_problem(
             done.output,
             case.expected,

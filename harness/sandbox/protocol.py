@@ -8,15 +8,20 @@ serves a sequence of requests (check shape k, later time shape k) until `Shutdow
 tournament can interleave several children shape by shape. Every reply carries the token and the
 request's id; the parent rejects anything else as a protocol violation.
 
-Tensors never travel in messages: the child copies them as raw bytes into files in a directory
-the parent created (see `harness.sandbox.transfer`) and describes them with `TensorInfo`.
+Tensors never travel in messages, and nothing is ever pickled. The parent makes every input
+(harness.checking, from the task's generate_input) and copies its tensors as raw bytes into a
+memfd of its own that the child maps; a request describes the data tuple item by item
+(`DataItem`: a tensor's dtype, shape, stride and place in that memory; numbers, strings and None
+by value; tuples, lists and dicts of those), and the child rebuilds it on its device
+(harness.sandbox.transfer). The child copies what a call returned as raw bytes into files in a
+directory the parent created, or into a second memfd, and describes it with `TensorInfo`.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
 
 from harness.wire import AutotunerInfo, CallError, CheckReply, TensorInfo
 
@@ -26,7 +31,59 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 class Message(BaseModel):
     """A message of the protocol (those that checking reads too live in harness.wire)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # NaN and the infinities are written as JSON's NaN/Infinity constants (a value of the data
+    # tuple may be one), never as null
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+
+# --- the data tuple, parent -> child ----------------------------------------------------------
+
+
+class TensorItem(Message):
+    """A tensor whose bytes (C order) lie at `offset` in the inputs memory; the child makes it on
+    its device with `stride` (None: contiguous)."""
+
+    kind: Literal["tensor"] = "tensor"
+    dtype: str  # a key of harness.sandbox.transfer.DTYPES
+    shape: list[NonNegativeInt]
+    stride: list[NonNegativeInt] | None = None
+    offset: NonNegativeInt
+    nbytes: NonNegativeInt
+
+
+class OutputBufferItem(Message):
+    """The task's output buffer: its bytes never travel (the reference may have written its
+    answer there); the child makes it empty, NaN for a floating dtype and zeros otherwise."""
+
+    kind: Literal["output_buffer"] = "output_buffer"
+    dtype: str
+    shape: list[NonNegativeInt]
+    stride: list[NonNegativeInt] | None = None
+
+
+class ValueItem(Message):
+    """A number, a string, a bool or None, as it is."""
+
+    kind: Literal["value"] = "value"
+    value: bool | int | float | str | None
+
+
+class SequenceItem(Message):
+    kind: Literal["tuple", "list"]
+    items: list[DataItem]
+
+
+class MappingItem(Message):
+    kind: Literal["dict"] = "dict"
+    items: dict[str, DataItem]
+
+
+DataItem = Annotated[
+    TensorItem | OutputBufferItem | ValueItem | SequenceItem | MappingItem,
+    Field(discriminator="kind"),
+]
+SequenceItem.model_rebuild()
+MappingItem.model_rebuild()
 
 
 # --- parent -> child ------------------------------------------------------------------------
@@ -60,19 +117,17 @@ class Hello(Message):
     unpacked_entry_points: list[str] = []  # when entry_point is missing: the first found, entry(*data)
     output_index: int | None
     input_indices: list[int]
-    generator_takes_device: bool = True  # else generate_input makes CUDA inputs without a `device`
     workdir: str
     io_dir: str
     isolation: IsolationPlan = IsolationPlan()
 
 
 class CheckRequest(Message):
-    """Run the entry point once on the inputs of one shape, and export output and inputs."""
+    """Run the entry point once on `data` (in the inputs memory), and export the output."""
 
     type: Literal["check"] = "check"
     id: int
-    shape: dict[str, int | float | str | bool]
-    seed: int
+    data: list[DataItem]
     autotune_config: int | None = None  # force every Autotuner to its config (index mod count)
     # before the call, every Triton autotuner forgets the configs it chose, as in a fresh process
     # (the first check of a child kept from the candidate's previous phase)
@@ -85,13 +140,15 @@ class Shutdown(Message):
 
 class TimeRequest(Message):
     """Warm up and time the entry point on one shape (harness.timing.time_calls with this rule).
-    Before every call the child asks for that call's seed (`SeedWanted`, answered by `CallSeed`),
-    so that no call's inputs are known before it is made; after every timed call it sends
-    `CallDone` once the output is in a file for the parent to check; it ends with `TimeReply`."""
+    Every warm-up call runs on `warmup_data` (in the inputs memory; warm-up outputs are not
+    checked). Before every timed call the child asks for that call's inputs (`InputsWanted`,
+    answered by `CallInputs`), so that no timed call's inputs are known before it is made; after
+    every timed call it sends `CallDone` once the output is in the shared buffer or a file for the
+    parent to check; it ends with `TimeReply`."""
 
     type: Literal["time"] = "time"
     id: int
-    shape: dict[str, int | float | str | bool]
+    warmup_data: list[DataItem]
     warmup_calls: int = 1
     warmup_s: float = 0.0
     min_runs: int = 3
@@ -104,16 +161,18 @@ class TimeRequest(Message):
     shared_output_bytes: int = 0
 
 
-class CallSeed(Message):
-    """The seed of call `index` of a `TimeRequest`'s shape (its inputs come from this seed)."""
+class CallInputs(Message):
+    """The inputs of timed call `index` of a `TimeRequest`, in the inputs memory; None: the
+    inputs of the call before it (warm-up included) again, as the child holds them (benchmark
+    mode repeats one seed per shape)."""
 
-    type: Literal["call_seed"] = "call_seed"
+    type: Literal["call_inputs"] = "call_inputs"
     id: int
     index: int
-    seed: int
+    data: list[DataItem] | None = None
 
 
-Request = Annotated[CheckRequest | TimeRequest | CallSeed | Shutdown, Field(discriminator="type")]
+Request = Annotated[CheckRequest | TimeRequest | CallInputs | Shutdown, Field(discriminator="type")]
 REQUEST = TypeAdapter(Request)
 
 
@@ -149,8 +208,10 @@ class ImportFailed(Message):
     import_s: float
 
 
-class SeedWanted(Message):
-    type: Literal["seed_wanted"] = "seed_wanted"
+class InputsWanted(Message):
+    """The child is ready for timed call `index` (indices grow) and waits for its `CallInputs`."""
+
+    type: Literal["inputs_wanted"] = "inputs_wanted"
     token: str
     id: int
     index: int
@@ -181,7 +242,7 @@ class TimeReply(Message):
 
 
 Reply = Annotated[
-    Started | Ready | ImportFailed | CheckReply | SeedWanted | CallDone | TimeReply,
+    Started | Ready | ImportFailed | CheckReply | InputsWanted | CallDone | TimeReply,
     Field(discriminator="type"),
 ]
 REPLY = TypeAdapter(Reply)

@@ -51,16 +51,17 @@ from harness.sandbox.protocol import (
     MAX_MESSAGE_BYTES,
     REPLY,
     CallDone,
-    CallSeed,
+    CallInputs,
     CheckReply,
     CheckRequest,
+    DataItem,
     Hello,
     ImportFailed,
     InitStatus,
+    InputsWanted,
     IsolationPlan,
     Message,
     Ready,
-    SeedWanted,
     Shutdown,
     Started,
     TimeReply,
@@ -76,7 +77,7 @@ from harness.sandbox.resources import (
 )
 from harness.sandbox.workspace import (
     WORKDIR_PREFIX,
-    create_shared_output,
+    create_shared_memory,
     hidden_directories,
     make_io_dir,
     python_environment,
@@ -105,8 +106,8 @@ class ChildFailure(Exception):
 @dataclass
 class TimedShape:
     """What `ChildProcess.time` returns: the child's reply, and per timed call the parent's own
-    time (ms) from sending its seed to hearing that its output is ready; the call, and everything
-    the child did for it (inputs, NaN fill, flush, export), lies in between."""
+    time (ms) from starting to hand over its inputs to hearing that its output is ready; the call,
+    and everything the child did for it (inputs, NaN fill, flush, export), lies in between."""
 
     reply: TimeReply
     call_wall_ms: dict[int, float]
@@ -157,6 +158,12 @@ class ChildProcess:
         self.output_fd: int | None = None
         self.shared_bytes = 0
         self.shared_reader = None
+        # the memfd the parent hands the inputs over in (create_shared_memory), its writer
+        # (transfer.InputsWriter, made on the first write), and the data tuple written last with
+        # its items (written again only when another tuple comes)
+        self.inputs_fd: int | None = None
+        self.inputs_writer = None
+        self.inputs_written: tuple[object, list[DataItem]] | None = None
         self.shutdown_requested = False
         self.startup_s: float | None = None
         self.ready: Ready | ImportFailed | None = None
@@ -233,9 +240,10 @@ class ChildProcess:
         deadline runs from here."""
         request_read, self.request_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
-        self.output_fd = create_shared_output()
-        output_for_child = os.dup(self.output_fd)
-        child_fds = [request_read, reply_write, output_for_child]
+        self.output_fd = create_shared_memory("harness-timed-output")
+        self.inputs_fd = create_shared_memory("harness-inputs")
+        output_for_child, inputs_for_child = os.dup(self.output_fd), os.dup(self.inputs_fd)
+        child_fds = [request_read, reply_write, output_for_child, inputs_for_child]
         arguments = [
             "--request-fd",
             str(request_read),
@@ -243,6 +251,8 @@ class ChildProcess:
             str(reply_write),
             "--output-fd",
             str(output_for_child),
+            "--inputs-fd",
+            str(inputs_for_child),
         ]
         status_write = None
         if self.level.full:
@@ -315,7 +325,6 @@ class ChildProcess:
             unpacked_entry_points=self.task.unpacked_entry_points,
             output_index=self.task.output_index,
             input_indices=self.task.input_indices,
-            generator_takes_device=self.task.generator_takes_device,
             workdir=str(self.workdir),
             io_dir=str(self.io_dir),
             isolation=plan,
@@ -490,15 +499,42 @@ class ChildProcess:
             for group in self.watch.directories
         ]
 
+    def write_inputs(self, data: tuple) -> list[DataItem]:
+        """Copy the data tuple's tensors into the child's inputs memory (harness.sandbox.transfer,
+        `InputsWriter`) and return the items that describe it; the tuple written last is not
+        written again (the parent never reads that memory back: a child that wrote there has
+        only changed its own inputs)."""
+        if self.inputs_written is not None and self.inputs_written[0] is data:
+            return self.inputs_written[1]
+        laid_out = self.lay_out_inputs(data)
+        self.copy_inputs(data, laid_out)
+        return laid_out[0]
+
+    def lay_out_inputs(self, data: tuple):
+        """`transfer.lay_out_inputs` for this task: the items, and where each tensor goes."""
+        from harness.sandbox.transfer import lay_out_inputs  # torch: not before the spawn
+
+        return lay_out_inputs(data, self.task.output_index)
+
+    def copy_inputs(self, data: tuple, laid_out) -> None:
+        """The bytes of a laid-out data tuple into the child's inputs memory."""
+        if self.inputs_writer is None:
+            from harness.sandbox.transfer import InputsWriter
+
+            self.inputs_writer = InputsWriter(self.inputs_fd, cuda=self.device == "cuda")
+        self.inputs_written = None
+        self.inputs_writer.copy(laid_out)
+        self.inputs_written = (data, laid_out[0])
+
     def check(
-        self, shape: dict, seed: int, *, autotune_config: int | None, phase: str, forget_tuning: bool = False
+        self, data: tuple, *, autotune_config: int | None, phase: str, forget_tuning: bool = False
     ) -> CheckReply:
-        """One call of the entry point on the given shape, limited to call_timeout_s (with
-        `forget_tuning`, the autotuners forget their choices first: CheckRequest)."""
+        """One call of the entry point on `data` (the parent's inputs, handed over as bytes:
+        `write_inputs`), limited to call_timeout_s (with `forget_tuning`, the autotuners forget
+        their choices first: CheckRequest)."""
         request = CheckRequest(
             id=self.new_request_id(),
-            shape=shape,
-            seed=seed,
+            data=self.write_inputs(data),
             autotune_config=autotune_config,
             forget_tuning=forget_tuning,
         )
@@ -506,9 +542,9 @@ class ChildProcess:
 
     def time(
         self,
-        shape: dict,
         *,
-        seed_for: Callable[[int], int],
+        warmup_data: tuple,
+        inputs_for: Callable[[int], tuple],
         rule: StoppingRule,
         warmup_calls: int,
         warmup_s: float,
@@ -520,22 +556,31 @@ class ChildProcess:
         """Warm up and time the entry point on one shape (harness.timing in the child), while every
         other child of this process is stopped (`ChildPool.others_stopped`).
 
-        The child asks for each call's seed in turn (calls 0, 1, 2 ..., warm-up included) and
-        gets `seed_for(k)`. Every timed call's output is exported to the shared buffer (grown to
+        The warm-up runs on `warmup_data`, handed over with the request (no message per warm-up
+        call; its outputs are not checked). Before each timed call (indices k grow; the warm-up's
+        calls count too) the child asks for its inputs, and gets `inputs_for(k)`: the parent's
+        clock for the call starts, then the inputs are written into the child's inputs memory
+        (`write_inputs`; the same tuple as the call before is not handed over again, benchmark
+        mode), then the child is told. So no thread of the candidate can start on a call's inputs
+        before its bracket opens; `inputs_for` itself (the parent's inputs and reference for the
+        call), their layout and the message run before. Every timed call's output is exported to the shared buffer (grown to
         `output_bytes` first; harness.sandbox.transfer) or, when it does not fit, to
-        `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before the next call's seed is
-        sent. Every message is due within call_timeout_s of the one before it, so a hanging call
-        is killed like one in `check`. Returns the child's reply with the parent's own clock of
-        each call (`TimedShape.call_wall_ms`)."""
+        `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before
+        the next call's inputs are asked for. Every message is due within call_timeout_s of the
+        one before it, so a hanging call is killed like one in `check`; the first, which ends the
+        warm-up, within call_timeout_s per warm-up call asked for plus `warmup_s` (an honest
+        warm-up's calls fit, one call past `warmup_s` included; a clock the candidate slowed down
+        cannot stretch it). Returns the child's reply with the parent's own clock of each call
+        (`TimedShape.call_wall_ms`)."""
         with self.pool.timing_lock, self.pool.others_stopped(self):
             call_wall_ms: dict[int, float] = {}
-            seed_sent_at: dict[int, float] = {}
+            inputs_sent_at: dict[int, float] = {}
             if self.output_fd is not None and output_bytes > self.shared_bytes:
                 os.ftruncate(self.output_fd, output_bytes)  # grows it: shrinking is sealed
                 self.shared_bytes = output_bytes
             request = TimeRequest(
                 id=self.new_request_id(),
-                shape=shape,
+                warmup_data=self.write_inputs(warmup_data),
                 shared_output_bytes=self.shared_bytes,
                 warmup_calls=warmup_calls,
                 warmup_s=warmup_s,
@@ -551,39 +596,55 @@ class ChildProcess:
             # any honest run (warm-up and budget, four times over, and two whole calls).
             phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
             phase_deadline = monotonic() + phase_limit_s
-            next_index = 0
+            last_index, previous = -1, warmup_data
             phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
+            # the warm-up's calls send no message: the first message is due after all of them
+            warmup_limit_s = max(1, warmup_calls) * self.limits.call_timeout_s + warmup_s
+            warming_up = True
             while True:
                 now = monotonic()
                 if now >= phase_deadline:
                     raise self._fail("timeout", phase_timeout)
+                wait_s = min(
+                    warmup_limit_s if warming_up else self.limits.call_timeout_s, phase_deadline - now
+                )
                 try:
                     message = self._receive(
-                        now,
-                        min(self.limits.call_timeout_s, phase_deadline - now),
-                        phase,
-                        (SeedWanted, CallDone, TimeReply),
-                        request.id,
+                        now, wait_s, phase, (InputsWanted, CallDone, TimeReply), request.id
                     )
                 except ChildFailure as failure:
                     if failure.status == "timeout" and monotonic() >= phase_deadline:
                         raise ChildFailure("timeout", phase_timeout) from None
+                    if failure.status == "timeout" and warming_up and monotonic() - now >= wait_s:
+                        raise ChildFailure(
+                            "timeout",
+                            f"the warm-up of {phase} ran past its limit of {warmup_limit_s:g} s on the "
+                            "parent's clock (call_timeout_s per warm-up call, plus warmup_s)",
+                        ) from None
                     raise
+                warming_up = False
                 if isinstance(message, TimeReply):
                     return TimedShape(message, call_wall_ms)
-                if isinstance(message, SeedWanted):
-                    if message.index != next_index:
+                if isinstance(message, InputsWanted):
+                    if message.index <= last_index:
                         raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
-                    next_index += 1
-                    seed = seed_for(message.index)
-                    seed_sent_at[message.index] = monotonic()
-                    self._send(CallSeed(id=request.id, index=message.index, seed=seed), phase)
+                    last_index = message.index
+                    data = inputs_for(message.index)
+                    # made before the clock starts: the layout and the message; within it: the bytes
+                    laid_out = None if data is previous else self.lay_out_inputs(data)
+                    items = None if laid_out is None else laid_out[0]
+                    encoded = encode(CallInputs(id=request.id, index=message.index, data=items))
+                    inputs_sent_at[message.index] = monotonic()
+                    if laid_out is not None:
+                        self.copy_inputs(data, laid_out)
+                    previous = data
+                    self._send_encoded(encoded, phase)
                 else:
-                    if message.index not in seed_sent_at or message.index in call_wall_ms:
+                    if message.index not in inputs_sent_at or message.index in call_wall_ms:
                         raise self._fail(
                             "crashed", f"protocol violation during {phase}: an output for no call"
                         )
-                    call_wall_ms[message.index] = (monotonic() - seed_sent_at[message.index]) * 1e3
+                    call_wall_ms[message.index] = (monotonic() - inputs_sent_at[message.index]) * 1e3
                     on_output(message)
 
     def output_name(self, request_id: int) -> str:
@@ -617,14 +678,18 @@ class ChildProcess:
         if self.shared_reader is not None:
             self.shared_reader.close()
             self.shared_reader = None
+        if self.inputs_writer is not None:
+            self.inputs_writer.close()
+            self.inputs_writer = None
+        self.inputs_written = None
         fds = (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd, self.io_fd)
-        for fd in (*fds, self.output_fd):
+        for fd in (*fds, self.output_fd, self.inputs_fd):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.request_fd = self.reply_fd = self.status_fd = self.io_fd = self.output_fd = None
+        self.request_fd = self.reply_fd = self.status_fd = self.io_fd = self.output_fd = self.inputs_fd = None
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(self.io_dir, ignore_errors=True)
         self.trim_caches()
@@ -685,7 +750,10 @@ class ChildProcess:
         return ChildFailure(status, reason)
 
     def _send(self, message: Message, phase: str) -> None:
-        data = memoryview(encode(message))
+        self._send_encoded(encode(message), phase)
+
+    def _send_encoded(self, encoded: bytes, phase: str) -> None:
+        data = memoryview(encoded)
         try:
             while data:
                 written = os.write(self.request_fd, data)

@@ -1,21 +1,41 @@
-"""Tensors from the child to the parent as raw bytes in files, never as pickles.
+"""Tensors between parent and child as raw bytes, never as pickles: outputs child -> parent in
+files or a shared buffer, inputs parent -> child in a memfd of the parent's.
 
-The parent creates a private directory (under /dev/shm where it exists, so the bytes stay in
-memory) and names the files; the child writes a tensor's bytes (C order) into a file, a GPU tensor
-through a pinned host buffer (one DMA copy, then one write), and reports shape, dtype and device in
-a `TensorInfo`. The parent reads the file with `read` calls (never a mapping the child could
-truncate under it) into a fresh tensor, pinned when it goes on to a GPU, after checking that the
-file holds exactly the bytes the reported shape and dtype need, so nothing the child writes is ever
-interpreted as anything but numbers. The child can replace the file by anything (a symbolic link
-to a file hidden from it, a FIFO, a directory): the parent opens it by name in a directory it holds
-open, never following a link and never blocking, and reads only a regular file of its own
-(`open_exported`).
+Outputs. The parent creates a private directory (under /dev/shm where it exists, so the bytes stay
+in memory) and names the files; the child writes a tensor's bytes (C order) into a file, a GPU
+tensor through a pinned host buffer (one DMA copy, then one write), and reports shape, dtype and
+device in a `TensorInfo`. The parent reads the file with `read` calls (never a mapping the child
+could truncate under it) into a fresh tensor, pinned when it goes on to a GPU, after checking that
+the file holds exactly the bytes the reported shape and dtype need, so nothing the child writes is
+ever interpreted as anything but numbers. The child can replace the file by anything (a symbolic
+link to a file hidden from it, a FIFO, a directory): the parent opens it by name in a directory it
+holds open, never following a link and never blocking, and reads only a regular file of its own
+(`open_exported`). Timed outputs (every one is checked, up to tens of MB per call) take a faster
+road: a sealed memfd of the parent's that both sides map (`SharedBuffer`, below).
 
-Timed outputs (every one is checked, up to tens of MB per call) take a faster road: a sealed
-memfd of the parent's that both sides map (`SharedBuffer`, below).
+Inputs. The parent alone runs the task's generate_input (harness.checking, for its own reference
+of every call); the child never imports the task's reference module. `InputsWriter` copies the
+data tuple's tensors (C order) into a memfd the parent created, sized and grown by the parent,
+and describes the tuple in typed items (`harness.sandbox.protocol.DataItem`: dtype, shape, stride
+and place of each tensor; numbers, strings and None by value; tuples, lists and dicts of those);
+`read_inputs` in the child rebuilds the tuple from them, each tensor a fresh one on the child's
+device (a GPU tensor by one DMA from the registered mapping). The output buffer's bytes never
+travel: the reference may have written its answer into the parent's, so the child makes it empty
+(NaN for floats, as before every call, zeros otherwise). The child's mapping is writable, and
+nothing depends on it not being: the parent never reads this memory back, it judges every output
+against its own copy of the inputs and its own reference; a child that scribbles there only
+changes its own next inputs, and answers them wrongly. The parent writes a call's inputs there only
+once its clock runs for that call (harness.sandbox.supervisor), so that no thread of the candidate
+can start on them earlier.
 
-The inputs never travel: the child copies them before a call and counts afterwards, bit for bit,
-the elements that changed (`changed_elements`); the parent judges the counts.
+Inputs the candidate changes. The child copies its inputs before a call and counts afterwards,
+bit for bit, the elements that changed (`changed_elements`); the parent judges the counts. The
+parent could instead compare its own copy with the inputs read back after the call, but that
+would cost a transfer of every input per call and prove no more: the inputs would come back
+through the candidate's process, which can restore them before the export as easily as it can
+fake a count (docs/threat-model.md). Counting on the child's device keeps large inputs where
+they are. Only the tuple's top-level tensors are counted (`tensor_inputs`): a tensor inside a
+tuple, list or dict of the data is not.
 """
 
 from __future__ import annotations
@@ -29,6 +49,15 @@ from pathlib import Path
 import torch
 
 from harness.bits import bit_patterns
+from harness.errors import HarnessError
+from harness.sandbox.protocol import (
+    DataItem,
+    MappingItem,
+    OutputBufferItem,
+    SequenceItem,
+    TensorItem,
+    ValueItem,
+)
 from harness.wire import TensorInfo
 
 DTYPES: dict[str, torch.dtype] = {
@@ -44,6 +73,11 @@ DTYPES: dict[str, torch.dtype] = {
         torch.int8,
         torch.uint8,
         torch.bool,
+        *(
+            getattr(torch, name)
+            for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+            if hasattr(torch, name)
+        ),
     )
 }
 
@@ -209,17 +243,18 @@ def read_tensor(directory_fd: int, name: str, info: TensorInfo, device: str = "c
 # --- timed outputs through a shared buffer ---------------------------------------------------
 # A timed call's output (every one is checked, up to tens of MB a call) would cost two copies
 # through a file in /dev/shm and a page allocation per call. Instead the parent creates one
-# memfd per child (harness.sandbox.supervisor.create_shared_output), sealed against shrinking (a mapping of it can never lose its pages under the
-# parent, which is why files are read with `read` calls), and grows it to the output's size
+# memfd per child (harness.sandbox.workspace.create_shared_memory), sealed against shrinking (a
+# mapping of it can never lose its pages under the parent, which is why files are read with
+# `read` calls), and grows it to the output's size
 # before each timing phase; the child copies the output into its mapping (registered with CUDA,
 # so the copy from the GPU is one DMA), and the parent copies it from its own mapping straight to
-# its GPU. The parent reads only after the child's `CallDone` and before it sends the next
-# call's seed, when the child's protocol leaves the buffer alone; a child that writes there at
+# its GPU. The parent reads only after the child's `CallDone` and before it hands over the
+# next call's inputs, when the child's protocol leaves the buffer alone; a child that writes there at
 # other times (a thread) can only make its own output wrong, as with a file it rewrites.
 
 
 class SharedBuffer:
-    """One side's mapping of the shared output memfd, as a flat uint8 tensor, registered with CUDA
+    """One side's mapping of a shared memfd (timed outputs, or inputs), as a flat uint8 tensor, registered with CUDA
     (pinned) where `cuda`; remapped when the memfd has grown."""
 
     def __init__(self, fd: int, *, cuda: bool) -> None:
@@ -291,3 +326,156 @@ def read_shared(buffer: SharedBuffer, capacity: int, info: TensorInfo, device: s
         raise ValueError(f"shape {info.shape} needs {nbytes} bytes, the shared buffer holds {capacity}")
     source = buffer.ensure(capacity)[:nbytes].view(dtype).view(info.shape)
     return source.to(device) if device != "cpu" else source.clone()
+
+
+# --- inputs, parent -> child ------------------------------------------------------------------
+INPUT_ALIGNMENT = 256  # each tensor's bytes start at a multiple of this in the inputs memory
+
+
+def tensor_inputs(data: tuple, input_indices: list[int]) -> list[int]:
+    """The positions among `input_indices` whose item is a tensor: the inputs whose changes a
+    check counts (both sides compute this list on their own data)."""
+    return [index for index in input_indices if index < len(data) and isinstance(data[index], torch.Tensor)]
+
+
+def _stride_kept(value: torch.Tensor) -> list[int] | None:
+    """The tensor's stride, for a tensor that is dense but not contiguous (a transposed matrix):
+    the child makes its copy with it. None for a contiguous tensor, and for one with gaps or
+    overlaps (a slice, an expanded view), which the child gets contiguous."""
+    if value.is_contiguous():
+        return None
+    dense = torch.empty_like(value, device="meta").stride()
+    return list(value.stride()) if tuple(dense) == tuple(value.stride()) else None
+
+
+def _tensor_facts(value: torch.Tensor, where: str) -> tuple[str, list[int], int]:
+    dtype = str(value.dtype)
+    if dtype not in DTYPES:
+        raise HarnessError(
+            f"generate_input's {where} is a tensor of {dtype}, which the child cannot be handed"
+        )
+    if value.device.type not in ("cpu", "cuda"):
+        raise HarnessError(f"generate_input's {where} is a tensor on {value.device.type}")
+    return dtype, list(value.shape), value.numel() * value.element_size()
+
+
+def lay_out_inputs(
+    data: tuple, output_index: int | None
+) -> tuple[list[DataItem], list[tuple[int, torch.Tensor]], int]:
+    """`data` as typed items, with each tensor's place in the inputs memory: (items, every
+    (offset, tensor) to copy, the bytes needed). Raises HarnessError for an item that is neither
+    a tensor, a number, a string, None, nor a tuple, list or dict (string keys) of those."""
+    placed: list[tuple[int, torch.Tensor]] = []
+    end = 0
+
+    def item(value: object, where: str) -> DataItem:
+        nonlocal end
+        if isinstance(value, torch.Tensor):
+            dtype, shape, nbytes = _tensor_facts(value, where)
+            offset = -(-end // INPUT_ALIGNMENT) * INPUT_ALIGNMENT
+            end = offset + nbytes
+            placed.append((offset, value))
+            return TensorItem(
+                dtype=dtype, shape=shape, stride=_stride_kept(value), offset=offset, nbytes=nbytes
+            )
+        if value is None or isinstance(value, bool | int | float | str):
+            return ValueItem(value=value)
+        if isinstance(value, tuple | list):
+            kind = "tuple" if isinstance(value, tuple) else "list"
+            return SequenceItem(kind=kind, items=[item(v, f"{where}[{i}]") for i, v in enumerate(value)])
+        if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+            return MappingItem(items={key: item(v, f"{where}[{key!r}]") for key, v in value.items()})
+        raise HarnessError(
+            f"generate_input's {where} is a {type(value).__name__}: only tensors, numbers, strings, "
+            "None and tuples, lists and dicts of them can be handed to the child"
+        )
+
+    if not isinstance(data, tuple | list):
+        raise HarnessError(f"generate_input returned a {type(data).__name__}, not a tuple")
+    items: list[DataItem] = []
+    for index, value in enumerate(data):
+        if index == output_index and isinstance(value, torch.Tensor):
+            dtype, shape, _nbytes = _tensor_facts(value, f"output buffer (item {index})")
+            items.append(OutputBufferItem(dtype=dtype, shape=shape, stride=_stride_kept(value)))
+        else:
+            items.append(item(value, f"item {index}"))
+    return items, placed, end
+
+
+class InputsWriter:
+    """The parent's side of a child's inputs memfd: `write` grows it when a data tuple needs
+    more (never shrinks it, so the child's mapping never loses pages), copies the tuple's tensors
+    into it and returns the items that describe them. The mapping is registered with CUDA where
+    `cuda`, so that a GPU tensor's copy is one DMA."""
+
+    def __init__(self, fd: int, *, cuda: bool) -> None:
+        self.fd = fd
+        self.size = 0
+        self.buffer = SharedBuffer(fd, cuda=cuda)
+
+    def write(self, data: tuple, output_index: int | None) -> list[DataItem]:
+        laid_out = lay_out_inputs(data, output_index)
+        self.copy(laid_out)
+        return laid_out[0]
+
+    def copy(self, laid_out: tuple[list[DataItem], list[tuple[int, torch.Tensor]], int]) -> None:
+        """Copy the tensors of a tuple laid out by `lay_out_inputs` into the memfd (grown first):
+        the part of `write` that a timed call's bracket must hold (the layout can come before)."""
+        _items, placed, needed = laid_out
+        if needed > self.size:
+            os.ftruncate(self.fd, needed)
+            self.size = needed
+        if needed:
+            memory = self.buffer.ensure(self.size)
+            for offset, value in placed:
+                if value.numel():
+                    nbytes = value.numel() * value.element_size()
+                    memory[offset : offset + nbytes].view(value.dtype).view(value.shape).copy_(value.detach())
+
+    def close(self) -> None:
+        self.buffer.close()
+
+
+def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tuple:
+    """The data tuple `items` describe, every tensor a fresh one on `device` (the child's side of
+    `InputsWriter`). Raises ValueError when an item does not describe a tensor that fits."""
+    torch_device = torch.device(device)
+    memory: torch.Tensor | None = None
+
+    def needed(item: DataItem) -> int:
+        if isinstance(item, TensorItem):
+            return item.offset + item.nbytes
+        if isinstance(item, SequenceItem | MappingItem):
+            parts = item.items if isinstance(item, SequenceItem) else list(item.items.values())
+            return max((needed(part) for part in parts), default=0)
+        return 0
+
+    def empty(dtype_name: str, shape: list[int], stride: list[int] | None) -> torch.Tensor:
+        if dtype_name not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype_name}")
+        dtype = DTYPES[dtype_name]
+        if stride is not None and len(stride) == len(shape):
+            return torch.empty_strided(shape, stride, dtype=dtype, device=torch_device)
+        return torch.empty(shape, dtype=dtype, device=torch_device)
+
+    def make(item: DataItem) -> object:
+        if isinstance(item, ValueItem):
+            return item.value
+        if isinstance(item, SequenceItem):
+            values = [make(part) for part in item.items]
+            return tuple(values) if item.kind == "tuple" else values
+        if isinstance(item, MappingItem):
+            return {key: make(part) for key, part in item.items.items()}
+        target = empty(item.dtype, item.shape, item.stride)
+        if isinstance(item, OutputBufferItem):
+            return target.fill_(float("nan")) if target.is_floating_point() else target.zero_()
+        if target.numel() * target.element_size() != item.nbytes:
+            raise ValueError(f"shape {item.shape} of {item.dtype} does not need {item.nbytes} bytes")
+        if item.nbytes:
+            target.copy_(memory[item.offset : item.offset + item.nbytes].view(target.dtype).view(item.shape))
+        return target
+
+    size = max((needed(item) for item in items), default=0)
+    if size:  # the whole memfd as the parent sized it: it grows rarely, and each mapping is registered
+        memory = buffer.ensure(max(size, os.fstat(buffer.fd).st_size))
+    return tuple(make(item) for item in items)

@@ -39,13 +39,15 @@ WORKDIR_PREFIX = "run-"  # in work_root(), the same way
 PROBE_DIR_PREFIX = "harness-probe-"  # the isolation probe's scratch directory, the same way
 
 
-def create_shared_output() -> int:
-    """The memfd a child puts its timed outputs in (harness.sandbox.transfer.SharedBuffer): the
-    parent grows it; shrinking is sealed, and so are the seals (the child cannot add F_SEAL_GROW
-    and keep the parent from growing it). Torch-free, like the rest of the spawn."""
+def create_shared_memory(name: str) -> int:
+    """A memfd shared with a child (harness.sandbox.transfer.SharedBuffer): its timed outputs
+    (`harness-timed-output`) or its inputs (`harness-inputs`). The parent grows it; shrinking is
+    sealed, and so are the seals (the child cannot add F_SEAL_GROW and keep the parent from
+    growing it), so that no mapping of it ever loses its pages. Torch-free, like the rest of the
+    spawn."""
     import fcntl
 
-    fd = os.memfd_create("harness-timed-output", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
     return fd
 

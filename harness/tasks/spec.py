@@ -6,10 +6,11 @@ the store makes known when it is opened (`use_task`). `load_task(name)` is the o
 
 A task's reference module (reference.py) has `generate_input(**shape, seed[, device])` (the one
 place inputs come from), `ref_kernel(data)` and `check_implementation(data, output)`. The parent
-loads it from its file (`load_reference`) and alone computes the reference and the verdicts. The
-sandbox copies task.py (the types a submission imports), reference.py and utils.py beside the
-candidate, as GPU MODE does, where the child calls only generate_input (and the parent checks
-each input it made bit for bit against its own). `load_task_file` reads a task written in the
+loads it from its file (`load_reference`) and alone calls it: it makes every input, computes the
+reference and the verdicts, and hands the inputs to the sandboxed child as raw bytes
+(harness.sandbox.transfer). The sandbox copies task.py (the types a submission imports),
+reference.py and utils.py beside the candidate, as GPU MODE does, since a submission may import
+them; the harness's own code in the child never imports or calls the reference module. `load_task_file` reads a task written in the
 harness's older single-YAML form (a spec naming its reference module and shim), kept for tests.
 """
 
@@ -296,9 +297,9 @@ def generator_takes_device(reference: ModuleType) -> bool:
 
 
 def generate_inputs(reference: ModuleType, parameters: dict, seed: int, device: str):
-    """The task's inputs for one shape and seed, on `device`: the one call of generate_input in
-    the parent (the child has the same call in harness.sandbox.child). A GPU MODE generator
-    without a `device` parameter makes CUDA tensors and is called without it."""
+    """The task's inputs for one shape and seed, on `device`: the one call of generate_input, in
+    the parent only (the child gets the inputs as bytes). A GPU MODE generator without a `device`
+    parameter makes CUDA tensors and is called without it."""
     if generator_takes_device(reference):
         return reference.generate_input(**parameters, seed=seed, device=device)
     if device != "cuda":

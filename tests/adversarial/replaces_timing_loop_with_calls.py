@@ -1,5 +1,5 @@
 """Replaces the child's timing loop (the `time_calls` its main module holds) with one that plays
-the protocol to the letter (asks for every call's seed, makes the call, hands over every output)
+the protocol to the letter (asks for every call's inputs, makes the call, hands over every output)
 but reports 0.0005 ms per call, whatever its slow kernel took."""
 import sys
 import time
