@@ -12,9 +12,16 @@ run that timed them together.
     python benchmarks/evolve_parallel.py --device cuda --workdir out/evolve-parallel
     python benchmarks/evolve_parallel.py --device cpu --generations 3 --sleep 2 --budget 0.2   # a quick try
 
-The serial run alone takes about 12 x (20 s + an evaluation): where one call may not run that
-long (the device tool's 10 minutes), run each in its own call with the same --workdir:
-`--only 1`, then `--only 4`; results.json keeps what each call measured and the table shows all.
+The serial run alone takes about 12 x (20 s + an evaluation), about 80 s a generation on one
+H200 (2026-12-01): longer than one call of the device tool (10 minutes). So a run can be cut and
+continued: with `--stop-after S` the experiment is interrupted (SIGINT, as Ctrl-C) once this
+call has spent S seconds on it, and the next call with the same --workdir (carried) continues it
+with `harness evolve --resume`; its wall time is the sum of its segments (each segment's restart
+included, which counts against it). results.json keeps what each call measured and the table
+shows all:
+
+    python benchmarks/evolve_parallel.py --device cuda --workdir .scratch/evolve --only 1 --stop-after 540
+    (again, until it reports `parallel 1: finished`), then the same with --only 4
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -80,38 +88,73 @@ def prepare(workdir: Path, lineage: str, device: str, budget: float) -> Path:
     return store
 
 
-def run(workdir: Path, start: Path, parallel: int, args: argparse.Namespace) -> dict:
-    store = workdir / f"parallel-{parallel}.sqlite"
-    store.unlink(missing_ok=True)
-    source, target = sqlite3.connect(start), sqlite3.connect(store)
-    source.backup(target)  # WAL included
-    source.close()
-    target.close()
-    proposer = shlex.join([sys.executable, str(ROOT / "benchmarks" / "sleepy_mutate.py"), str(args.sleep)])
-    log = workdir / f"parallel-{parallel}.log"
+def evolve(store: Path, arguments: list[object], log: Path, stop_after: float | None) -> tuple[int, float]:
+    """`harness evolve ARGUMENTS` on `store`, interrupted with SIGINT after `stop_after` seconds;
+    (exit code, seconds it ran)."""
+    command = [sys.executable, "-m", "harness", "evolve", *(str(argument) for argument in arguments)]
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "HARNESS_DB": f"sqlite:///{store}", "PYTHONPATH": path}
     started = time.perf_counter()
-    done = harness(
-        store,
-        "evolve",
-        "--lineage",
-        args.lineage,
-        "--generations",
-        args.generations,
-        "--proposer",
-        proposer,
-        "--seed",
-        args.seed,
-        "--budget",
-        args.budget,
-        "--device",
-        args.device,
-        "--parallel",
-        parallel,
-        log=log,
+    with log.open("a") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            code = process.wait(timeout=stop_after)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+            code = process.wait()
+    return code, time.perf_counter() - started
+
+
+def run(workdir: Path, start: Path, parallel: int, args: argparse.Namespace, earlier: dict | None) -> dict:
+    """The experiment with `--parallel parallel`, or the rest of it when `earlier` (what results.json
+    keeps of this run) says it was cut by --stop-after."""
+    store = workdir / f"parallel-{parallel}.sqlite"
+    log = workdir / f"parallel-{parallel}.log"
+    resuming = earlier is not None and earlier.get("status", [None])[0] == "interrupted" and store.exists()
+    if resuming:
+        arguments: list[object] = ["--resume", 1]
+    else:
+        store.unlink(missing_ok=True)
+        log.unlink(missing_ok=True)
+        source, target = sqlite3.connect(start), sqlite3.connect(store)
+        source.backup(target)  # WAL included
+        source.close()
+        target.close()
+        proposer = shlex.join(
+            [sys.executable, str(ROOT / "benchmarks" / "sleepy_mutate.py"), str(args.sleep)]
+        )
+        arguments = [
+            "--lineage",
+            args.lineage,
+            "--generations",
+            args.generations,
+            "--proposer",
+            proposer,
+            "--seed",
+            args.seed,
+            "--budget",
+            args.budget,
+            "--device",
+            args.device,
+            "--parallel",
+            parallel,
+        ]
+    code, spent_s = evolve(store, arguments, log, args.stop_after)
+    segments = (
+        [*(earlier or {}).get("segments_s", []), round(spent_s, 1)] if resuming else [round(spent_s, 1)]
     )
-    wall_s = time.perf_counter() - started
-    if done.returncode != 0:
-        sys.exit(f"evolve --parallel {parallel} failed (exit {done.returncode}): see {log}")
+    wall_s = round(sum(segments), 1)
+    if code == 130:
+        print(f"parallel {parallel}: interrupted after {spent_s:.0f} s; run again to continue it")
+        return {
+            "parallel": parallel,
+            "wall_s": wall_s,
+            "segments_s": segments,
+            "status": ["interrupted", None],
+        }
+    if code != 0:
+        sys.exit(f"evolve --parallel {parallel} failed (exit {code}): see {log}")
+    print(f"parallel {parallel}: finished, {wall_s} s in {len(segments)} segment(s)")
     story = harness(store, "experiments", "show", "1")
     (workdir / f"parallel-{parallel}-story.txt").write_text(story.stdout)
     harness(
@@ -128,7 +171,14 @@ def run(workdir: Path, start: Path, parallel: int, args: argparse.Namespace) -> 
         db.execute("select status, count(*) from experiment_steps where experiment_id = 1 group by status")
     )
     db.close()
-    return {"parallel": parallel, "wall_s": round(wall_s, 1), "status": status, "steps": counts, "best": best}
+    return {
+        "parallel": parallel,
+        "wall_s": wall_s,
+        "segments_s": segments,
+        "status": status,
+        "steps": counts,
+        "best": best,
+    }
 
 
 def main() -> None:
@@ -144,6 +194,11 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=1.0)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--only", type=int, help="run only this --parallel value (1 or K) in this call")
+    parser.add_argument(
+        "--stop-after",
+        type=float,
+        help="interrupt the experiment after S seconds; the next call continues it",
+    )
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     start = prepare(args.workdir, args.lineage, args.device, args.budget)
@@ -152,15 +207,16 @@ def main() -> None:
         {result["parallel"]: result for result in json.loads(record.read_text())} if record.exists() else {}
     )
     for parallel in [args.only] if args.only else [1, args.parallel]:
-        recorded[parallel] = run(args.workdir, start, parallel, args)
+        recorded[parallel] = run(args.workdir, start, parallel, args, recorded.get(parallel))
         record.write_text(
             json.dumps(sorted(recorded.values(), key=lambda result: result["parallel"]), indent=2)
         )
     results = sorted(recorded.values(), key=lambda result: result["parallel"])
     print(f"{'parallel':>8} {'wall s':>8}  status / steps / best child against its parent (same run)")
     for result in results:
-        print(f"{result['parallel']:>8} {result['wall_s']:>8}  {result['status'][0]}; {result['steps']}")
-        if result["best"]:
+        steps = result.get("steps", "the rest on the next call")
+        print(f"{result['parallel']:>8} {result['wall_s']:>8}  {result['status'][0]}; {steps}")
+        if result.get("best"):
             generation, child, parent, score, parent_score, verdict, batch = result["best"]
             against = (
                 f"parent {parent} {parent_score:.4g} ms"
@@ -170,8 +226,9 @@ def main() -> None:
             print(
                 f"{'':>18}best: generation {generation}, submission {child} {score:.4g} ms vs {against}: {verdict} (run {batch})"
             )
-    if len(results) > 1 and results[0]["parallel"] == 1:
-        serial, parallel = results[0], results[-1]
+    finished = [result for result in results if result["status"][0] != "interrupted"]
+    if len(finished) > 1 and finished[0]["parallel"] == 1:
+        serial, parallel = finished[0], finished[-1]
         print(
             f"ratio: {parallel['wall_s'] / serial['wall_s']:.1%} of the serial wall time (target: at most 40 %)"
         )
