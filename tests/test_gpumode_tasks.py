@@ -460,3 +460,30 @@ def test_the_reference_runs_only_in_the_parent_and_the_child_gets_its_inputs_as_
             for mode in ("test", "benchmark", "leaderboard")
         ]
     )
+
+
+def test_the_calibrated_kind_is_the_smallest_written_output_by_its_dtype_and_shape():
+    """What the child says of its outputs picks the no-op's kind, but their sizes come from dtype
+    and shape (a child claiming a large output is small buys no slack), and an output the parent
+    could not read (an unknown dtype, not written) counts for nothing."""
+    from harness.sandbox.calibration import calibrated_kind
+    from harness.tasks import load_task
+    from harness.wire import TensorInfo
+
+    task = load_task("conv2d_v2")
+    data = (torch.zeros(1), torch.zeros(1), torch.zeros(2, 3))  # the output buffer: float32 (2, 3)
+
+    def info(dtype: str, shape: list[int], nbytes: int, written: bool = True) -> TensorInfo:
+        return TensorInfo(
+            type_name="Tensor", exact_tensor=True, dtype=dtype, shape=shape, nbytes=nbytes, written=written
+        )
+
+    assert calibrated_kind(task, data, []) is None
+    assert calibrated_kind(task, data, [info("torch.float32", [2, 3], 24)]) is None
+    large, small = info("torch.float64", [100, 100], 1), info("torch.float64", [2, 3], 48)
+    assert calibrated_kind(task, data, [large, small]) == ("torch.float64", (2, 3))
+    # the smallest is the buffer's kind: the no-op that returns the buffer serves
+    assert calibrated_kind(task, data, [large, info("torch.float32", [2, 3], 24)]) is None
+    unreadable = [info("torch.complex64", [1], 8), info("torch.float64", [1], 8, written=False)]
+    assert calibrated_kind(task, data, unreadable) is None
+    assert calibrated_kind(task, data, [*unreadable, large]) == ("torch.float64", (100, 100))

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
+from collections.abc import Iterable
 
 from typing_extensions import Self
 
@@ -35,16 +37,22 @@ from harness.sandbox.supervisor import ChildFailure, ChildProcess
 from harness.tasks import Shape, TaskSpec, load_reference
 from harness.tasks.spec import generate_inputs
 from harness.timing import StoppingRule
+from harness.wire import TensorInfo
 
 CALIBRATION_RULE = StoppingRule(min_runs=5, max_runs=5)
 CALIBRATION_WARMUP_CALLS = 2  # the first export allocates its pinned buffer
 
 
+def _returned_index(task: TaskSpec) -> int:
+    """The item of the data the no-op returns: the output buffer, or for a task without one its
+    first input."""
+    return task.output_index if task.output_index is not None else task.input_indices[0]
+
+
 def noop_candidate(task: TaskSpec) -> bytes:
     """The harness's no-op candidate for `task`: it returns the output buffer (or, for a task
     without one, its first input) as it finds it."""
-    index = task.output_index if task.output_index is not None else task.input_indices[0]
-    return f"def {task.entry_point}(data):\n    return data[{index}]\n".encode()
+    return f"def {task.entry_point}(data):\n    return data[{_returned_index(task)}]\n".encode()
 
 
 def returning_candidate(task: TaskSpec, returns: Returned) -> bytes:
@@ -56,7 +64,7 @@ def returning_candidate(task: TaskSpec, returns: Returned) -> bytes:
     dtype, shape = returns
     if dtype not in DTYPES or not all(type(size) is int and size >= 0 for size in shape):
         raise HarnessError(f"cannot calibrate an output of dtype {dtype!r} and shape {shape!r}")
-    index = task.output_index if task.output_index is not None else task.input_indices[0]
+    index = _returned_index(task)
     return (
         "import torch\n"
         "_made = []\n"
@@ -68,6 +76,31 @@ def returning_candidate(task: TaskSpec, returns: Returned) -> bytes:
 
 
 Returned = tuple[str, tuple[int, ...]]  # a timed output's dtype (as str(torch.dtype)) and shape
+
+
+def calibrated_kind(task: TaskSpec, data: tuple, outputs: Iterable[TensorInfo]) -> Returned | None:
+    """The kind of output the no-op returns when calibrating a shape whose timed outputs were
+    `outputs` (what the child said of each): the smallest of their kinds, or None (what
+    `noop_candidate` returns, the output buffer of `data`) when that is the buffer's kind.
+    Only outputs the child wrote, of a dtype the parent reads, count; their sizes are worked out
+    from dtype and shape, not taken from the child's word."""
+    import torch
+
+    from harness.sandbox.transfer import DTYPES
+
+    kinds = {
+        (info.dtype, tuple(info.shape))
+        for info in outputs
+        if info is not None and info.written and info.dtype in DTYPES and info.shape is not None
+    }
+    if not kinds:
+        return None
+    smallest = min(kinds, key=lambda kind: (DTYPES[kind[0]].itemsize * math.prod(kind[1]), kind))
+    index = _returned_index(task)
+    returned = data[index] if index < len(data) else None
+    if isinstance(returned, torch.Tensor) and smallest == (str(returned.dtype), tuple(returned.shape)):
+        return None
+    return smallest
 
 
 class Calibrator:
@@ -128,7 +161,7 @@ class Calibrator:
         return generate_inputs(load_reference(self.task), shape.parameters, seed, self.device)
 
     def _measure(self, shape: Shape, leaderboard: bool, output_bytes: int, returns: Returned | None) -> float:
-        timed_data = self._inputs(shape, secrets.randbits(63))
+        timed_data = None if leaderboard else self._inputs(shape, secrets.randbits(63))
         if returns is None:
             self.spawn()
             child = self.child

@@ -37,7 +37,7 @@ from harness import checking, scoring
 from harness.config import get_settings
 from harness.environment import confirm_device_name
 from harness.errors import HarnessError
-from harness.sandbox.calibration import Calibrator, Returned
+from harness.sandbox.calibration import Calibrator, calibrated_kind
 from harness.sandbox.devices import (
     INTERLEAVE_GROUP,
     MODES,
@@ -63,7 +63,7 @@ from harness.timing import (
     physical_floor_ms,
 )
 from harness.verdicts import Verdict, Verdicts
-from harness.wire import TIMING_STATISTICS, CheckReply, Evaluation, ShapeOutcome
+from harness.wire import TIMING_STATISTICS, CheckReply, Evaluation, ShapeOutcome, TensorInfo
 
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
@@ -578,14 +578,12 @@ class Evaluator:
             seed = seeds.setdefault(index, secrets.randbits(63) if leaderboard else run_seed)
             return self._timed_case_for(shape, seed).data
 
-        returned: set[tuple[int, Returned]] = set()  # (bytes, kind) of the timed outputs
+        outputs: list[TensorInfo] = []  # what the child said of each timed output
 
         def on_output(done: CallDone) -> None:
             nonlocal checked
             checked += 1
-            info = done.output
-            if info is not None and info.exact_tensor and info.dtype and info.shape is not None:
-                returned.add((info.nbytes or 0, (info.dtype, tuple(info.shape))))
+            outputs.append(done.output)
             try:
                 if not problems:
                     problem = self._timed_output_problem(outcome, shape, seeds.get(done.index), done)
@@ -613,8 +611,6 @@ class Evaluator:
         )
         reply, parent_ms = timed.reply, list(timed.call_wall_ms.values())
         times = reply.times_ms
-        calibrated = self._calibrated_kind(check_case.data, returned)
-        harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes, calibrated)
         if reply.error is not None:
             outcome.status, outcome.reason = reply.error.kind, f"during timing: {reply.error.error}"
         elif not 1 <= len(times) <= self.rule.max_runs or not all(0 < t < math.inf for t in times):
@@ -631,6 +627,8 @@ class Evaluator:
             outcome.status, outcome.reason = "wrong_answer", f"{check}: {outcome.verdicts.reasons()}"
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
+            calibrated = calibrated_kind(self.task, check_case.data, outputs)
+            harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes, calibrated)
             flags += self._parent_timing_flags(shape, times, parent_ms, harness_ms)
             stats = BenchmarkStats.from_times(
                 times, device=self.device, compile_s=reply.compile_s, flags=flags
@@ -649,19 +647,6 @@ class Evaluator:
             }
             return
         outcome.passed = False
-
-    def _calibrated_kind(self, data: tuple, returned: set[tuple[int, Returned]]) -> Returned | None:
-        """The kind of output the harness's no-op returns when calibrating this shape: None (the
-        output buffer) when the timed outputs were all of the buffer's dtype and shape, else the
-        smallest of theirs (harness.sandbox.calibration)."""
-        index = self.task.output_index if self.task.output_index is not None else self.task.input_indices[0]
-        buffer = data[index] if index < len(data) else None
-        kinds = {kind for _, kind in returned}
-        if not kinds or (
-            isinstance(buffer, torch.Tensor) and kinds == {(str(buffer.dtype), tuple(buffer.shape))}
-        ):
-            return None
-        return min(returned)[1]
 
     def _calibrator(self) -> Calibrator:
         """The shared calibrator, or one of this evaluator's own (closed with it)."""
