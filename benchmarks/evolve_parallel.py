@@ -40,10 +40,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def store_env(store: Path) -> dict[str, str]:
+    """This process's environment with the store and this checkout first on the path."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "HARNESS_DB": f"sqlite:///{store}", "PYTHONPATH": path}
+
+
 def harness(store: Path, *args: object, log: Path | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "harness", *(str(arg) for arg in args)]
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "HARNESS_DB": f"sqlite:///{store}", "PYTHONPATH": path}
+    env = store_env(store)
     if log is None:
         return subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=ROOT)
     with log.open("w") as out:
@@ -92,11 +97,11 @@ def evolve(store: Path, arguments: list[object], log: Path, stop_after: float | 
     """`harness evolve ARGUMENTS` on `store`, interrupted with SIGINT after `stop_after` seconds;
     (exit code, seconds it ran)."""
     command = [sys.executable, "-m", "harness", "evolve", *(str(argument) for argument in arguments)]
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "HARNESS_DB": f"sqlite:///{store}", "PYTHONPATH": path}
     started = time.perf_counter()
     with log.open("a") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        process = subprocess.Popen(
+            command, env=store_env(store), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+        )
         try:
             code = process.wait(timeout=stop_after)
         except subprocess.TimeoutExpired:
