@@ -57,8 +57,9 @@ def harness(store: Path, *args: object, log: Path | None = None) -> subprocess.C
         )
 
 
-def prepare(workdir: Path, lineage: str, device: str, budget: float) -> Path:
-    """A store with the seeds registered and the lineage's revisions evaluated."""
+def prepare(workdir: Path, lineage: str, start_id: int | None, device: str, budget: float) -> Path:
+    """A store with the seeds registered and the starting revisions evaluated: the lineage's, or
+    the revision `start_id` alone."""
     store = workdir / "start.sqlite"
     if store.exists():
         return store
@@ -73,8 +74,12 @@ def prepare(workdir: Path, lineage: str, device: str, budget: float) -> Path:
         )
     ]
     db.close()
+    if start_id is not None:
+        ids = [start_id] if start_id in ids else []
     if not ids:
-        sys.exit(f"no lineage {lineage!r} among the seeds")
+        sys.exit(
+            f"no lineage {lineage!r} among the seeds" + (f" with submission {start_id}" if start_id else "")
+        )
     only = [arg for revision_id in ids for arg in ("--only", revision_id)]
     done = harness(
         store,
@@ -129,8 +134,7 @@ def run(workdir: Path, start: Path, parallel: int, args: argparse.Namespace, ear
             [sys.executable, str(ROOT / "benchmarks" / "sleepy_mutate.py"), str(args.sleep)]
         )
         arguments = [
-            "--lineage",
-            args.lineage,
+            *(["--from", args.start] if args.start is not None else ["--lineage", args.lineage]),
             "--generations",
             args.generations,
             "--proposer",
@@ -192,6 +196,12 @@ def main() -> None:
     )
     parser.add_argument("--workdir", type=Path, default=Path("out/evolve-parallel"))
     parser.add_argument("--lineage", default="conv2d_parallel_oh")
+    parser.add_argument(
+        "--from",
+        dest="start",
+        type=int,
+        help="start from this revision of the lineage alone (harness evolve --from) instead of all of it",
+    )
     parser.add_argument("--generations", type=int, default=12)
     parser.add_argument("--sleep", type=float, default=20.0, help="seconds per proposer reply")
     parser.add_argument("--parallel", type=int, default=4, help="K of the parallel run (the other is 1)")
@@ -206,7 +216,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    start = prepare(args.workdir, args.lineage, args.device, args.budget)
+    start = prepare(args.workdir, args.lineage, args.start, args.device, args.budget)
     record = args.workdir / "results.json"
     recorded = (
         {result["parallel"]: result for result in json.loads(record.read_text())} if record.exists() else {}

@@ -271,11 +271,14 @@ def instrumented_run(args: argparse.Namespace) -> None:
     argv = ["harness", "tournament", *json.loads(args.run_args)]
     sys.argv = argv
     log = Path(args.ledger).with_suffix(".log")
+    code = 0
     with open(log, "w", encoding="utf-8") as out, redirect_stdout(out):
         try:
             cli.main()
         except SystemExit as exc:
-            if exc.code:
+            # 1: some revision failed (a result, everything else done and stored); other codes end it
+            code = exc.code or 0
+            if code not in (0, 1):
                 raise
     ledger.close()
     total = time.perf_counter() - started
@@ -283,6 +286,7 @@ def instrumented_run(args: argparse.Namespace) -> None:
         json.dumps(
             {
                 "argv": argv,
+                "exit_code": code,
                 "wall_s": total,
                 "parts": ledger.parts,
                 "walls": ledger.walls,
@@ -341,7 +345,12 @@ def run_instrumented(args: argparse.Namespace, name: str, *extra: str) -> dict:
         raise SystemExit(
             f"the {name} tournament failed ({done.returncode}); see {args.out}/ledger-{name}.stderr"
         )
-    return json.loads(ledger_path.read_text())
+    ledger = json.loads(ledger_path.read_text())
+    if ledger.get("exit_code"):
+        print(
+            f"the {name} tournament: some revision failed (exit {ledger['exit_code']}); see {ledger_path.with_suffix('.log')}"
+        )
+    return ledger
 
 
 def split_table(report: Report, ledger: dict) -> None:
