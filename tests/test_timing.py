@@ -18,7 +18,7 @@ from harness.sandbox.evaluation import Evaluator, evaluate, evaluate_interleaved
 from harness.sandbox.limits import SandboxLimits
 from harness.scoring import score
 from harness.tasks import load_task
-from harness.timing import TIMING_MISMATCH, BenchmarkStats, StoppingRule, time_calls
+from harness.timing import TIMING_MISMATCH, BenchmarkStats, StoppingRule, left_work_flagged, time_calls
 
 
 def test_statistics_of_a_known_sample():
@@ -283,6 +283,52 @@ def test_work_hidden_on_another_stream_is_flagged_and_counted():
     assert honest.flags == []
     assert cheat.flags == [TIMING_MISMATCH]
     assert cheat.mean_ms > 0.5 * honest.mean_ms
+
+
+@pytest.mark.parametrize(
+    ("left", "timed", "flagged"),
+    [
+        (0, 100, False),
+        (1, 100, False),
+        (49, 100, False),
+        (50, 100, True),
+        (100, 100, True),
+        (0, 3, False),
+        (1, 3, False),
+        (2, 3, True),
+        (3, 3, True),
+    ],
+)
+def test_work_left_behind_flags_a_pattern_not_one_call(left, timed, flagged):
+    """One call of 100 that the host saw wait 1 ms for an idle device (seen on the H200 for an
+    honest Triton kernel: the host descheduled between its two waits) must not unrank it; every
+    such call is counted whole either way, so hiding work in a few calls gains nothing."""
+    assert left_work_flagged(left, timed) is flagged
+
+
+@needs_cuda
+def test_work_hidden_in_one_call_is_counted_but_not_flagged():
+    side = torch.cuda.Stream()
+    matrix = torch.randn(4096, 4096, device="cuda")
+    calls = []
+
+    def products(a):
+        for _ in range(10):
+            a @ a
+
+    def hidden_once(a):
+        calls.append(1)
+        if len(calls) == 3:  # the second timed call (the first call warms up)
+            with torch.cuda.stream(side):
+                products(a)
+        else:
+            products(a)
+
+    stats = time_calls(
+        hidden_once, lambda index: matrix, device="cuda", rule=StoppingRule(min_runs=10, max_runs=10)
+    )
+    assert stats.flags == []
+    assert stats.times_ms[1] > 0.5 * statistics.median(stats.times_ms)  # counted with its work
 
 
 def fails_on_call(number: int, failure: str) -> bytes:
