@@ -17,7 +17,8 @@ import pytest
 from conftest import rows
 from test_evolve_loop import TINY, harness
 
-from harness.evolve.experiment import replay_parent_choices
+from harness.evolve.experiment import ExperimentSettings, replay_parent_choices
+from harness.evolve.judging import evaluate_children, pack_families
 from harness.store.session import open_store
 
 SLEEPY = Path(__file__).parent / "proposers" / "sleepy.py"
@@ -368,3 +369,64 @@ def test_children_evaluated_on_one_worker_per_gpu(store, tmp_path: Path):
         ) == [(1,)]
     story = harness(db, "experiments", "show", experiment_id)
     assert "parallel 2, gpus 2" in story.stdout
+
+
+def test_families_pack_into_jobs_spread_over_workers_first():
+    family = lambda name, size: [f"{name}{index}" for index in range(size)]
+    a, b, c, d = family("a", 3), family("b", 4), family("c", 3), family("d", 10)
+    assert pack_families([a, b, c], slots=1, group=16) == [a + b + c]
+    assert pack_families([a, b, c], slots=2, group=16) == [a + c, b]
+    assert pack_families([a, b, d], slots=1, group=16) == [a + b, d]  # a family is never split
+    assert pack_families([d, d], slots=1, group=8) == [d, d]
+    assert pack_families([], slots=2) == []
+
+
+def test_the_families_of_one_batch_are_timed_in_one_run_each_beside_its_own_parent(store):
+    """Two children of two parents that arrive together: one interleaved job, one run (batch), each
+    child compared with its own parent re-timed there."""
+    db, folder = store
+    parents = [register(db, folder, f"tiny_family_{name}", TINY + f"# {name}\n".encode()) for name in "ab"]
+    timed = harness(
+        db,
+        "tournament",
+        *(arg for parent in parents for arg in ("--only", parent)),
+        "--device",
+        "cpu",
+        "--budget",
+        0.2,
+    )
+    assert timed.returncode == 0, timed.stderr
+    children = []
+    for parent, name in zip(parents, "ab"):
+        path = folder / f"tiny_family_{name}_child.py"
+        path.write_bytes(TINY + f"# {name}\n# its child\n".encode())
+        added = harness(db, "register", path, "--parent", parent)
+        assert added.returncode == 0, added.stderr
+        children.append(rows(db, "select max(id) from revisions where parent_id = ?", parent)[0][0])
+
+    settings = ExperimentSettings(
+        task="conv2d_v2",
+        lineage="tiny_family_a",
+        generations=2,
+        device="cpu",
+        proposer="test",
+        budget_s=0.2,
+    )
+    landed: list[int] = []
+    opened = open_store(db)
+    try:
+        evaluate_children(opened, list(zip(children, parents)), settings, landed=landed.extend)
+    finally:
+        opened.close()
+    assert sorted(landed) == sorted(children)
+    batches = {
+        rows(db, "select batch from runs where revision_id = ? and mode = 'benchmark'", child)[0][0]
+        for child in children
+    }
+    assert len(batches) == 1
+    (batch,) = batches
+    for parent in parents:
+        retimed = rows(
+            db, "select status, score_ms from retimings where batch = ? and revision_id = ?", batch, parent
+        )
+        assert len(retimed) == 1 and retimed[0][0] == "pass" and retimed[0][1] > 0

@@ -6,11 +6,15 @@ are in this module.
 - `evaluate_revisions`: the starting pool, as `harness tournament --only ID --mode benchmark`
   does (check, then time the passing ones with the task's reference).
 - `evaluate_children`: the children that arrived together are checked together (the test
-  phase, interleaved shape by shape); then the passing ones are timed in one interleaved job per
-  parent: the parent first and last, its children between, shape by shape (P B C P' P B C P'
-  ...), so that drift hits the parent and its children alike and siblings share the cost of the
-  parent's timing. The parent's two timings are taken together (their per-call times joined):
-  its mean stands for the middle of the run, and drift between the first and the last timing
+  phase, interleaved shape by shape); then the passing ones are timed, each parent's family (the
+  parent first and last, its children between) in one interleaved job, shape by shape (P B C P'
+  P B C P' ...), so that drift hits the parent and its children alike and siblings share the
+  cost of the parent's timing. The families of one batch share a job (P B P' Q D Q' ...), so
+  that they share its fixed costs too (the children's start, the calibration of the harness's
+  cost per shape, the run's reference cases: about 5 s a job on the H200), up to a group of
+  children alive at once; with one worker per GPU (`--gpus N`) they are spread over N jobs.
+  The parent's two timings are taken together (their per-call times joined): its mean stands
+  for the middle of the run, and drift between the first and the last timing
   shows in its spread, so that it widens the comparison's noise instead of passing for a
   difference (an A-B-A design); the difference between its first and last timing measures the
   run's drift between blocks of calls, which the comparison adds to its variance
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from harness.errors import HarnessError
 from harness.store.models import Retiming, Run
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
     from harness.executors import Executor, Job
     from harness.sandbox.evaluation import Evaluation, ShapeOutcome
 
+T = TypeVar("T")
 TIMED_MODE = "benchmark"  # the run mode an experiment times in (the evaluation's public seeds)
 
 Landed = Callable[[list[int]], None]  # child ids whose evaluation is complete, in order
@@ -137,11 +142,12 @@ def evaluate_children(
     rule = _stopping_rule(settings)
     worker = worker_name()
     families: dict[int, _Family] = {}
+    parent_of = dict(children)
     for child, parent in children:
         if child in passed:
             families.setdefault(parent, _Family(parent, False, [])).children.append(child)
 
-    jobs: list[Job] = []
+    blocks: list[list[EvaluationRequest]] = []  # per family: the parent first and last, its children
     next_parent_key = -1  # parents' requests get negative keys: they are not runs
     timed_already: list[int] = []
     open_claims: set[int] = set()
@@ -183,7 +189,11 @@ def evaluate_children(
                     requests.insert(at, request)
                     labels[key] = family.parent_id
             if requests:
-                jobs.append(Job(device=environment.device, env_key=environment.env_key, requests=requests))
+                blocks.append(requests)
+    jobs = [
+        Job(device=environment.device, env_key=environment.env_key, requests=requests)
+        for requests in pack_families(blocks, getattr(executor, "slots", 1))
+    ]
     landed(timed_already)
 
     failures: list[str] = []
@@ -194,37 +204,44 @@ def evaluate_children(
         progress(labels[key], f"{what}: {outcome.set_name}[{outcome.index}] {outcome.status}{timing}")
 
     # One job: one interleaved run (batch). The executor hands evaluations over as they end, a
-    # whole job's or one at a time; the parent's timings are joined once all of its job's are in.
+    # whole job's or one at a time; a parent's timings are joined once all of them are in.
     batch_of = {request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests}
-    parent_keys = {
-        batch_of[job.requests[0].key]: [request.key for request in job.requests if request.key < 0]
-        for job in jobs
-        if job.requests
-    }
-    parent_timings: dict[str, dict[int, Evaluation]] = {}
-    waiting: dict[str, list[int]] = {}  # children recorded, their batch's parent timings not all in
+    family_of = {}  # request key -> (batch, parent id)
+    for block in blocks:
+        parent = labels[block[0].key] if block[0].key < 0 else parent_of[labels[block[0].key]]
+        for request in block:
+            family_of[request.key] = (batch_of[request.key], parent)
+    parent_keys: dict[tuple[str, int], list[int]] = {}  # in job order: first and last
+    for key, family in family_of.items():
+        parent_keys.setdefault(family, [])
+        if key < 0:
+            parent_keys[family].append(key)
+    parent_timings: dict[tuple[str, int], dict[int, Evaluation]] = {}
+    waiting: dict[tuple[str, int], list[int]] = {}  # children recorded, their parent's timings not all in
+
+    def complete(family: tuple[str, int]) -> bool:
+        return len(parent_timings.get(family, {})) == len(parent_keys[family])
 
     def done(job: Job, evaluations: list[Evaluation]) -> None:
-        touched: set[str] = set()
+        touched: set[tuple[str, int]] = set()
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
-                batch = batch_of[request.key]
-                touched.add(batch)
+                batch, parent = family = family_of[request.key]
+                touched.add(family)
                 if request.key > 0:
                     record_run(
                         session, request.key, worker, evaluation, score_ms=evaluation.score_ms, batch=batch
                     )
-                    waiting.setdefault(batch, []).append(labels[request.key])
+                    waiting.setdefault(family, []).append(labels[request.key])
                     continue
-                timings = parent_timings.setdefault(batch, {})
+                timings = parent_timings.setdefault(family, {})
                 timings[request.key] = evaluation
-                if len(timings) == len(parent_keys[batch]):
-                    joined = [timings[key] for key in parent_keys[batch]]  # first and last, in job order
-                    session.add(_retiming(batch, labels[request.key], environment.env_key, task, joined))
+                if complete(family):
+                    joined = [timings[key] for key in parent_keys[family]]  # first and last, in job order
+                    session.add(_retiming(batch, parent, environment.env_key, task, joined))
         open_claims.difference_update(request.key for request in job.requests)
-        # a child lands (and is compared with its parent) once its batch's parent timing is stored
-        complete = [b for b in touched if len(parent_timings.get(b, {})) == len(parent_keys[b])]
-        landed([child for batch in complete for child in waiting.pop(batch, [])])
+        # a child lands (and is compared with its parent) once its parent's timing is stored
+        landed([child for family in sorted(touched) if complete(family) for child in waiting.pop(family, [])])
 
     def failed(job: Job, reason: str) -> None:
         keys = [request.key for request in job.requests if request.key > 0]
@@ -233,8 +250,8 @@ def evaluate_children(
                 release_claim(session, key, worker)
         open_claims.difference_update(keys)
         failures.append(reason)
-        for batch in {batch_of[request.key] for request in job.requests}:  # recorded, never compared
-            landed(waiting.pop(batch, []))
+        for family in sorted({family_of[request.key] for request in job.requests}):  # never compared
+            landed(waiting.pop(family, []))
 
     try:
         executor.run(jobs, on_shape, done, failed)
@@ -249,6 +266,26 @@ def evaluate_children(
             executor.close()
     if failures:
         raise HarnessError(f"timing the children beside their parents failed: {failures[0]}")
+
+
+def pack_families(blocks: list[list[T]], slots: int, group: int | None = None) -> list[list[T]]:
+    """The families' requests (each block a family: the parent first and last, its children) as
+    jobs: spread over `slots` jobs first (one per worker), then each further family added to the
+    shortest job it fits in without passing `group` requests (the children alive at once in one
+    interleaved run), else a job of its own. A family is never split; blocks keep their order
+    within a job."""
+    if group is None:
+        from harness.sandbox.devices import INTERLEAVE_GROUP
+
+        group = INTERLEAVE_GROUP
+    jobs: list[list[T]] = []
+    for block in blocks:
+        fits = [job for job in jobs if len(job) + len(block) <= group]
+        if len(jobs) < max(1, slots) or not fits:
+            jobs.append(list(block))
+        else:
+            min(fits, key=len).extend(block)
+    return jobs
 
 
 def _request(session, key: int, revision_id: int, environment, limits, rule, request_type):
