@@ -13,6 +13,7 @@ import torch
 from conftest import rows
 
 from harness.config import CANDIDATES_DIR
+from harness.errors import HarnessError
 from harness.report.leaderboard import format_speedup
 from harness.sandbox.evaluation import Evaluator, evaluate, evaluate_interleaved
 from harness.sandbox.limits import SandboxLimits
@@ -208,6 +209,40 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
         assert shape.check["timing"]["device"] == "cpu"
         assert shape.compile_s is not None and shape.compile_s > 0
     assert evaluation.score_ms == pytest.approx(score([s.mean_ms for s in evaluation.shapes], "geom"))
+
+
+def test_a_parent_is_timed_first_and_last_in_one_child():
+    """`passes=2` (a parent re-timed beside its children): each shape is timed once before and
+    once after the others, in the same child (one start, one import), and the shape's figures are
+    both passes' calls joined, each pass kept with its own mean."""
+    task = load_task("conv2d_v2")
+    parent = Evaluator(
+        TINY_TRITON_CONV, "parent.py", task, device="cpu", timed=True, rule=QUICK_RULE, passes=2
+    )
+    child = Evaluator(
+        TINY_TRITON_CONV + b"# a child\n", "child.py", task, device="cpu", timed=True, rule=QUICK_RULE
+    )
+    order: list[tuple[int, int]] = []
+    evaluators = [parent, child]
+    timed_parent, timed_child = evaluate_interleaved(
+        evaluators, lambda evaluator, outcome: order.append((evaluators.index(evaluator), outcome.index))
+    )
+    assert (timed_parent.status, timed_child.status) == ("pass", "pass"), (
+        timed_parent.reason,
+        timed_child.reason,
+    )
+    shapes = range(parent.shape_count)
+    assert order == [(e, k) for k in shapes for e in (0, 1, 0)]
+    for shape in timed_parent.shapes:
+        first, second = shape.check["passes"]
+        assert 3 <= len(first["times_ms"]) and 3 <= len(second["times_ms"])
+        assert shape.times_ms == first["times_ms"] + second["times_ms"]
+        assert shape.runs == len(shape.times_ms)
+        assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
+        assert first["mean_ms"] == pytest.approx(statistics.fmean(first["times_ms"]))
+    assert all("passes" not in shape.check for shape in timed_child.shapes)
+    with pytest.raises(HarnessError, match="passes=2"):
+        Evaluator(TINY_TRITON_CONV, "untimed.py", task, device="cpu", passes=2)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])

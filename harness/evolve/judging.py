@@ -9,7 +9,9 @@ are in this module.
   phase, interleaved shape by shape); then the passing ones are timed, each parent's family (the
   parent first and last, its children between) in one interleaved job, shape by shape (P B C P'
   P B C P' ...), so that drift hits the parent and its children alike and siblings share the
-  cost of the parent's timing. The families of one batch share a job (P B P' Q D Q' ...), so
+  cost of the parent's timing. The parent's two timings are two passes of one evaluation in one
+  child (`Evaluator.time_again`: a second process would start, compile and autotune again). The
+  families of one batch share a job (P B Q D P' Q' ...), so
   that they share its fixed costs too (the children's start, the calibration of the harness's
   cost per shape, the run's reference cases: about 5 s a job on the H200), up to a group of
   children alive at once; with one worker per GPU (`--gpus N`) they are spread over N jobs.
@@ -147,7 +149,7 @@ def evaluate_children(
         if child in passed:
             families.setdefault(parent, _Family(parent, False, [])).children.append(child)
 
-    blocks: list[list[EvaluationRequest]] = []  # per family: the parent first and last, its children
+    blocks: list[list[EvaluationRequest]] = []  # per family: the parent (timed twice), its children
     next_parent_key = -1  # parents' requests get negative keys: they are not runs
     timed_already: list[int] = []
     open_claims: set[int] = set()
@@ -179,15 +181,13 @@ def evaluate_children(
                 labels[found.run.id] = child
             parent_run = find_run(session, family.parent_id, task.name, TIMED_MODE, environment.env_key)
             family.parent_timed = parent_run is not None and parent_run.score_ms is not None
-            if requests and family.parent_timed:  # first and last; together they become a Retiming
-                first, last = next_parent_key, next_parent_key - 1
-                next_parent_key -= 2
-                for key, at in ((first, 0), (last, len(requests) + 1)):
-                    request = _request(
-                        session, key, family.parent_id, environment, limits, rule, EvaluationRequest
-                    )
-                    requests.insert(at, request)
-                    labels[key] = family.parent_id
+            if requests and family.parent_timed:  # first and last, in one child: a Retiming
+                key, next_parent_key = next_parent_key, next_parent_key - 1
+                request = _request(
+                    session, key, family.parent_id, environment, limits, rule, EvaluationRequest, passes=2
+                )
+                requests.insert(0, request)
+                labels[key] = family.parent_id
             if requests:
                 blocks.append(requests)
     jobs = [
@@ -204,23 +204,16 @@ def evaluate_children(
         progress(labels[key], f"{what}: {outcome.set_name}[{outcome.index}] {outcome.status}{timing}")
 
     # One job: one interleaved run (batch). The executor hands evaluations over as they end, a
-    # whole job's or one at a time; a parent's timings are joined once all of them are in.
+    # whole job's or one at a time; a child lands once its parent's timing is stored too.
     batch_of = {request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests}
     family_of = {}  # request key -> (batch, parent id)
+    retimed: dict[tuple[str, int], bool] = {}  # family -> its parent's timing is in (or there is none)
     for block in blocks:
         parent = labels[block[0].key] if block[0].key < 0 else parent_of[labels[block[0].key]]
         for request in block:
             family_of[request.key] = (batch_of[request.key], parent)
-    parent_keys: dict[tuple[str, int], list[int]] = {}  # in job order: first and last
-    for key, family in family_of.items():
-        parent_keys.setdefault(family, [])
-        if key < 0:
-            parent_keys[family].append(key)
-    parent_timings: dict[tuple[str, int], dict[int, Evaluation]] = {}
-    waiting: dict[tuple[str, int], list[int]] = {}  # children recorded, their parent's timings not all in
-
-    def complete(family: tuple[str, int]) -> bool:
-        return len(parent_timings.get(family, {})) == len(parent_keys[family])
+        retimed[(batch_of[block[0].key], parent)] = block[0].key > 0
+    waiting: dict[tuple[str, int], list[int]] = {}  # children recorded, their parent's timing not in
 
     def done(job: Job, evaluations: list[Evaluation]) -> None:
         touched: set[tuple[str, int]] = set()
@@ -234,14 +227,11 @@ def evaluate_children(
                     )
                     waiting.setdefault(family, []).append(labels[request.key])
                     continue
-                timings = parent_timings.setdefault(family, {})
-                timings[request.key] = evaluation
-                if complete(family):
-                    joined = [timings[key] for key in parent_keys[family]]  # first and last, in job order
-                    session.add(_retiming(batch, parent, environment.env_key, task, joined))
+                session.add(_retiming(batch, parent, environment.env_key, task, evaluation))
+                retimed[family] = True
         open_claims.difference_update(request.key for request in job.requests)
         # a child lands (and is compared with its parent) once its parent's timing is stored
-        landed([child for family in sorted(touched) if complete(family) for child in waiting.pop(family, [])])
+        landed([child for family in sorted(touched) if retimed[family] for child in waiting.pop(family, [])])
 
     def failed(job: Job, reason: str) -> None:
         keys = [request.key for request in job.requests if request.key > 0]
@@ -288,7 +278,7 @@ def pack_families(blocks: list[list[T]], slots: int, group: int | None = None) -
     return jobs
 
 
-def _request(session, key: int, revision_id: int, environment, limits, rule, request_type):
+def _request(session, key: int, revision_id: int, environment, limits, rule, request_type, passes: int = 1):
     revision = get_revision(session, revision_id)
     return request_type.make(
         key,
@@ -301,28 +291,30 @@ def _request(session, key: int, revision_id: int, environment, limits, rule, req
         mode="test",
         timed=True,
         rule=rule,
+        passes=passes,
     )
 
 
-def _retiming(batch: str, revision_id: int, env_key: str, task, timings: list[Evaluation]) -> Retiming:
-    """The parent's timings of one job taken together: per shape, the per-call times of every
-    timing joined; its score from the joined means. Not passing when any timing failed."""
+def _retiming(batch: str, revision_id: int, env_key: str, task, evaluation: Evaluation) -> Retiming:
+    """The parent's timing of one job, each shape timed twice in one child (first and last:
+    `Evaluator.time_again`): per shape, the per-call times of both passes joined and each pass's
+    mean (their difference is the run's drift); its score from the joined means. Not passing
+    when a pass failed."""
     from harness.scoring import score
 
-    failed = next((evaluation for evaluation in timings if evaluation.status != "pass"), None)
     shapes: list[dict] = []
-    if failed is None:
-        by_shape: dict[tuple[str, int], dict] = {}
-        for evaluation in timings:
-            for outcome in evaluation.shapes:
-                if outcome.times_ms and outcome.mean_ms is not None:
-                    item = by_shape.setdefault(
-                        (outcome.set_name, outcome.index),
-                        {"shape": outcome.shape, "times_ms": [], "means_ms": []},
-                    )
-                    item["times_ms"] += list(outcome.times_ms)
-                    item["means_ms"].append(outcome.mean_ms)  # each timing's own: the run's drift
-        shapes = [by_shape[key] for key in sorted(by_shape)]
+    if evaluation.status == "pass":
+        for outcome in sorted(evaluation.shapes, key=lambda outcome: (outcome.set_name, outcome.index)):
+            passes = outcome.check.get("passes") or []
+            if outcome.mean_ms is None or len(passes) < 2:
+                continue
+            shapes.append(
+                {
+                    "shape": outcome.shape,
+                    "times_ms": [time for item in passes for time in item["times_ms"]],
+                    "means_ms": [item["mean_ms"] for item in passes],  # each pass's own: the run's drift
+                }
+            )
     means = [sum(item["times_ms"]) / len(item["times_ms"]) for item in shapes]
     return Retiming(
         batch=batch,
@@ -330,7 +322,7 @@ def _retiming(batch: str, revision_id: int, env_key: str, task, timings: list[Ev
         task=task.name,
         mode=TIMED_MODE,
         env_key=env_key,
-        status=failed.status if failed is not None else "pass",
+        status=evaluation.status,
         score_ms=score(means, task.ranking_by) if means else None,
         shapes=shapes,
     )

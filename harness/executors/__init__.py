@@ -60,6 +60,7 @@ class EvaluationRequest(BaseModel):
     # untimed: the shapes an interrupted evaluation of this run kept (the store's partial run),
     # taken over as they are; only the others are evaluated (Evaluator's `resumed`)
     resumed: list[ShapeOutcome] = []
+    passes: int = 1  # timings of each shape in one child (a parent re-timed beside its children)
 
     @classmethod
     def make(
@@ -79,6 +80,7 @@ class EvaluationRequest(BaseModel):
         cost: float = 1.0,
         keep_child: bool = False,
         resumed: list[ShapeOutcome] | None = None,
+        passes: int = 1,
     ) -> EvaluationRequest:
         return cls(
             key=key,
@@ -95,6 +97,7 @@ class EvaluationRequest(BaseModel):
             cost=cost,
             keep_child=keep_child,
             resumed=resumed or [],
+            passes=passes,
         )
 
     def evaluator(self, pool: ChildPool | None = None) -> Evaluator:
@@ -116,6 +119,7 @@ class EvaluationRequest(BaseModel):
             keep_child=self.keep_child,
             pool=pool,
             resumed=self.resumed,
+            passes=self.passes,
         )
 
 

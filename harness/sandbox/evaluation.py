@@ -278,8 +278,12 @@ class Evaluator:
         calibrator: Calibrator | None = None,
         pool: ChildPool | None = None,
         resumed: list[ShapeOutcome] | None = None,
+        passes: int = 1,
     ) -> None:
         device = resolve_device(device)
+        if passes < 1 or (passes > 1 and not timed):
+            raise HarnessError(f"passes={passes}: a timed evaluation times each shape once or more")
+        # timings of each shape, in one child (`time_again`): a parent re-timed beside its children
         self.pool = pool or CHILD_POOL  # where its child may be kept or found (harness.sandbox.pool)
         if mode not in MODES:
             raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(MODES)}")
@@ -288,7 +292,7 @@ class Evaluator:
         shape_set = shape_set or default_shape_set(device, timed)
         self.shapes = task.shapes(shape_set)
         self.task, self.device, self.mode = task, device, mode
-        self.timed, self.secret_seed = timed, secret_seed
+        self.timed, self.secret_seed, self.passes = timed, secret_seed, passes
         self.limits = limits or SandboxLimits.from_settings()
         self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
         # the harness's own cost of a timed call per shape (evaluate_interleaved shares one)
@@ -532,6 +536,38 @@ class Evaluator:
             self.stopped = True
         return outcome
 
+    def time_again(self, index: int) -> ShapeOutcome:
+        """Time shape `index` once more in the same child (a second pass, `passes`), after a first
+        timing that passed: warm-up and timed calls as the first, every output checked. The
+        shape's figures become those of every pass's calls joined, each pass's own kept in
+        `check["passes"]` (times, mean, flags); a pass that fails fails the shape."""
+        outcome = self.evaluation.shapes[index]
+        if self.stopped or outcome.status != "pass" or outcome.mean_ms is None:
+            return outcome
+        shape = self.shapes[index]
+        passes = outcome.check.setdefault("passes", [_pass_of(outcome)])
+        again = outcome.model_copy(deep=True)
+        try:
+            self.tell("timing")
+            self._time_shape(again, shape)
+        except ChildFailure as failure:
+            again.status, again.reason, again.passed = failure.status, failure.reason, False
+        if again.status != "pass":
+            outcome.status, outcome.passed = again.status, False
+            outcome.reason = f"timed again: {again.reason}"
+            outcome.verdicts = again.verdicts
+            if outcome.status not in ("pass", "wrong_answer"):
+                self.stopped = True
+            return outcome
+        passes.append(_pass_of(again))
+        joined = [time for item in passes for time in item["times_ms"]]
+        flags = sorted({flag for item in passes for flag in item["flags"]})
+        stats = BenchmarkStats.from_times(joined, device=self.device, compile_s=outcome.compile_s or 0.0)
+        for name in (*TIMING_STATISTICS, "times_ms"):
+            setattr(outcome, name, getattr(stats, name))
+        outcome.timing_flags, outcome.verdicts = flags, again.verdicts
+        return outcome
+
     def finish(self) -> Evaluation:
         """Stop the child and return the evaluation: its status is the first failing shape's, and
         a timed evaluation that passed everywhere gets the task's score."""
@@ -732,6 +768,15 @@ class Evaluator:
         return None
 
 
+def _pass_of(outcome: ShapeOutcome) -> dict:
+    """One timing pass of a shape, as `Evaluator.time_again` keeps it."""
+    return {
+        "times_ms": list(outcome.times_ms),
+        "mean_ms": outcome.mean_ms,
+        "flags": list(outcome.timing_flags),
+    }
+
+
 def evaluate(
     code: bytes,
     filename: str,
@@ -851,6 +896,14 @@ def evaluate_in_groups(
                         evaluator.tell("waiting")
                         if on_shape is not None:
                             on_shape(evaluator, outcome)
+                # the further passes after everyone's first: P C1 C2 P', shape by shape
+                for _ in range(1, max(evaluator.passes for evaluator in group)):
+                    for evaluator in group:
+                        if index < evaluator.shape_count and evaluator.passes > 1 and not evaluator.stopped:
+                            outcome = evaluator.time_again(index)
+                            evaluator.tell("waiting")
+                            if on_shape is not None:
+                                on_shape(evaluator, outcome)
             for evaluator in group:
                 evaluator.release_child()
             for evaluator in group:
