@@ -640,7 +640,10 @@ def evolve(
     proposer_timeout: Annotated[float, typer.Option(help="Seconds a proposer may take per reply.")] = 600.0,
     max_fix_attempts: Annotated[int, typer.Option(help="Fix prompts per failing revision, at most.")] = 2,
     budget: BudgetOption = None,
-    parallel: Annotated[int, typer.Option(help="Steps in flight at once (proposals asked together).")] = 1,
+    parallel: Annotated[
+        int,
+        typer.Option(help="Proposals in flight at once (children waiting for the GPU: up to K - 1 more)."),
+    ] = 1,
     gpus: Annotated[
         str | None,
         typer.Option(help="Evaluate on one worker per GPU: a count or 'all' (default: this process)."),

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -94,7 +95,7 @@ def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tm
         experiment_id,
         "generation, sees, arrival, status, vs_parent, compared_in, parent_score_ms, stderr, child_id",
     )
-    assert [step[1] for step in steps] == [0, 0, 0, 0]  # generation g sees the first g - 4 arrivals
+    assert [step[1] for step in steps] == [0, 0, 0, 0]  # generation g sees the first g - 7 arrivals
     assert sorted(step[2] for step in steps) == [1, 2, 3, 4]
     for generation, _, _, status, vs_parent, compared_in, parent_score_ms, stderr, child_id in steps:
         # the child differs from its parent by a comment: timed beside it, the same within noise
@@ -227,7 +228,7 @@ def test_same_seed_and_arrivals_reproduce_and_mutate_never_repeats(store):
     assert result.returncode == 0, result.stderr
     experiment_id = int(result.stdout.splitlines()[0].split()[1])
     steps = experiment_steps(db, experiment_id, "generation, sees, arrival, status, child_id, parent_id")
-    assert [step[1] for step in steps] == [0, 0, 1, 2, 3]  # g sees the first g - 2 arrivals
+    assert [step[1] for step in steps] == [0, 0, 0, 1, 2]  # g sees the first g - (2 * 2 - 1) arrivals
     assert sorted(step[2] for step in steps) == [1, 2, 3, 4, 5]
     assert all(step[3] == "pass" for step in steps), steps  # never a duplicate: every child is new
     contents = rows(
@@ -430,3 +431,42 @@ def test_the_families_of_one_batch_are_timed_in_one_run_each_beside_its_own_pare
             db, "select status, score_ms from retimings where batch = ? and revision_id = ?", batch, parent
         )
         assert len(retimed) == 1 and retimed[0][0] == "pass" and retimed[0][1] > 0
+
+
+def test_proposals_go_on_while_children_are_evaluated(store, tmp_path: Path):
+    """`--parallel 2`: the proposers do not wait for the children in evaluation (up to 2 * 2 - 1
+    steps launched and not landed), so generation 3 is asked before generation 1 has landed, and
+    it sees the arrivals its number gives it (g - 3: none), whatever landed meanwhile."""
+    db, folder = store
+    parent = register(db, folder, "tiny_overlap", TINY)
+    result = harness(
+        db,
+        "evolve",
+        "--from",
+        parent,
+        "--generations",
+        3,
+        "--parallel",
+        2,
+        "--proposer",
+        sleepy(tmp_path, 1),
+        "--device",
+        "cpu",
+        "--budget",
+        0.2,
+    )
+    assert result.returncode == 0, result.stderr
+    experiment_id = int(result.stdout.splitlines()[0].split()[1])
+    steps = experiment_steps(db, experiment_id, "generation, sees, status, finished_at")
+    assert [(generation, sees, status) for generation, sees, status, _ in steps] == [
+        (1, 0, "pass"),
+        (2, 0, "pass"),
+        (3, 0, "pass"),
+    ]
+    calls = {
+        call["seed"]: call for call in map(json.loads, (tmp_path / "calls.jsonl").read_text().splitlines())
+    }
+    landed_1 = datetime.fromisoformat(steps[0][3]).replace(tzinfo=timezone.utc).timestamp()
+    assert calls["0:3"]["start"] < landed_1, (calls["0:3"], steps[0][3])
+    story = harness(db, "experiments", "show", experiment_id)
+    assert "proposals in flight: up to 2, steps launched and not landed up to 3" in story.stdout

@@ -15,15 +15,19 @@ Each generation (one `ExperimentStep` row):
    its parent from that run.
 A proposer or edit failure ends the step with its status and reason and the loop goes on.
 
-Asynchronous (`--parallel K`, evaluations on `--gpus N` workers): K proposal threads each take the next generation, choose its
-parent, ask the proposer and register the child; the main thread evaluates the children that
-have arrived, together, and folds each result back (the step *lands*: it gets its `arrival`
-number) as soon as its evaluation is recorded. A generation is launched only while fewer than K
-steps are launched and not landed, so generation g is launched once g - K steps have landed, and
-it chooses its parent seeing exactly the children of the first g - K arrivals (its `sees`),
-whatever else has landed by then. With K = 1 that is the serial loop: each generation sees every
-earlier one. So, given the seed and the order of arrivals recorded in the store, every choice is
-determined; a resumed experiment makes the choices the recorded arrivals dictate.
+Asynchronous (`--parallel K`, evaluations on `--gpus N` workers): K proposal threads each take
+the next generation, choose its parent, ask the proposer and register the child, so that at most
+K proposals are in flight; the main thread evaluates the children that have arrived, together,
+and folds each result back (the step *lands*: it gets its `arrival` number) as soon as its
+evaluation is recorded. The proposers go on while children are evaluated: a generation is
+launched while fewer than `steps_window(K)` = 2K - 1 steps are launched and not landed (K
+proposals and up to K - 1 children waiting for the GPU or on it), so generation g is launched
+once g - (2K - 1) steps have landed, and it chooses its parent seeing exactly the children of the
+first g - (2K - 1) arrivals (its `sees`), whatever else has landed by then. With K = 1 that is
+the serial loop: each generation sees every earlier one. So, given the seed and the order of
+arrivals recorded in the store, every choice is determined; a resumed experiment makes the
+choices the recorded arrivals dictate. (Before, the window was K: the proposers stopped while K
+children were timed, and on one H200 `--parallel 4` took 41.6 % of the serial wall time.)
 
 Resuming: a step left `proposing` asks its proposer again with the same prompt and seed, a step
 left `evaluating` is evaluated, a generation with no step is launched as above. Every random
@@ -123,8 +127,14 @@ class ExperimentSettings(BaseModel):
     proposer_timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     max_fix_attempts: int = Field(default=DEFAULT_MAX_FIX_ATTEMPTS, ge=0)
     budget_s: float | None = Field(default=None, gt=0)  # timed seconds per shape (None: settings)
-    parallel: int = Field(default=1, ge=1)  # steps launched and not landed, at most
+    parallel: int = Field(default=1, ge=1)  # proposals in flight, at most (steps_window)
     gpus: str | None = None  # one evaluation worker per GPU ("all" or a count); None: this process
+
+
+def steps_window(parallel: int) -> int:
+    """Steps launched and not landed, at most, with `parallel` proposals in flight: those and up
+    to parallel - 1 children waiting for their evaluation or in it (1: the serial loop)."""
+    return 2 * parallel - 1
 
 
 def create_experiment(
@@ -479,10 +489,11 @@ class _Loop:
             generation = self.next_generation
             if generation > self.settings.generations:
                 return None
-            if len(self.unlanded) >= self.settings.parallel:
+            window = steps_window(self.settings.parallel)
+            if len(self.unlanded) >= window:
                 self.lock.wait(WAIT_S)
                 continue
-            sees = max(0, generation - self.settings.parallel)
+            sees = max(0, generation - window)
             with self.store.session() as session:
                 prepared = _prepare(session, self.experiment_id, self.settings, generation, sees)
                 if prepared is None:

@@ -11,7 +11,7 @@ from rich.text import Text
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from harness.evolve.experiment import ExperimentSettings, describe_outcome, get_experiment
+from harness.evolve.experiment import ExperimentSettings, describe_outcome, get_experiment, steps_window
 from harness.report.leaderboard import format_ms
 from harness.store.models import Experiment, ExperimentStep
 
@@ -124,8 +124,9 @@ def render_story(session: Session, experiment_id: int, *, full: bool = False) ->
     ]
     if settings.parallel > 1:
         lines.append(
-            f"steps in flight: up to {settings.parallel}; generation g chose its parent seeing the "
-            f"children of the first g-{settings.parallel} arrivals"
+            f"proposals in flight: up to {settings.parallel}, steps launched and not landed up to "
+            f"{steps_window(settings.parallel)}; generation g chose its parent seeing the "
+            f"children of the first g-{steps_window(settings.parallel)} arrivals"
         )
     for step in experiment.steps:
         lines.append("")
