@@ -282,8 +282,7 @@ class Evaluator:
     ) -> None:
         device = resolve_device(device)
         if passes < 1 or (passes > 1 and not timed):
-            raise HarnessError(f"passes={passes}: a timed evaluation times each shape once or more")
-        # timings of each shape, in one child (`time_again`): a parent re-timed beside its children
+            raise HarnessError(f"passes={passes}: only a timed evaluation times a shape, once or more")
         self.pool = pool or CHILD_POOL  # where its child may be kept or found (harness.sandbox.pool)
         if mode not in MODES:
             raise HarnessError(f"unknown mode {mode!r}: use {' or '.join(MODES)}")
@@ -292,7 +291,9 @@ class Evaluator:
         shape_set = shape_set or default_shape_set(device, timed)
         self.shapes = task.shapes(shape_set)
         self.task, self.device, self.mode = task, device, mode
-        self.timed, self.secret_seed, self.passes = timed, secret_seed, passes
+        self.timed, self.secret_seed = timed, secret_seed
+        # timings of each shape in this one child (`time_again`): a parent re-timed beside its children
+        self.passes = passes
         self.limits = limits or SandboxLimits.from_settings()
         self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
         # the harness's own cost of a timed call per shape (evaluate_interleaved shares one)
