@@ -12,16 +12,19 @@ run that timed them together.
     python benchmarks/evolve_parallel.py --device cuda --workdir out/evolve-parallel
     python benchmarks/evolve_parallel.py --device cpu --generations 3 --sleep 2 --budget 0.2   # a quick try
 
-The serial run alone takes about 12 x (20 s + an evaluation), about 80 s a generation on one
-H200 (2026-12-01): longer than one call of the device tool (10 minutes). So a run can be cut and
+The serial run alone takes about 12 x (20 s + an evaluation): on one H200 (2026-12-01) about
+48 s a generation from seed 001 before (`--from 99238`, no autotuner; 581.6 s in all) and about
+80 s over the whole lineage (its autotuned revision's children time in about 89 s): longer than
+one call of the device tool (10 minutes). So a run can be cut and
 continued: with `--stop-after S` the experiment is interrupted (SIGINT, as Ctrl-C) once this
 call has spent S seconds on it, and the next call with the same --workdir (carried) continues it
 with `harness evolve --resume`; its wall time is the sum of its segments (each segment's restart
 included, which counts against it). results.json keeps what each call measured and the table
 shows all:
 
-    python benchmarks/evolve_parallel.py --device cuda --workdir .scratch/evolve --only 1 --stop-after 540
+    python benchmarks/evolve_parallel.py --device cuda --workdir .scratch/evolve --from 99238 --only 1 --stop-after 530
     (again, until it reports `parallel 1: finished`), then the same with --only 4
+    (the H200 figures of 2026-12-01, docs/h200/evolve-parallel/results-50c7b9b.json, were taken so)
 """
 
 from __future__ import annotations
