@@ -82,7 +82,6 @@ def evaluate_revisions(
 @dataclass
 class _Family:
     parent_id: int
-    parent_timed: bool  # the parent has a timed run here: it is timed again beside its children
     children: list[int]
 
 
@@ -144,16 +143,16 @@ def evaluate_children(
     rule = _stopping_rule(settings)
     worker = worker_name()
     families: dict[int, _Family] = {}
-    parent_of = dict(children)
     for child, parent in children:
         if child in passed:
-            families.setdefault(parent, _Family(parent, False, [])).children.append(child)
+            families.setdefault(parent, _Family(parent, [])).children.append(child)
 
     blocks: list[list[EvaluationRequest]] = []  # per family: the parent (timed twice), its children
     next_parent_key = -1  # parents' requests get negative keys: they are not runs
     timed_already: list[int] = []
     open_claims: set[int] = set()
     labels: dict[int, int] = {}  # request key -> revision id
+    parent_of: dict[int, int] = {}  # request key -> the parent id of its family
     with store.session() as session:
         for family in families.values():
             # the job times every child and the parent twice, shape by shape
@@ -180,8 +179,8 @@ def evaluate_children(
                 open_claims.add(found.run.id)
                 labels[found.run.id] = child
             parent_run = find_run(session, family.parent_id, task.name, TIMED_MODE, environment.env_key)
-            family.parent_timed = parent_run is not None and parent_run.score_ms is not None
-            if requests and family.parent_timed:  # first and last, in one child: a Retiming
+            parent_timed = parent_run is not None and parent_run.score_ms is not None
+            if requests and parent_timed:  # first and last, in one child: a Retiming
                 key, next_parent_key = next_parent_key, next_parent_key - 1
                 request = _request(
                     session, key, family.parent_id, environment, limits, rule, EvaluationRequest, passes=2
@@ -190,6 +189,7 @@ def evaluate_children(
                 labels[key] = family.parent_id
             if requests:
                 blocks.append(requests)
+                parent_of.update((request.key, family.parent_id) for request in requests)
     jobs = [
         Job(device=environment.device, env_key=environment.env_key, requests=requests)
         for requests in pack_families(blocks, getattr(executor, "slots", 1))
@@ -206,13 +206,9 @@ def evaluate_children(
     # One job: one interleaved run (batch). The executor hands evaluations over as they end, a
     # whole job's or one at a time; a child lands once its parent's timing is stored too.
     batch_of = {request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests}
-    family_of = {}  # request key -> (batch, parent id)
-    retimed: dict[tuple[str, int], bool] = {}  # family -> its parent's timing is in (or there is none)
-    for block in blocks:
-        parent = labels[block[0].key] if block[0].key < 0 else parent_of[labels[block[0].key]]
-        for request in block:
-            family_of[request.key] = (batch_of[request.key], parent)
-        retimed[(batch_of[block[0].key], parent)] = block[0].key > 0
+    family_of = {key: (batch_of[key], parent) for key, parent in parent_of.items()}  # (batch, parent id)
+    # family -> its parent's timing is in (or there is none: the parent has no request)
+    retimed = {family_of[block[0].key]: block[0].key > 0 for block in blocks}
     waiting: dict[tuple[str, int], list[int]] = {}  # children recorded, their parent's timing not in
 
     def done(job: Job, evaluations: list[Evaluation]) -> None:

@@ -257,8 +257,9 @@ class Evaluator:
     `timed`: after a shape passes its check it is warmed up and timed (harness.timing) in the same
     child, as long as every shape before it passed. Test mode times every call on the inputs of
     one seed per shape and run (GPU MODE's benchmark); leaderboard mode makes each call's inputs
-    from a fresh secret seed, handed to the child (as bytes) only when it asks for that call; every timed
-    call's output is checked here, so that a candidate that caches or replays outputs fails.
+    from a fresh secret seed, handed to the child (as bytes) only when it asks for that call;
+    every timed call's output is checked here, so that a candidate that caches or replays
+    outputs fails.
     """
 
     def __init__(
@@ -563,10 +564,13 @@ class Evaluator:
         passes.append(_pass_of(again))
         joined = [time for item in passes for time in item["times_ms"]]
         flags = sorted({flag for item in passes for flag in item["flags"]})
-        stats = BenchmarkStats.from_times(joined, device=self.device, compile_s=outcome.compile_s or 0.0)
-        for name in (*TIMING_STATISTICS, "times_ms"):
-            setattr(outcome, name, getattr(stats, name))
-        outcome.timing_flags, outcome.verdicts = flags, again.verdicts
+        _fill_timing(
+            outcome,
+            BenchmarkStats.from_times(
+                joined, device=self.device, compile_s=outcome.compile_s or 0.0, flags=flags
+            ),
+        )
+        outcome.verdicts = again.verdicts
         return outcome
 
     def finish(self) -> Evaluation:
@@ -670,9 +674,7 @@ class Evaluator:
             stats = BenchmarkStats.from_times(
                 times, device=self.device, compile_s=reply.compile_s, flags=flags
             )
-            for name in (*TIMING_STATISTICS, "times_ms"):
-                setattr(outcome, name, getattr(stats, name))
-            outcome.compile_s, outcome.timing_flags = stats.compile_s, stats.flags
+            _fill_timing(outcome, stats)
             outcome.check["timing"] = {
                 "device": self.device,
                 "compile_s": stats.compile_s,
@@ -767,6 +769,13 @@ class Evaluator:
             return check.reason
         _record_comparison(outcome, "pass", check.reason, check)
         return None
+
+
+def _fill_timing(outcome: ShapeOutcome, stats: BenchmarkStats) -> None:
+    """A shape's timing figures from its statistics: every call, the summary, warm-up, flags."""
+    for name in (*TIMING_STATISTICS, "times_ms"):
+        setattr(outcome, name, getattr(stats, name))
+    outcome.compile_s, outcome.timing_flags = stats.compile_s, stats.flags
 
 
 def _pass_of(outcome: ShapeOutcome) -> dict:

@@ -504,11 +504,15 @@ class ChildProcess:
         `InputsWriter`) and return the items that describe it; the tuple written last is not
         written again (the parent never reads that memory back: a child that wrote there has
         only changed its own inputs)."""
-        if self.inputs_written is not None and self.inputs_written[0] is data:
+        if self.holds_inputs(data):
             return self.inputs_written[1]
         laid_out = self.lay_out_inputs(data)
         self.copy_inputs(data, laid_out)
         return laid_out[0]
+
+    def holds_inputs(self, data: tuple) -> bool:
+        """Whether `data` is the tuple written last into the child's inputs memory."""
+        return self.inputs_written is not None and self.inputs_written[0] is data
 
     def lay_out_inputs(self, data: tuple):
         """`transfer.lay_out_inputs` for this task: the items, and where each tensor goes."""
@@ -563,8 +567,9 @@ class ChildProcess:
         (`write_inputs`; the same tuple as the call before is not handed over again, benchmark
         mode), then the child is told. So no thread of the candidate can start on a call's inputs
         before its bracket opens; `inputs_for` itself (the parent's inputs and reference for the
-        call), their layout and the message run before. Every timed call's output is exported to the shared buffer (grown to
-        `output_bytes` first; harness.sandbox.transfer) or, when it does not fit, to
+        call), their layout and the message run before. Every timed call's output is exported to
+        the shared buffer (grown to `output_bytes` first; harness.sandbox.transfer) or, when it
+        does not fit, to
         `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before
         the next call's inputs are asked for. Every message is due within call_timeout_s of the
         one before it, so a hanging call is killed like one in `check`; the first, which ends the
@@ -596,7 +601,7 @@ class ChildProcess:
             # any honest run (warm-up and budget, four times over, and two whole calls).
             phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
             phase_deadline = monotonic() + phase_limit_s
-            last_index, previous = -1, warmup_data
+            last_index = -1
             phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
             # the warm-up's calls send no message: the first message is due after all of them
             warmup_limit_s = max(1, warmup_calls) * self.limits.call_timeout_s + warmup_s
@@ -631,13 +636,12 @@ class ChildProcess:
                     last_index = message.index
                     data = inputs_for(message.index)
                     # made before the clock starts: the layout and the message; within it: the bytes
-                    laid_out = None if data is previous else self.lay_out_inputs(data)
+                    laid_out = None if self.holds_inputs(data) else self.lay_out_inputs(data)
                     items = None if laid_out is None else laid_out[0]
                     encoded = encode(CallInputs(id=request.id, index=message.index, data=items))
                     inputs_sent_at[message.index] = monotonic()
                     if laid_out is not None:
                         self.copy_inputs(data, laid_out)
-                    previous = data
                     self._send_encoded(encoded, phase)
                 else:
                     if message.index not in inputs_sent_at or message.index in call_wall_ms:

@@ -254,8 +254,8 @@ def read_tensor(directory_fd: int, name: str, info: TensorInfo, device: str = "c
 
 
 class SharedBuffer:
-    """One side's mapping of a shared memfd (timed outputs, or inputs), as a flat uint8 tensor, registered with CUDA
-    (pinned) where `cuda`; remapped when the memfd has grown."""
+    """One side's mapping of a shared memfd (timed outputs, or inputs), as a flat uint8 tensor,
+    registered with CUDA (pinned) where `cuda`; remapped when the memfd has grown."""
 
     def __init__(self, fd: int, *, cuda: bool) -> None:
         self.fd, self.cuda = fd, cuda

@@ -10,8 +10,9 @@ loads it from its file (`load_reference`) and alone calls it: it makes every inp
 reference and the verdicts, and hands the inputs to the sandboxed child as raw bytes
 (harness.sandbox.transfer). The sandbox copies task.py (the types a submission imports),
 reference.py and utils.py beside the candidate, as GPU MODE does, since a submission may import
-them; the harness's own code in the child never imports or calls the reference module. `load_task_file` reads a task written in the
-harness's older single-YAML form (a spec naming its reference module and shim), kept for tests.
+them; the harness's own code in the child never imports or calls the reference module.
+`load_task_file` reads a task written in the harness's older single-YAML form (a spec naming its
+reference module and shim), kept for tests.
 """
 
 from __future__ import annotations
