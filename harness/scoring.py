@@ -7,33 +7,32 @@ Score, by the task's `ranking_by` (GPU MODE's choices):
   benchmark, where it is `benchmark.0.mean`).
 Speedup against the reference = reference score / score.
 
-Comparison (`compare`), the test stated: each shape's mean time m has the variance of a sample
-mean, v = s^2 / n from its per-call times. By the delta method the log of the score has variance
-- geom: log S = (1/k) sum log m_i, var = (1/k^2) sum v_i / m_i^2,
-- mean: S = (1/k) sum m_i, var = (1/k^2) sum v_i / S^2,
-- last: S = m_k, var = v_k / m_k^2.
-The two revisions' scores are independent, so z = (log S_a - log S_b) / sqrt(var_a + var_b). A
-difference is significant when |z| exceeds the 99 % two-sided normal threshold (2.576) AND the
-scores differ by at least 1 %; then A is `faster` or `slower` than B, otherwise `same within
-noise`. The normal threshold is a large-sample approximation; the 1 % floor keeps tiny but
-well-measured differences (clock drift, a kernel moved by 0.5 %) from counting as real.
-
-Drift within a run (`timing_variance`): per-call variance misses what changes between the
-blocks of calls of one run (a loaded machine, clocks). When B was timed twice in A's run, first
-and last (harness.evolve.judging: B's calls joined), its two per-shape means m_i and m'_i give
-that block-to-block variance: d_i = log(m_i / m'_i) has variance 2 s^2, so s^2 = mean(d_i^2) / 2
-per shape's block; A's score (one block per shape) and B's joined score (two) add s^2 / k and
-s^2 / (2k) to the variance of their difference (geom; `last`: k = 1 on the last shape; `mean`
-like geom), passed to `compare` as `extra_variance`.
+Comparison (`compare`), the test stated: the difference of the two log scores, against its
+standard error from two estimates, the larger one counting:
+- per call: each shape's mean time m has the variance of a sample mean, v = s^2 / n, from its
+  per-call times; by the delta method log S has variance sum_i w_i^2 v_i / m_i^2 with w_i =
+  d log S / d log m_i (geom: 1/k; mean: m_i / sum m; last: 1 on the last shape, 0 elsewhere);
+- per block: each shape is timed in P blocks of calls (harness.timing, method 5.); the spread of
+  a revision's block means on one shape, pooled over every revision and shape of the run
+  (`block_variance`: sigma^2 of the log of a block's mean), gives log S the variance
+  sigma^2 / P * sum_i w_i^2. This is what per-call variance misses: calls are not independent
+  (a loaded host, clocks and bursts move whole runs of calls), and on a 2-core CPU runner an
+  identical revision's blocks differ by 10 % where its per-call error says 1 %.
+The two scores are independent, so z = (log S_a - log S_b) / sqrt(max(per-call variances summed,
+per-block variances summed)). A difference is significant when |z| exceeds the 99.9 % two-sided
+normal threshold (3.29: an experiment makes a comparison per child, and a false `faster` picks
+the next parent) AND the scores differ by at least 1 %; then A is `faster` or `slower` than B,
+otherwise `same within noise`. The 1 % floor keeps tiny but well-measured differences (clock
+drift, a kernel moved by 0.5 %) from counting as real.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from harness.errors import HarnessError
 
@@ -41,7 +40,7 @@ RANKING_CHOICES = ("geom", "mean", "last")
 FASTER = "faster"
 SLOWER = "slower"
 SAME = "same within noise"
-Z_THRESHOLD = statistics.NormalDist().inv_cdf(1 - 0.01 / 2)
+Z_THRESHOLD = statistics.NormalDist().inv_cdf(1 - 0.001 / 2)
 MIN_RELATIVE_DIFFERENCE = 0.01
 
 
@@ -77,17 +76,20 @@ def compare(
     times_b: Sequence[Sequence[float]],
     ranking_by: str = "geom",
     *,
-    extra_variance: float = 0.0,
+    block_variance: float = 0.0,
+    blocks: tuple[int, int] = (1, 1),
 ) -> Comparison:
     """Compare two revisions from their per-call times per benchmark shape (same shapes, same
-    order); the test is stated in the module docstring (`extra_variance`: of the log-score
-    difference, beyond the per-call variance: `timing_variance`)."""
+    order), timed in one run; the test is stated in the module docstring (`block_variance`: the
+    run's pooled variance of the log of a block's mean, `block_variance()`; `blocks`: how many
+    blocks of calls each revision's times of a shape joined; 0: no block term)."""
     if len(times_a) != len(times_b):
         raise ValueError(f"different numbers of shapes: {len(times_a)} and {len(times_b)}")
-    log_a, var_a = _log_score_and_variance(times_a, ranking_by)
-    log_b, var_b = _log_score_and_variance(times_b, ranking_by)
+    log_a, calls_a, weights_a = _log_score_and_variance(times_a, ranking_by)
+    log_b, calls_b, weights_b = _log_score_and_variance(times_b, ranking_by)
+    per_block = block_variance * (weights_a / max(blocks[0], 1) + weights_b / max(blocks[1], 1))
     difference = log_a - log_b
-    spread = math.sqrt(var_a + var_b + extra_variance)
+    spread = math.sqrt(max(calls_a + calls_b, per_block))
     if spread > 0:
         z = difference / spread
     else:
@@ -98,37 +100,60 @@ def compare(
     return Comparison(verdict=verdict, ratio=ratio, z=z)
 
 
-def timing_variance(
-    first_means: Sequence[float], last_means: Sequence[float], ranking_by: str = "geom"
-) -> float:
-    """The variance that drift between blocks of calls adds to the log-score difference of a
-    revision timed once against one timed twice (first and last) in the same run, from the
-    latter's two per-shape means (module docstring)."""
-    _check_ranking_by(ranking_by)
-    pairs = [(a, b) for a, b in zip(first_means, last_means) if a > 0 and b > 0]
-    if ranking_by == "last":
-        pairs = pairs[-1:]
-    if not pairs:
-        return 0.0
-    block = statistics.fmean(math.log(a / b) ** 2 for a, b in pairs) / 2
-    return 1.5 * block / len(pairs)
+def block_variance(groups: Iterable[Sequence[float]]) -> float:
+    """The pooled variance of the log of a block's mean time, from groups of block means (a
+    group per revision and shape of one run: that shape's blocks of calls, harness.timing,
+    method 5.); groups of fewer than two blocks add nothing. 0 when no group has two."""
+    total, freedom = 0.0, 0
+    for means in groups:
+        logs = [math.log(mean) for mean in means if mean > 0]
+        if len(logs) < 2:
+            continue
+        centre = statistics.fmean(logs)
+        total += sum((value - centre) ** 2 for value in logs)
+        freedom += len(logs) - 1
+    return total / freedom if freedom else 0.0
+
+
+def block_means(check: Mapping[str, Any]) -> list[float]:
+    """The means of a stored shape's blocks of calls (its check's `passes`), in timing order;
+    empty for a shape timed in one block."""
+    return [item["mean_ms"] for item in check.get("passes") or [] if item.get("mean_ms")]
+
+
+def run_blocks(run: Any) -> list[list[float]]:
+    """A stored run's block means, a group per timed shape (`block_variance`'s groups)."""
+    return [block_means(shape.check) for shape in run.shapes if shape.mean_ms is not None]
+
+
+def blocks_joined(groups: Sequence[Sequence[float]]) -> int:
+    """How many blocks of calls a revision's shapes joined, from their block means (the fewest
+    of any shape; at least 1: a shape timed in one block keeps no block means)."""
+    return max(1, min((len(group) for group in groups), default=1))
 
 
 def _log_score_and_variance(
     times_per_shape: Sequence[Sequence[float]], ranking_by: str
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
+    """log S, its variance from the per-call times (delta method), and sum_i w_i^2 (module
+    docstring)."""
     _check_ranking_by(ranking_by)
     if not times_per_shape or any(len(times) == 0 for times in times_per_shape):
         raise ValueError("every shape needs at least one timed call")
     means = [statistics.fmean(times) for times in times_per_shape]
-    variances = [statistics.variance(t) / len(t) if len(t) > 1 else 0.0 for t in times_per_shape]
+    relative = [
+        statistics.variance(t) / len(t) / m**2 if len(t) > 1 else 0.0 for t, m in zip(times_per_shape, means)
+    ]
     shapes = len(means)
-    log_score = math.log(score(means, ranking_by))
     if ranking_by == "last":
-        return log_score, variances[-1] / means[-1] ** 2
-    if ranking_by == "mean":
-        return log_score, sum(variances) / shapes**2 / math.exp(log_score) ** 2
-    return log_score, sum(v / m**2 for v, m in zip(variances, means)) / shapes**2
+        weights = [0.0] * (shapes - 1) + [1.0]
+    elif ranking_by == "mean":
+        weights = [m / sum(means) for m in means]
+    else:
+        weights = [1 / shapes] * shapes
+    log_score = math.log(score(means, ranking_by))
+    calls = sum(w**2 * v for w, v in zip(weights, relative))
+    return log_score, calls, sum(w**2 for w in weights)
 
 
 def _check_ranking_by(ranking_by: str) -> None:

@@ -26,6 +26,13 @@ Method, per shape (`time_calls`):
    of those calls is counted whole.)
 4. Stopping rule (GPU MODE): at least 3 timed calls, at most 100; stop once the standard error is
    under 0.1 % of the mean or the shape's budget (host seconds spent in the timed loop) is spent.
+5. Passes: an evaluation times each shape in `TIMING_PASSES` blocks of calls (harness.sandbox.
+   evaluation: P C1 C2 C2' C1' P' shape by shape, the later pass in reverse order so that a
+   linear drift moves every revision's mean alike), each under the rule's share
+   (`StoppingRule.per_pass`: the calls, the budget and the error target split, so that the
+   total is GPU MODE's). The shape's statistics are those of all its calls; each block's mean
+   is kept, because the spread between blocks of one revision measures what per-call variance
+   misses (a loaded host, clocks, a burst: harness.scoring.block_variance).
 
 On the CPU the times come from the host clock (`perf_counter` around the call), with no flush;
 the statistics are the same and are labelled `cpu`.
@@ -34,7 +41,7 @@ Checks in the parent, which does not trust the child's clock (the candidate shar
 and can replace `perf_counter`, `torch.cuda.Event` or this whole loop there), flag a shape for
 review:
 
-5. `host_clock_mismatch`: the parent's own monotonic clock brackets every timed call, from
+6. `host_clock_mismatch`: the parent's own monotonic clock brackets every timed call, from
    starting to hand over the call's inputs (the parent makes them, and no timed call's inputs
    reach the child before its bracket opens) to hearing that its output is in the shared buffer
    or its file (every timed output is checked, so the work must lie in between). Whatever the
@@ -45,7 +52,7 @@ review:
    reported call by more than `HOST_MARGIN_FACTOR` times plus `HOST_MARGIN_MS` (load on the
    machine only lengthens the parent's brackets, so one fast bracket is enough to confirm the
    fastest call), or when a call is reported longer than its whole bracket.
-6. `below_physical_floor`: the fastest call took less than reading the shape's inputs once at the
+7. `below_physical_floor`: the fastest call took less than reading the shape's inputs once at the
    device's peak memory bandwidth (`settings.peak_bandwidth_gbs`). Bytes, not FLOPs: the FLOPs a
    result needs depend on the algorithm (cuDNN's transform-based convolutions do far fewer than
    a direct one, and honestly beat a FLOP-based floor), while every input element must be read
@@ -77,6 +84,7 @@ HOST_MARGIN_FACTOR = 1.5
 HOST_SLACK_MS = 0.05  # a reported call may exceed its bracket by this much (clock granularity)
 HOST_CLOCK_MISMATCH = "host_clock_mismatch"
 BELOW_PHYSICAL_FLOOR = "below_physical_floor"
+TIMING_PASSES = 2  # blocks of timed calls per shape of a timed evaluation (method, 5.)
 
 
 @dataclass
@@ -141,6 +149,21 @@ class StoppingRule:
         mean = statistics.fmean(times_ms)
         err = statistics.stdev(times_ms, mean) / math.sqrt(runs)
         return err < self.max_rel_err * mean
+
+    def per_pass(self, passes: int) -> StoppingRule:
+        """The rule for one of `passes` blocks of a shape's calls: the calls and the budget split
+        evenly, and the error target widened by sqrt(passes), so that the blocks together make
+        what this rule makes (the joined mean's standard error shrinks by sqrt(passes)); each
+        block has at least two calls (a standard error needs them)."""
+        if passes == 1:
+            return self
+        min_runs = max(2, math.ceil(self.min_runs / passes))
+        return StoppingRule(
+            min_runs=min_runs,
+            max_runs=max(min_runs, self.max_runs // passes),
+            max_rel_err=self.max_rel_err * math.sqrt(passes),
+            budget_s=self.budget_s / passes,
+        )
 
 
 def time_calls(

@@ -14,6 +14,7 @@ from harness.scoring import (
     SAME,
     SLOWER,
     Z_THRESHOLD,
+    block_variance,
     compare,
     rank_by_score,
     score,
@@ -92,6 +93,50 @@ def test_last_only_looks_at_the_last_shape():
     b = [[1.0, 1.01, 0.99], [1.0, 1.01, 0.99]]
     assert compare(a, b, "last").verdict == SAME
     assert compare(a, b, "geom").verdict == SLOWER
+
+
+def blocked_samples(means: list[float], rel_sd: float, block_sd: float, blocks: int, seed: int):
+    """Per-call times of `blocks` blocks per shape, each block's level moved by `block_sd` (a
+    loaded host): the per-call times, and each shape's block means."""
+    rng = random.Random(seed)
+    times, block_means = [], []
+    for mean in means:
+        levels = [mean * math.exp(rng.gauss(0, block_sd)) for _ in range(blocks)]
+        calls = [[rng.gauss(level, rel_sd * level) for _ in range(50)] for level in levels]
+        times.append([t for block in calls for t in block])
+        block_means.append([sum(block) / len(block) for block in calls])
+    return times, block_means
+
+
+def test_block_variance_pools_the_spread_of_block_means():
+    assert block_variance([]) == 0.0 and block_variance([[1.0], [2.0]]) == 0.0  # one block each
+    # log(1.1) apart in one group, none in the other: (log 1.1)^2 / 2 over 1 degree of freedom
+    assert block_variance([[1.0, 1.1], [3.0, 3.0]]) == pytest.approx(math.log(1.1) ** 2 / 4)
+    rng = random.Random(7)
+    groups = [[math.exp(rng.gauss(0, 0.1)) for _ in range(2)] for _ in range(2000)]
+    assert block_variance(groups) == pytest.approx(0.01, rel=0.1)
+
+
+def test_identical_revisions_on_a_loaded_host_are_same_within_noise_only_with_the_block_term():
+    """Whole blocks of calls move together (10 % from block to block, 1 % from call to call):
+    per-call variance calls most identical pairs different; the run's pooled block variance
+    does not, and a real 30 % difference stays `faster`."""
+    pairs = []
+    for seed in range(40):
+        a, a_blocks = blocked_samples(SHAPE_MEANS, 0.01, 0.1, 2, seed)
+        b, b_blocks = blocked_samples(SHAPE_MEANS, 0.01, 0.1, 2, seed + 1000)
+        pairs.append((a, b, block_variance(a_blocks + b_blocks)))
+    calls_only = [compare(a, b).verdict for a, b, _ in pairs]
+    with_blocks = [compare(a, b, block_variance=v, blocks=(2, 2)).verdict for a, b, v in pairs]
+    assert calls_only.count(SAME) < 20
+    assert with_blocks.count(SAME) >= 39
+    fast, fast_blocks = blocked_samples([0.7 * m for m in SHAPE_MEANS], 0.01, 0.1, 2, 99)
+    slow, slow_blocks = blocked_samples(SHAPE_MEANS, 0.01, 0.1, 2, 98)
+    spread = block_variance(fast_blocks + slow_blocks)
+    assert compare(fast, slow, block_variance=spread, blocks=(2, 2)).verdict == FASTER
+    # the larger estimate counts: a block term smaller than the per-call one changes nothing
+    a, b = samples(SHAPE_MEANS, 0.05, 10, seed=1), samples(SHAPE_MEANS, 0.05, 10, seed=2)
+    assert compare(a, b, block_variance=1e-12, blocks=(2, 2)).z == compare(a, b).z
 
 
 def test_shapes_must_match():

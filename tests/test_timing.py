@@ -203,7 +203,11 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
     )
     for shape in evaluation.shapes:
         assert shape.status == "pass"
-        assert 3 <= shape.runs <= 5 and len(shape.times_ms) == shape.runs
+        # two blocks of calls (harness.timing, method 5.), each under half the rule: 2 of at most 5
+        assert [len(block["times_ms"]) for block in shape.check["passes"]] == [2, 2]
+        assert shape.runs == 4 and shape.times_ms == [
+            t for block in shape.check["passes"] for t in block["times_ms"]
+        ]
         assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
         assert shape.min_ms == min(shape.times_ms) and shape.max_ms == max(shape.times_ms)
         assert shape.check["timing"]["device"] == "cpu"
@@ -211,38 +215,47 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
     assert evaluation.score_ms == pytest.approx(score([s.mean_ms for s in evaluation.shapes], "geom"))
 
 
-def test_a_parent_is_timed_first_and_last_in_one_child():
-    """`passes=2` (a parent re-timed beside its children): each shape is timed once before and
-    once after the others, in the same child (one start, one import), and the shape's figures are
-    both passes' calls joined, each pass kept with its own mean."""
+def test_every_timed_shape_is_timed_in_two_blocks_the_second_in_reverse_order():
+    """A timed evaluation times each shape in two blocks of calls in its one child (one start, one
+    import), the second block after everyone's first and in reverse order (A B C B' A'; C asked
+    for one pass); the shape's figures are both blocks' calls joined, each block kept with its
+    own mean."""
     task = load_task("conv2d_v2")
-    parent = Evaluator(
-        TINY_TRITON_CONV, "parent.py", task, device="cpu", timed=True, rule=QUICK_RULE, passes=2
-    )
-    child = Evaluator(
-        TINY_TRITON_CONV + b"# a child\n", "child.py", task, device="cpu", timed=True, rule=QUICK_RULE
-    )
+    evaluators = [
+        Evaluator(
+            TINY_TRITON_CONV + f"# {name}\n".encode(), f"{name}.py", task, device="cpu", timed=True, rule=rule
+        )
+        for name, rule in (("a", QUICK_RULE), ("b", StoppingRule(min_runs=6, max_runs=6, budget_s=0.2)))
+    ]
+    single = Evaluator(TINY_TRITON_CONV, "c.py", task, device="cpu", timed=True, rule=QUICK_RULE, passes=1)
+    evaluators.append(single)
     order: list[tuple[int, int]] = []
-    evaluators = [parent, child]
-    timed_parent, timed_child = evaluate_interleaved(
+    evaluations = evaluate_interleaved(
         evaluators, lambda evaluator, outcome: order.append((evaluators.index(evaluator), outcome.index))
     )
-    assert (timed_parent.status, timed_child.status) == ("pass", "pass"), (
-        timed_parent.reason,
-        timed_child.reason,
-    )
-    shapes = range(parent.shape_count)
-    assert order == [(e, k) for k in shapes for e in (0, 1, 0)]
-    for shape in timed_parent.shapes:
-        first, second = shape.check["passes"]
-        assert 3 <= len(first["times_ms"]) and 3 <= len(second["times_ms"])
-        assert shape.times_ms == first["times_ms"] + second["times_ms"]
-        assert shape.runs == len(shape.times_ms)
-        assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
-        assert first["mean_ms"] == pytest.approx(statistics.fmean(first["times_ms"]))
-    assert all("passes" not in shape.check for shape in timed_child.shapes)
+    assert [evaluation.status for evaluation in evaluations] == ["pass"] * 3, [e.reason for e in evaluations]
+    shapes = range(single.shape_count)
+    assert order == [(e, k) for k in shapes for e in (0, 1, 2, 1, 0)]
+    for evaluation, per_block in zip(evaluations[:2], (2, 3)):  # at most 5 and at least 6, halved
+        for shape in evaluation.shapes:
+            first, second = shape.check["passes"]
+            assert len(first["times_ms"]) == len(second["times_ms"]) == per_block
+            assert shape.times_ms == first["times_ms"] + second["times_ms"]
+            assert shape.runs == len(shape.times_ms)
+            assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
+            assert first["mean_ms"] == pytest.approx(statistics.fmean(first["times_ms"]))
+    assert all("passes" not in shape.check and 3 <= shape.runs <= 5 for shape in evaluations[2].shapes)
     with pytest.raises(HarnessError, match="passes=2"):
         Evaluator(TINY_TRITON_CONV, "untimed.py", task, device="cpu", passes=2)
+
+
+def test_a_rule_shared_between_blocks_makes_the_whole_rule():
+    rule = StoppingRule(min_runs=3, max_runs=100, max_rel_err=0.001, budget_s=10.0)
+    assert rule.per_pass(1) is rule
+    half = rule.per_pass(2)
+    assert (half.min_runs, half.max_runs, half.budget_s) == (2, 50, 5.0)
+    assert half.max_rel_err == pytest.approx(0.001 * 2**0.5)
+    assert StoppingRule(max_runs=5).per_pass(2).max_runs == 2
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
@@ -281,8 +294,8 @@ def test_both_modes_fail_a_candidate_that_replays_its_first_output(device):
     assert "leaderboard recheck" in leaderboard.shapes[0].reason
     assert leaderboard.shapes[0].check["passed"] is True  # its check call, before the timed calls
     assert leaderboard.score_ms is None and leaderboard.shapes[0].mean_ms is None
-    shapes = range(evaluators[0].shape_count)
-    assert order == [(e, k) for k in shapes for e in (0, 1)] + [(2, k) for k in shapes]
+    shapes = range(evaluators[0].shape_count)  # the failing shapes are not timed a second time
+    assert order == [(e, k) for k in shapes for e in (0, 1)] + [(2, k) for k in shapes for _ in (0, 1)]
 
 
 @needs_cuda

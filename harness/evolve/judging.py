@@ -183,7 +183,7 @@ def evaluate_children(
             if requests and parent_timed:  # first and last, in one child: a Retiming
                 key, next_parent_key = next_parent_key, next_parent_key - 1
                 request = _request(
-                    session, key, family.parent_id, environment, limits, rule, EvaluationRequest, passes=2
+                    session, key, family.parent_id, environment, limits, rule, EvaluationRequest
                 )
                 requests.insert(0, request)
                 labels[key] = family.parent_id
@@ -274,7 +274,7 @@ def pack_families(blocks: list[list[T]], slots: int, group: int | None = None) -
     return jobs
 
 
-def _request(session, key: int, revision_id: int, environment, limits, rule, request_type, passes: int = 1):
+def _request(session, key: int, revision_id: int, environment, limits, rule, request_type):
     revision = get_revision(session, revision_id)
     return request_type.make(
         key,
@@ -287,7 +287,6 @@ def _request(session, key: int, revision_id: int, environment, limits, rule, req
         mode="test",
         timed=True,
         rule=rule,
-        passes=passes,
     )
 
 

@@ -60,7 +60,7 @@ class EvaluationRequest(BaseModel):
     # untimed: the shapes an interrupted evaluation of this run kept (the store's partial run),
     # taken over as they are; only the others are evaluated (Evaluator's `resumed`)
     resumed: list[ShapeOutcome] = []
-    passes: int = 1  # timings of each shape in one child (a parent re-timed beside its children)
+    passes: int | None = None  # blocks of timed calls per shape (None: the Evaluator's default)
 
     @classmethod
     def make(
@@ -80,7 +80,7 @@ class EvaluationRequest(BaseModel):
         cost: float = 1.0,
         keep_child: bool = False,
         resumed: list[ShapeOutcome] | None = None,
-        passes: int = 1,
+        passes: int | None = None,
     ) -> EvaluationRequest:
         return cls(
             key=key,

@@ -23,9 +23,9 @@ What it reads, and why:
 
 - `vs_parent` (faster, slower, same within noise) compares timings from one interleaved run only
   (a job: `Run.batch`): the parent's run of the child's batch, or the parent timed again beside
-  the child in it (`retimings`, written by `harness evolve`: the parent first and last, the drift
-  between its two timings widening the test, scoring.timing_variance); two runs are never
-  compared, since drift between runs is not in the per-call variance the test uses.
+  the child in it (`retimings`, written by `harness evolve`); the spread between the blocks of
+  calls of every revision of that run widens the test (scoring.block_variance); two runs are
+  never compared, since drift between runs is in neither variance the test uses.
 
 `Leaderboard.model_dump_json()` is the `--format json` contract of issue 5, field for field; the
 per-call times behind `vs_parent` stay out of it.
@@ -47,7 +47,15 @@ from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
 from harness.report.terminal import plain_table
-from harness.scoring import compare, rank_by_score, speedup, timing_variance
+from harness.scoring import (
+    block_means,
+    block_variance,
+    blocks_joined,
+    compare,
+    rank_by_score,
+    run_blocks,
+    speedup,
+)
 from harness.store.models import Retiming, Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions, reference_lineage_name
 from harness.tasks import load_task
@@ -365,7 +373,7 @@ def build_leaderboard(
     if spec.exact_answer is None:  # its stored accurate verdict only repeats GPU MODE's
         for standing in standings.values():
             standing.verdicts = {**standing.verdicts, "accurate": NOT_CHECKED}
-    retimed = _retimings(session, task, mode, environment.env_key) if environment is not None else {}
+    batches = _batches(session, runs, task, mode, environment.env_key if environment is not None else "")
 
     reference_name = reference_lineage_name(task)
     reference_scores = [
@@ -381,9 +389,9 @@ def build_leaderboard(
     )
     ranked = rank_by_score(rankable)
     ranked_ids = {s.revision.id for _rank, s in ranked}
-    entries = [_entry(s, rank, reference_ms, standings, retimed, spec.ranking_by) for rank, s in ranked]
+    entries = [_entry(s, rank, reference_ms, standings, batches, spec.ranking_by) for rank, s in ranked]
     entries += [
-        _entry(s, None, reference_ms, standings, retimed, spec.ranking_by)
+        _entry(s, None, reference_ms, standings, batches, spec.ranking_by)
         for s in standings.values()
         if s.revision.id not in ranked_ids
     ]
@@ -403,7 +411,7 @@ def _entry(
     rank: int | None,
     reference_ms: float | None,
     standings: dict[int, _Standing],
-    retimed: dict[tuple[str, int], _Retimed],
+    batches: _Batches,
     ranking_by: str,
 ) -> LeaderboardEntry:
     revision = standing.revision
@@ -422,7 +430,7 @@ def _entry(
         reason=standing.reason,
         score_ms=standing.score_ms,
         speedup_vs_reference=speedup_vs_reference,
-        vs_parent=_compare_with_parent(standing, parent, retimed, ranking_by),
+        vs_parent=_compare_with_parent(standing, parent, batches, ranking_by),
         flags=[str(flag) for flag in revision.flags] + standing.flags,
         benchmarks=[
             ShapeTiming(
@@ -443,54 +451,62 @@ def _entry(
 @dataclass
 class _Retimed:
     """A revision timed again beside others in one run (harness.store.models.Retiming): its
-    per-call times by shape key, and the variance that the run's drift between its first and
-    last timing adds to a comparison with it (scoring.timing_variance; 0 with one timing)."""
+    per-call times by shape key, and how many blocks of calls they joined."""
 
     times: dict[str, list[float]]
-    extra_variance: float
+    blocks: int
 
 
-def _retimings(
-    session: Session, task: str, mode: str | None, env_key: str
-) -> dict[tuple[str, int], _Retimed]:
-    """(batch, revision id) -> each revision timed again beside others in this environment and mode."""
-    ranking_by = load_task(task).ranking_by
+@dataclass
+class _Batches:
+    """What the comparisons need of the interleaved runs of one environment and mode: each
+    batch's revisions timed again (batch, revision id), and each batch's pooled variance of a
+    block's log mean (scoring.block_variance, over every run and retiming of the batch)."""
+
+    retimed: dict[tuple[str, int], _Retimed]
+    block_variance: dict[str, float]
+
+
+def _batches(session: Session, runs: list[Run], task: str, mode: str | None, env_key: str) -> _Batches:
+    """The batches of `runs` (one environment's) and of the retimings in that environment and mode."""
     rows = session.scalars(
         select(Retiming).where(
             Retiming.task == task, Retiming.env_key == env_key, Retiming.mode == (mode or "")
         )
     )
+    groups: dict[str, list[list[float]]] = defaultdict(list)
     retimed = {}
     for row in rows:
-        means = [item.get("means_ms") or [] for item in row.shapes]
-        two = all(len(pair) == 2 for pair in means) and means
-        extra = timing_variance([a for a, _ in means], [b for _, b in means], ranking_by) if two else 0.0
+        groups[row.batch] += [item.get("means_ms") or [] for item in row.shapes]
         retimed[(row.batch, row.revision_id)] = _Retimed(
-            {shape_key(item["shape"]): item["times_ms"] for item in row.shapes}, extra
+            {shape_key(item["shape"]): item["times_ms"] for item in row.shapes},
+            blocks_joined([item.get("means_ms") or [] for item in row.shapes]),
         )
-    return retimed
+    for run in runs:
+        if run.batch is not None and run.mode == mode and run.env_key == env_key:
+            groups[run.batch] += run_blocks(run)
+    return _Batches(retimed, {batch: block_variance(found) for batch, found in groups.items()})
 
 
 def _compare_with_parent(
     standing: _Standing,
     parent: _Standing | None,
-    retimed: dict[tuple[str, int], _Retimed],
+    batches: _Batches,
     ranking_by: str,
 ) -> str | None:
     """scoring.compare on the per-call times of the shapes both were timed on, in one
     interleaved run only: the parent's run of the same batch, or the parent timed again in that
-    batch beside it (a Retiming; then the drift between its first and last timing in that run
-    widens the test: scoring.timing_variance). Drift between runs is not in
-    the per-call variance the test uses, so two runs are never compared: None then, and when
+    batch beside it (a Retiming), with that batch's pooled block variance. Drift between runs is
+    in neither variance the test uses, so two runs are never compared: None then, and when
     either has no timings or they were timed on different shapes."""
     if parent is None or not standing.timed_shapes or standing.batch is None:
         return None
-    extra_variance = 0.0
     if parent.batch == standing.batch and parent.timed_shapes:
         parent_times = {shape_key(shape.shape): shape.times_ms for shape in parent.timed_shapes}
-    elif (standing.batch, parent.revision.id) in retimed:
-        found = retimed[(standing.batch, parent.revision.id)]
-        parent_times, extra_variance = found.times, found.extra_variance
+        parent_blocks = blocks_joined([block_means(shape.check) for shape in parent.timed_shapes])
+    elif (standing.batch, parent.revision.id) in batches.retimed:
+        found = batches.retimed[(standing.batch, parent.revision.id)]
+        parent_times, parent_blocks = found.times, found.blocks
     else:
         return None
     own_keys = [shape_key(shape.shape) for shape in standing.timed_shapes]
@@ -500,7 +516,13 @@ def _compare_with_parent(
     if not all(own_times) or not all(parent_times.values()):
         return None
     parent_in_order = [parent_times[key] for key in own_keys]
-    return compare(own_times, parent_in_order, ranking_by, extra_variance=extra_variance).verdict
+    return compare(
+        own_times,
+        parent_in_order,
+        ranking_by,
+        block_variance=batches.block_variance.get(standing.batch, 0.0),
+        blocks=(blocks_joined([block_means(shape.check) for shape in standing.timed_shapes]), parent_blocks),
+    ).verdict
 
 
 # --- rendering ------------------------------------------------------------------------------

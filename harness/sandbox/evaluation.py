@@ -57,6 +57,7 @@ from harness.timing import (
     BELOW_PHYSICAL_FLOOR,
     HOST_CLOCK_MISMATCH,
     TIMING_MISMATCH,
+    TIMING_PASSES,
     BenchmarkStats,
     StoppingRule,
     host_clock_disagrees,
@@ -67,6 +68,7 @@ from harness.wire import TIMING_STATISTICS, CheckReply, Evaluation, ShapeOutcome
 
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
+WARMUP_AGAIN = (1, 0.0)  # a later pass of a shape: compiled, tuned and clocked up by the first
 # what an evaluation does at a time (Evaluator.tell): its child starts and imports the candidate
 # (extension builds and compiles at import included), its shapes are checked, a shape is timed,
 # it waits for its next turn (interleaved: the others run their shape meanwhile), it has ended
@@ -259,7 +261,9 @@ class Evaluator:
     one seed per shape and run (GPU MODE's benchmark); leaderboard mode makes each call's inputs
     from a fresh secret seed, handed to the child (as bytes) only when it asks for that call;
     every timed call's output is checked here, so that a candidate that caches or replays
-    outputs fails.
+    outputs fails. `passes` (default: `TIMING_PASSES` when timed): each shape is timed in that
+    many blocks of calls (`time_again`; evaluate_in_groups interleaves them), each under its
+    share of `rule` (harness.timing, method 5.).
     """
 
     def __init__(
@@ -279,9 +283,11 @@ class Evaluator:
         calibrator: Calibrator | None = None,
         pool: ChildPool | None = None,
         resumed: list[ShapeOutcome] | None = None,
-        passes: int = 1,
+        passes: int | None = None,
     ) -> None:
         device = resolve_device(device)
+        if passes is None:
+            passes = TIMING_PASSES if timed else 1
         if passes < 1 or (passes > 1 and not timed):
             raise HarnessError(f"passes={passes}: only a timed evaluation times a shape, once or more")
         self.pool = pool or CHILD_POOL  # where its child may be kept or found (harness.sandbox.pool)
@@ -293,10 +299,11 @@ class Evaluator:
         self.shapes = task.shapes(shape_set)
         self.task, self.device, self.mode = task, device, mode
         self.timed, self.secret_seed = timed, secret_seed
-        # timings of each shape in this one child (`time_again`): a parent re-timed beside its children
+        # blocks of timed calls of each shape in this one child (`time_again`), each under its
+        # share of the rule (harness.timing, method 5.)
         self.passes = passes
         self.limits = limits or SandboxLimits.from_settings()
-        self.rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
+        self.rule = (rule or StoppingRule(budget_s=get_settings().shape_budget(device))).per_pass(passes)
         # the harness's own cost of a timed call per shape (evaluate_interleaved shares one)
         self.calibrator, self.own_calibrator = calibrator, None
         self._timed_case: tuple[tuple[str, int], checking.ReferenceCase] | None = None
@@ -538,20 +545,24 @@ class Evaluator:
             self.stopped = True
         return outcome
 
-    def time_again(self, index: int) -> ShapeOutcome:
-        """Time shape `index` once more in the same child (a second pass, `passes`), after a first
-        timing that passed: warm-up and timed calls as the first, every output checked. The
-        shape's figures become those of every pass's calls joined, each pass's own kept in
-        `check["passes"]` (times, mean, flags); a pass that fails fails the shape."""
+    def time_again(self, index: int) -> ShapeOutcome | None:
+        """Time shape `index` once more in the same child (a later pass, `passes`), after a first
+        timing that passed: a call of warm-up (`WARMUP_AGAIN`), then timed calls as in the first
+        pass, under the same share of the rule, every output checked. The shape's figures become
+        those of every pass's calls joined, each pass's own kept in `check["passes"]` (times,
+        mean, flags); a pass that fails fails the shape. None: nothing to time (the shape did not
+        pass, or the evaluation stopped)."""
+        if self.stopped or index >= len(self.evaluation.shapes):
+            return None
         outcome = self.evaluation.shapes[index]
-        if self.stopped or outcome.status != "pass" or outcome.mean_ms is None:
-            return outcome
+        if outcome.status != "pass" or outcome.mean_ms is None:
+            return None
         shape = self.shapes[index]
         passes = outcome.check.setdefault("passes", [_pass_of(outcome)])
         again = outcome.model_copy(deep=True)
         try:
             self.tell("timing")
-            self._time_shape(again, shape)
+            self._time_shape(again, shape, warmup=WARMUP_AGAIN)
         except ChildFailure as failure:
             again.status, again.reason, again.passed = failure.status, failure.reason, False
         if again.status != "pass":
@@ -597,7 +608,9 @@ class Evaluator:
         self.tell("done")
         return evaluation
 
-    def _time_shape(self, outcome: ShapeOutcome, shape: Shape) -> None:
+    def _time_shape(
+        self, outcome: ShapeOutcome, shape: Shape, warmup: tuple[int, float] | None = None
+    ) -> None:
         """Warm up and time one shape that passed its check; fill the outcome's timing fields, or
         fail it (an exception, implausible times, a timed output that is wrong or missing).
 
@@ -638,7 +651,7 @@ class Evaluator:
             self.task, self.reference, shape, self._check_seed(shape), self.device
         )
         output_bytes = check_case.expected.nbytes
-        warmup_calls, warmup_s = WARMUP[self.device]
+        warmup_calls, warmup_s = warmup or WARMUP[self.device]
         timed = self.child.time(
             warmup_data=check_case.data,
             inputs_for=inputs_for,
@@ -906,11 +919,11 @@ def evaluate_in_groups(
                         evaluator.tell("waiting")
                         if on_shape is not None:
                             on_shape(evaluator, outcome)
-                # the further passes after everyone's first: P C1 C2 P', shape by shape
-                for _ in range(1, max(evaluator.passes for evaluator in group)):
-                    for evaluator in group:
-                        if index < evaluator.shape_count and evaluator.passes > 1 and not evaluator.stopped:
-                            outcome = evaluator.time_again(index)
+                # the further passes after everyone's first, every other one in reverse order
+                # (P C1 C2 C2' C1' P'): a linear drift moves each revision's mean alike
+                for again in range(1, max(evaluator.passes for evaluator in group)):
+                    for evaluator in group[::-1] if again % 2 else group:
+                        if evaluator.passes > again and (outcome := evaluator.time_again(index)) is not None:
                             evaluator.tell("waiting")
                             if on_shape is not None:
                                 on_shape(evaluator, outcome)
