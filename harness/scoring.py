@@ -14,14 +14,17 @@ standard error from two estimates, the larger one counting:
   d log S / d log m_i (geom: 1/k; mean: m_i / sum m; last: 1 on the last shape, 0 elsewhere);
 - per block: each shape is timed in P blocks of calls (harness.timing, method 5.); the spread of
   a revision's block means on one shape, pooled over every revision and shape of the run
-  (`block_variance`: sigma^2 of the log of a block's mean), gives log S the variance
-  sigma^2 / P * sum_i w_i^2. This is what per-call variance misses: calls are not independent
+  (`block_spread`: sigma^2 of the log of a block's mean, with its degrees of freedom), gives
+  log S the variance sigma^2 / P * sum_i w_i^2. This is what per-call variance misses: calls are not independent
   (a loaded host, clocks and bursts move whole runs of calls), and on a 2-core CPU runner an
   identical revision's blocks differ by 10 % where its per-call error says 1 %.
 The two scores are independent, so z = (log S_a - log S_b) / sqrt(max(per-call variances summed,
 per-block variances summed)). A difference is significant when |z| exceeds the 99.9 % two-sided
-normal threshold (3.29: an experiment makes a comparison per child, and a false `faster` picks
-the next parent) AND the scores differ by at least 1 %; then A is `faster` or `slower` than B,
+threshold (an experiment makes a comparison per child, and a false `faster` picks the next
+parent): the normal one (3.29) for the per-call estimate, Student's t at the pooled degrees of
+freedom for the per-block one (3.85 at 20: the estimate itself is noisy, and what moves one
+process's calls and not another's, as where the scheduler put it, is in neither estimate),
+AND the scores differ by at least 1 %; then A is `faster` or `slower` than B,
 otherwise `same within noise`. The 1 % floor keeps tiny but well-measured differences (clock
 drift, a kernel moved by 0.5 %) from counting as real.
 """
@@ -71,39 +74,67 @@ class Comparison:
     z: float
 
 
+@dataclass(frozen=True)
+class BlockSpread:
+    """A run's pooled variance of the log of a block's mean time, and its degrees of freedom
+    (`block_spread`)."""
+
+    variance: float = 0.0
+    freedom: int = 0
+
+
 def compare(
     times_a: Sequence[Sequence[float]],
     times_b: Sequence[Sequence[float]],
     ranking_by: str = "geom",
     *,
-    block_variance: float = 0.0,
+    spread: BlockSpread | None = None,
     blocks: tuple[int, int] = (1, 1),
 ) -> Comparison:
     """Compare two revisions from their per-call times per benchmark shape (same shapes, same
-    order), timed in one run; the test is stated in the module docstring (`block_variance`: the
-    run's pooled variance of the log of a block's mean, `block_variance()`; `blocks`: how many
-    blocks of calls each revision's times of a shape joined; 0: no block term)."""
+    order), timed in one run; the test is stated in the module docstring (`spread`: the run's
+    `block_spread`; `blocks`: how many blocks of calls each revision's times of a shape joined)."""
     if len(times_a) != len(times_b):
         raise ValueError(f"different numbers of shapes: {len(times_a)} and {len(times_b)}")
     log_a, calls_a, weights_a = _log_score_and_variance(times_a, ranking_by)
     log_b, calls_b, weights_b = _log_score_and_variance(times_b, ranking_by)
-    per_block = block_variance * (weights_a / max(blocks[0], 1) + weights_b / max(blocks[1], 1))
+    spread = spread or BlockSpread()
+    per_block = spread.variance * (weights_a / max(blocks[0], 1) + weights_b / max(blocks[1], 1))
     difference = log_a - log_b
-    spread = math.sqrt(max(calls_a + calls_b, per_block))
-    if spread > 0:
-        z = difference / spread
+    variance = max(calls_a + calls_b, per_block)
+    if variance > 0:
+        z = difference / math.sqrt(variance)
     else:
         z = 0.0 if difference == 0 else math.copysign(math.inf, difference)
+    threshold = t_threshold(spread.freedom) if per_block > calls_a + calls_b else Z_THRESHOLD
     ratio = math.exp(difference)
-    significant = abs(z) > Z_THRESHOLD and abs(ratio - 1) >= MIN_RELATIVE_DIFFERENCE
+    significant = abs(z) > threshold and abs(ratio - 1) >= MIN_RELATIVE_DIFFERENCE
     verdict = SAME if not significant else FASTER if ratio < 1 else SLOWER
     return Comparison(verdict=verdict, ratio=ratio, z=z)
 
 
-def block_variance(groups: Iterable[Sequence[float]]) -> float:
+def t_threshold(freedom: int) -> float:
+    """Student's t quantile for the test's level (99.9 % two-sided) at `freedom` degrees of
+    freedom, by the Cornish-Fisher expansion around the normal quantile (Abramowitz and Stegun
+    26.7.5): within 0.5 % of the exact quantile from 5 degrees of freedom on, 1-4 % under it at
+    3 and 4, further under below (a run pools at least one degree per shape and revision); the
+    normal threshold for none (an unknown number: infinitely many)."""
+    if freedom <= 0:
+        return Z_THRESHOLD
+    z, n = Z_THRESHOLD, float(freedom)
+    return (
+        z
+        + (z**3 + z) / (4 * n)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * n**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * n**3)
+        + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * n**4)
+    )
+
+
+def block_spread(groups: Iterable[Sequence[float]]) -> BlockSpread:
     """The pooled variance of the log of a block's mean time, from groups of block means (a
     group per revision and shape of one run: that shape's blocks of calls, harness.timing,
-    method 5.); groups of fewer than two blocks add nothing. 0 when no group has two."""
+    method 5.), with its degrees of freedom; groups of fewer than two blocks add nothing."""
     total, freedom = 0.0, 0
     for means in groups:
         logs = [math.log(mean) for mean in means if mean > 0]
@@ -112,7 +143,7 @@ def block_variance(groups: Iterable[Sequence[float]]) -> float:
         centre = statistics.fmean(logs)
         total += sum((value - centre) ** 2 for value in logs)
         freedom += len(logs) - 1
-    return total / freedom if freedom else 0.0
+    return BlockSpread(total / freedom if freedom else 0.0, freedom)
 
 
 def block_means(check: Mapping[str, Any]) -> list[float]:
@@ -122,7 +153,7 @@ def block_means(check: Mapping[str, Any]) -> list[float]:
 
 
 def run_blocks(run: Any) -> list[list[float]]:
-    """A stored run's block means, a group per timed shape (`block_variance`'s groups)."""
+    """A stored run's block means, a group per timed shape (`block_spread`'s groups)."""
     return [block_means(shape.check) for shape in run.shapes if shape.mean_ms is not None]
 
 

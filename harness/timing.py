@@ -32,7 +32,7 @@ Method, per shape (`time_calls`):
    (`StoppingRule.per_pass`: the calls, the budget and the error target split, so that the
    total is GPU MODE's). The shape's statistics are those of all its calls; each block's mean
    is kept, because the spread between blocks of one revision measures what per-call variance
-   misses (a loaded host, clocks, a burst: harness.scoring.block_variance).
+   misses (a loaded host, clocks, a burst: harness.scoring.block_spread).
 
 On the CPU the times come from the host clock (`perf_counter` around the call), with no flush;
 the statistics are the same and are labelled `cpu`.

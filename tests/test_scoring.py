@@ -14,11 +14,13 @@ from harness.scoring import (
     SAME,
     SLOWER,
     Z_THRESHOLD,
-    block_variance,
+    BlockSpread,
+    block_spread,
     compare,
     rank_by_score,
     score,
     speedup,
+    t_threshold,
 )
 
 
@@ -108,35 +110,44 @@ def blocked_samples(means: list[float], rel_sd: float, block_sd: float, blocks: 
     return times, block_means
 
 
-def test_block_variance_pools_the_spread_of_block_means():
-    assert block_variance([]) == 0.0 and block_variance([[1.0], [2.0]]) == 0.0  # one block each
-    # log(1.1) apart in one group, none in the other: (log 1.1)^2 / 2 over 1 degree of freedom
-    assert block_variance([[1.0, 1.1], [3.0, 3.0]]) == pytest.approx(math.log(1.1) ** 2 / 4)
+def test_block_spread_pools_the_spread_of_block_means():
+    assert block_spread([]) == BlockSpread(0.0, 0) == block_spread([[1.0], [2.0]])  # one block each
+    # log(1.1) apart in one group, none in the other: (log 1.1)^2 / 2 over 2 degrees of freedom
+    assert block_spread([[1.0, 1.1], [3.0, 3.0]]).variance == pytest.approx(math.log(1.1) ** 2 / 4)
+    assert block_spread([[1.0, 1.1], [3.0, 3.0, 3.1]]).freedom == 3
     rng = random.Random(7)
     groups = [[math.exp(rng.gauss(0, 0.1)) for _ in range(2)] for _ in range(2000)]
-    assert block_variance(groups) == pytest.approx(0.01, rel=0.1)
+    assert block_spread(groups).variance == pytest.approx(0.01, rel=0.1)
+
+
+def test_t_threshold_is_students_quantile():
+    # 99.9 % two-sided: t(0.9995) at 5, 20 and 120 degrees of freedom (tables: 6.869, 3.850, 3.373)
+    assert t_threshold(20) == pytest.approx(3.850, rel=0.002)
+    assert t_threshold(120) == pytest.approx(3.373, rel=0.001)
+    assert t_threshold(5) == pytest.approx(6.869, rel=0.05)
+    assert t_threshold(0) == Z_THRESHOLD < t_threshold(1000) < t_threshold(20)
 
 
 def test_identical_revisions_on_a_loaded_host_are_same_within_noise_only_with_the_block_term():
     """Whole blocks of calls move together (10 % from block to block, 1 % from call to call):
-    per-call variance calls most identical pairs different; the run's pooled block variance
+    per-call variance calls most identical pairs different; the run's pooled block spread
     does not, and a real 30 % difference stays `faster`."""
     pairs = []
     for seed in range(40):
         a, a_blocks = blocked_samples(SHAPE_MEANS, 0.01, 0.1, 2, seed)
         b, b_blocks = blocked_samples(SHAPE_MEANS, 0.01, 0.1, 2, seed + 1000)
-        pairs.append((a, b, block_variance(a_blocks + b_blocks)))
+        pairs.append((a, b, block_spread(a_blocks + b_blocks)))
     calls_only = [compare(a, b).verdict for a, b, _ in pairs]
-    with_blocks = [compare(a, b, block_variance=v, blocks=(2, 2)).verdict for a, b, v in pairs]
+    with_blocks = [compare(a, b, spread=spread, blocks=(2, 2)).verdict for a, b, spread in pairs]
     assert calls_only.count(SAME) < 20
-    assert with_blocks.count(SAME) >= 39
+    assert with_blocks.count(SAME) == 40
     fast, fast_blocks = blocked_samples([0.7 * m for m in SHAPE_MEANS], 0.01, 0.1, 2, 99)
     slow, slow_blocks = blocked_samples(SHAPE_MEANS, 0.01, 0.1, 2, 98)
-    spread = block_variance(fast_blocks + slow_blocks)
-    assert compare(fast, slow, block_variance=spread, blocks=(2, 2)).verdict == FASTER
+    spread = block_spread(fast_blocks + slow_blocks)
+    assert compare(fast, slow, spread=spread, blocks=(2, 2)).verdict == FASTER
     # the larger estimate counts: a block term smaller than the per-call one changes nothing
     a, b = samples(SHAPE_MEANS, 0.05, 10, seed=1), samples(SHAPE_MEANS, 0.05, 10, seed=2)
-    assert compare(a, b, block_variance=1e-12, blocks=(2, 2)).z == compare(a, b).z
+    assert compare(a, b, spread=BlockSpread(1e-12, 10), blocks=(2, 2)) == compare(a, b)
 
 
 def test_shapes_must_match():

@@ -25,7 +25,7 @@ from harness.errors import HarnessError
 from harness.executors import Executor, InProcess
 from harness.plan.phases import TIMED_PHASES, PhaseListener, PhaseRun, PlannedRevision, store_limits
 from harness.sandbox.limits import SandboxLimits
-from harness.scoring import block_variance, blocks_joined, compare, run_blocks, speedup
+from harness.scoring import BlockSpread, block_spread, blocks_joined, compare, run_blocks, speedup
 from harness.store.models import Run
 from harness.store.revisions import get_revision, reference_revision_id
 from harness.store.runs import find_run, worker_name
@@ -122,13 +122,13 @@ def _times(run: Run | None) -> list[list[float]] | None:
     return [list(shape.times_ms) for shape in run.shapes]
 
 
-def _verdict(run: Run, other: Run, ranking_by: str, spread: float) -> str:
+def _verdict(run: Run, other: Run, ranking_by: str, spread: BlockSpread) -> str:
     """`run` against `other` of the same batch, whose pooled block variance is `spread`."""
     return compare(
         _times(run),
         _times(other),
         ranking_by,
-        block_variance=spread,
+        spread=spread,
         blocks=(blocks_joined(run_blocks(run)), blocks_joined(run_blocks(other))),
     ).verdict
 
@@ -142,7 +142,7 @@ def _compare(session: Session, benched: list[PlannedRevision], run_kind: str, en
     same kind and environment when it comes from the same interleaved run (batch), and the
     timing flags of each revision."""
     references = {item.task: item.run for item in benched if item.is_reference}
-    groups: dict[str, list[list[float]]] = {}  # batch -> its block means (scoring.block_variance)
+    groups: dict[str, list[list[float]]] = {}  # batch -> its block means (scoring.block_spread)
     for item in benched:
         if item.run is not None and item.run.batch is not None:
             groups.setdefault(item.run.batch, []).extend(run_blocks(item.run))
@@ -154,7 +154,7 @@ def _compare(session: Session, benched: list[PlannedRevision], run_kind: str, en
         if _times(run) is None:
             continue
         ranking_by = load_task(item.task).ranking_by
-        spread = block_variance(groups.get(run.batch, []))
+        spread = block_spread(groups.get(run.batch, []))
         reference = references.get(item.task)
         if reference is not None and _times(reference) is not None and _comparable(run, reference):
             item.speedup = speedup(reference.score_ms, run.score_ms)

@@ -24,7 +24,7 @@ What it reads, and why:
 - `vs_parent` (faster, slower, same within noise) compares timings from one interleaved run only
   (a job: `Run.batch`): the parent's run of the child's batch, or the parent timed again beside
   the child in it (`retimings`, written by `harness evolve`); the spread between the blocks of
-  calls of every revision of that run widens the test (scoring.block_variance); two runs are
+  calls of every revision of that run widens the test (scoring.block_spread); two runs are
   never compared, since drift between runs is in neither variance the test uses.
 
 `Leaderboard.model_dump_json()` is the `--format json` contract of issue 5, field for field; the
@@ -48,8 +48,9 @@ from sqlalchemy.orm import Session, selectinload
 from harness.errors import HarnessError
 from harness.report.terminal import plain_table
 from harness.scoring import (
+    BlockSpread,
     block_means,
-    block_variance,
+    block_spread,
     blocks_joined,
     compare,
     rank_by_score,
@@ -461,10 +462,10 @@ class _Retimed:
 class _Batches:
     """What the comparisons need of the interleaved runs of one environment and mode: each
     batch's revisions timed again (batch, revision id), and each batch's pooled variance of a
-    block's log mean (scoring.block_variance, over every run and retiming of the batch)."""
+    block's log mean (scoring.block_spread, over every run and retiming of the batch)."""
 
     retimed: dict[tuple[str, int], _Retimed]
-    block_variance: dict[str, float]
+    spread: dict[str, BlockSpread]
 
 
 def _batches(session: Session, runs: list[Run], task: str, mode: str | None, env_key: str) -> _Batches:
@@ -485,7 +486,7 @@ def _batches(session: Session, runs: list[Run], task: str, mode: str | None, env
     for run in runs:
         if run.batch is not None and run.mode == mode and run.env_key == env_key:
             groups[run.batch] += run_blocks(run)
-    return _Batches(retimed, {batch: block_variance(found) for batch, found in groups.items()})
+    return _Batches(retimed, {batch: block_spread(found) for batch, found in groups.items()})
 
 
 def _compare_with_parent(
@@ -520,7 +521,7 @@ def _compare_with_parent(
         own_times,
         parent_in_order,
         ranking_by,
-        block_variance=batches.block_variance.get(standing.batch, 0.0),
+        spread=batches.spread.get(standing.batch),
         blocks=(blocks_joined([block_means(shape.check) for shape in standing.timed_shapes]), parent_blocks),
     ).verdict
 
