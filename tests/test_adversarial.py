@@ -335,7 +335,7 @@ TIMING_CHEATS = {
     ("computes_when_checked.py", "test"): ("wrong_answer", "timed output check: call "),
     ("replaces_timing_loop.py", "test"): (
         "wrong_answer",
-        "3 timed calls, but 0 outputs handed over for checking",
+        "2 timed calls, but 0 outputs handed over for checking",  # the first block: 2 of the 3 to 5
     ),
     ("replaces_timing_loop_with_calls.py", "test"): "flagged",
     ("replaces_timing_loop_with_calls.py", "leaderboard"): "flagged",
@@ -431,7 +431,7 @@ def test_a_replaced_timing_loop_is_caught_by_the_parents_clock(timing_cheats):
     for mode in ("test", "leaderboard"):
         for shape in timing_cheats["replaces_timing_loop_with_calls.py", mode].shapes:
             timing = shape.check["timing"]
-            assert shape.times_ms == [0.0005] * 3
+            assert shape.times_ms == [0.0005] * 4  # two blocks of 2 (at most 5 calls: 2 each)
             assert min(timing["parent_ms"]) - timing["harness_ms"] > 10.0, (mode, timing)
 
 
@@ -509,7 +509,7 @@ def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> N
     )
     assert honest_result.shapes[0].timing_flags == [], honest_result.shapes[0].check["timing"]
     gaps = _spinner_gaps(spinning.log_tail)
-    assert len(phases) == len(honest.shapes)
+    assert len(phases) == 2 * len(honest.shapes)  # two blocks of calls per shape
     for start, end in phases[:-1]:
         for kind in ("thread", "process", *(["gpu"] if device == "cuda" else [])):
             assert any(k == kind and g0 <= start + 0.1 and g1 >= end - 0.05 for k, g0, g1 in gaps), (

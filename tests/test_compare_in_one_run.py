@@ -1,6 +1,6 @@
 """A faster/slower verdict against the parent is drawn from one interleaved run only: the
-parent's run of the same batch, or the parent re-timed in it (a Retiming, whose two timings'
-drift widens the test); two runs are never compared (the leaderboard, and so
+parent's run of the same batch, or the parent re-timed in it (a Retiming); the spread between
+the blocks of calls of the run's revisions widens the test; two runs are never compared (the leaderboard, and so
 `harness history` and the evolution story)."""
 
 from __future__ import annotations
@@ -39,9 +39,15 @@ def _times(mean_ms: float, calls: int = 40) -> list[float]:
 
 
 def _record(session, revision_id: int, mean_ms: float, batch: str | None) -> None:
+    """A run of one shape timed in two blocks of calls (harness.timing, method 5.), both at `mean_ms`."""
     run = claim_run(session, revision_id, TASK, "benchmark", CPU, worker="w", ttl_s=600)
     times = _times(mean_ms)
     outcome = ShapeOutcome(
+        check={
+            "passes": [
+                {"times_ms": block, "mean_ms": statistics.fmean(block)} for block in (times[:20], times[20:])
+            ]
+        },
         set_name="smoke",
         index=0,
         shape=SHAPES[0],
@@ -131,7 +137,7 @@ def test_a_parent_retimed_in_the_childs_run_is_compared_within_its_own_drift(sto
     assert _vs_parent(store, child)[0] == FASTER
     # The same child against a parent whose first and last timings in that run are 30 % apart:
     # 9 % faster than their joined mean (1.10 ms), significant by the per-call variance alone (z
-    # about 6), not once the drift between the parent's two timings is in the variance.
+    # about 6), not once the spread between blocks (the parent's two, the child's two) is.
     with store.session() as session:
         session.query(Retiming).delete()
         _retime(session, parent, "run-c", 0.95, 1.25)

@@ -166,7 +166,7 @@ def test_a_timing_never_shares_the_machine_with_checks_running_side_by_side():
         thread.join(timeout=300)
     assert timed_result.status == "pass", timed_result.reason
     assert [evaluation.status for evaluation in checked] == ["pass"] * 2, [e.reason for e in checked]
-    assert len(phases) == len(TASK.smoke)
+    assert len(phases) == 2 * len(TASK.smoke)  # two blocks of calls per shape
     covered = 0
     for evaluation in checked:
         gaps = [
@@ -292,7 +292,7 @@ def test_ctrl_c_in_a_parallel_test_phase_keeps_what_ended_and_leaves_no_process(
 
 def test_each_evaluation_tells_what_it_does_in_order():
     """Side by side: building, checking, done; timed (interleaved): building, then per shape
-    checking, timing and waiting for the next turn, done; every change heard on the caller's
+    checking, timing and waiting for the next turn, timing its second block and waiting, done; every change heard on the caller's
     thread."""
     limits = SandboxLimits.from_settings(**QUICK)
     heard: list[tuple[str, str, str]] = []
@@ -322,7 +322,7 @@ def test_each_evaluation_tells_what_it_does_in_order():
         assert [activity for file, activity, _ in heard if file == name] == ["building", "checking", "done"]
     assert [activity for file, activity, _ in heard if file == "timed.py"] == [
         "building",
-        *["checking", "timing", "waiting"] * len(TASK.smoke),
+        *["checking", "timing", "waiting", "timing", "waiting"] * len(TASK.smoke),  # two blocks a shape
         "done",
     ]
 
