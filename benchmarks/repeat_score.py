@@ -21,8 +21,9 @@ different, and how close are its means to `triton.testing.do_bench`?
 
 On the CPU (the smoke shapes, through the Triton interpreter) part 3 is skipped. On this
 repository's 2-core CPU runner (2026-12-01) the reference's A/A with 6 copies and 12 rounds
-(180 pairs) gave 54 false verdicts with the per-call variance alone and none as the harness
-judges (run through `harness tournament --force` then; the same computation).
+(180 pairs, `--budget 0.3`) gave 36 false verdicts with the per-call variance alone and none as
+the harness judges (block spread 6-14 % per round, 24 degrees of freedom); the same pairs
+through 12 CLI runs of `harness tournament --force` gave 54 and none.
 """
 
 from __future__ import annotations
