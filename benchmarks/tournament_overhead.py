@@ -159,7 +159,8 @@ def install(ledger: Ledger) -> None:
         # the first check call's part above the median timed call was compilation/autotuning
         if reply.times_ms:
             median_s = statistics.median(reply.times_ms) / 1e3
-            first = ledger.first_calls.get((id(args[0]), ledger.current_where))
+            # once per shape: a later pass (Evaluator.time_again) times the same shape again
+            first = ledger.first_calls.pop((id(args[0]), ledger.current_where), None)
             if first is not None and first > median_s:
                 ledger.add(CHECKED, -(first - median_s))
                 ledger.add(COMPILE, first - median_s)
@@ -220,6 +221,13 @@ def install(ledger: Ledger) -> None:
         return original_run_shape(evaluator, index)
 
     evaluation.Evaluator.run_shape = run_shape
+    original_time_again = evaluation.Evaluator.time_again
+
+    def time_again(evaluator, index):
+        ledger.current_where = f"{evaluator.evaluation.shape_set}[{index}]"
+        return original_time_again(evaluator, index)
+
+    evaluation.Evaluator.time_again = time_again
     ledger.current_where = ""
 
     ledger.instrument(supervisor.ChildProcess, "check", on_check)
