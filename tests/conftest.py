@@ -4,12 +4,14 @@ database (or each kind of store in turn) on the server that HARNESS_TEST_POSTGRE
 
 Every test runs in a hermetic environment (`pytest_configure` below): HOME, the XDG folders and
 the compile caches point into a fresh folder, and the user's HARNESS_* and RAY_* settings are
-gone, for the tests and every process they start."""
+gone, for the tests and every process they start; SIGINT is not left ignored (a suite started in
+the background)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -69,6 +71,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _saved_environment["_HARNESS_TESTS_ROOT"] = str(root)
     os.environ.clear()
     os.environ.update(hermetic_environment(root, _saved_environment))
+    # A shell without job control starts background commands (`pytest ... &`) with SIGINT
+    # ignored, and an ignored SIGINT stays ignored in every process started from here: the tests
+    # that stop a command with Ctrl-C would send it to nobody. A handler is reset to the default
+    # in each new program.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
