@@ -26,7 +26,8 @@ Steps (each tournament in a fresh process, as `harness tournament` would run):
      evaluator setup (isolation probe, child files), reference cases, check I/O (inputs made,
      copied and compared in the child, the output exported, pipes), judging (read back and
      compare), the timing loop around the timed calls (inputs per call, L2 flush,
-     synchronization, seeds), the timed output checks, the calibration of the harness's own cost
+     synchronization, seeds), the other children stopped and resumed around each timing, the
+     inputs copied for the child, the timed output checks, the calibration of the harness's own cost
      per timed shape, child stops, and the rest of the phase
      (store claims and writes, the parent's own torch import, progress);
    and outside the phases: startup (imports, environment probe, store) and the report (with the
@@ -243,6 +244,10 @@ def install(ledger: Ledger) -> None:
     ledger.instrument(evaluation.checking, "reference_case", bucket("overhead: reference cases"))
     ledger.instrument(evaluation, "_judge", bucket("overhead: judging (read back, compare)"))
     ledger.instrument(evaluation.Evaluator, "_timed_output_problem", bucket("overhead: timed output checks"))
+    stops = bucket("overhead: the other children stopped and resumed around a timing")
+    ledger.instrument(supervisor.ChildProcess, "stop", stops)
+    ledger.instrument(supervisor.ChildProcess, "resume", stops)
+    ledger.instrument(supervisor.ChildProcess, "copy_inputs", bucket("overhead: inputs copied for the child"))
     original_harness_ms = calibration.Calibrator.harness_ms
 
     def harness_ms(calibrator, *args, **kwargs):

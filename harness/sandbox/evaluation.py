@@ -562,7 +562,7 @@ class Evaluator:
         again = outcome.model_copy(deep=True)
         try:
             self.tell("timing")
-            self._time_shape(again, shape, warmup=WARMUP_AGAIN)
+            self._time_shape(again, shape, later=True)
         except ChildFailure as failure:
             again.status, again.reason, again.passed = failure.status, failure.reason, False
         if again.status != "pass":
@@ -608,14 +608,14 @@ class Evaluator:
         self.tell("done")
         return evaluation
 
-    def _time_shape(
-        self, outcome: ShapeOutcome, shape: Shape, warmup: tuple[int, float] | None = None
-    ) -> None:
+    def _time_shape(self, outcome: ShapeOutcome, shape: Shape, later: bool = False) -> None:
         """Warm up and time one shape that passed its check; fill the outcome's timing fields, or
         fail it (an exception, implausible times, a timed output that is wrong or missing).
 
         The warm-up runs on the check's inputs (the candidate has seen them; warm-up outputs are
-        not checked). Every timed output is checked against the reference of its seed, in every
+        not checked); a later pass (`later`, `time_again`: `WARMUP_AGAIN`) in benchmark mode warms
+        up on the run's timed inputs instead, which its child holds from the first pass, so that
+        nothing is handed over again (the candidate timed them there). Every timed output is checked against the reference of its seed, in every
         mode. Benchmark mode times every call on the run's secret seed for the shape
         (`Calibrator.timed_seed`: so that nothing the candidate computed at import or in its check
         helps, and the reference of those calls is computed once per run), its inputs handed over
@@ -651,9 +651,12 @@ class Evaluator:
             self.task, self.reference, shape, self._check_seed(shape), self.device
         )
         output_bytes = check_case.expected.nbytes
-        warmup_calls, warmup_s = warmup or WARMUP[self.device]
+        warmup_calls, warmup_s = WARMUP_AGAIN if later else WARMUP[self.device]
+        warmup_data = check_case.data
+        if later and not leaderboard:
+            warmup_data = self._timed_case_for(shape, run_seed).data
         timed = self.child.time(
-            warmup_data=check_case.data,
+            warmup_data=warmup_data,
             inputs_for=inputs_for,
             rule=self.rule,
             warmup_calls=warmup_calls,

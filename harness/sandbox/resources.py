@@ -47,18 +47,29 @@ def child_processes(root_pid: int, *, whole_session: bool) -> list[int]:
         pid = pending.pop()
         if pid in found:
             continue
-        try:
-            threads = os.listdir(f"/proc/{pid}/task")
-        except OSError:
+        children = direct_children(pid)
+        if children is None:
             continue
         found.add(pid)
-        for thread in threads:
-            try:
-                with open(f"/proc/{pid}/task/{thread}/children", "rb") as children:
-                    pending += [int(child) for child in children.read().split()]
-            except (OSError, ValueError):
-                continue
+        pending += children
     return sorted(found)
+
+
+def direct_children(pid: int) -> list[int] | None:
+    """The children of `pid` (those of each of its threads, /proc/PID/task/TID/children); None when
+    `pid` is gone."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    found = []
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children", "rb") as children:
+                found += [int(child) for child in children.read().split()]
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 PARENT_PID, SESSION_ID = 1, 3  # fields of /proc/PID/stat after the command's ")"

@@ -69,10 +69,10 @@ from harness.sandbox.protocol import (
     encode,
 )
 from harness.sandbox.resources import (
-    PARENT_PID,
     ResourceWatch,
     WatchedDirectories,
-    processes_where,
+    child_processes,
+    direct_children,
     tree_bytes,
 )
 from harness.sandbox.workspace import (
@@ -404,33 +404,19 @@ class ChildProcess:
 
     def processes(self) -> list[int]:
         """The child and every process descended from it (in a pid namespace, every process of
-        the sandbox: orphans are reparented to its init; a new session or process group does not
-        leave the tree), from the parent pids in /proc."""
+        the sandbox: orphans are reparented to its init), and without one every process of its
+        session too (`resources.child_processes`: a new process group does not leave the tree, an
+        orphan in the child's session does not leave the session)."""
         if self.proc is None:
             return []
-        children: dict[int, list[int]] = {}
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                    fields = stat.read().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-        tree, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
-            tree.append(pid)
-            todo += children.get(pid, [])
-        return tree
+        return child_processes(self.proc.pid, whole_session=not self.level.full)
 
     def _init_pids(self) -> list[int]:
         """`unshare` and the init it forked (the pid namespace's pid 1): the first two levels of
         the child's tree under full isolation."""
         if self.proc is None:
             return []
-        return [self.proc.pid, *processes_where(PARENT_PID, self.proc.pid)]
+        return [self.proc.pid, *(direct_children(self.proc.pid) or [])]
 
     def stop(self) -> None:
         """SIGSTOP every process of the child (its threads with it), again until no new one
