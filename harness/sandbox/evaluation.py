@@ -615,12 +615,13 @@ class Evaluator:
         The warm-up runs on the check's inputs (the candidate has seen them; warm-up outputs are
         not checked); a later pass (`later`, `time_again`: `WARMUP_AGAIN`) in benchmark mode warms
         up on the run's timed inputs instead, which its child holds from the first pass, so that
-        nothing is handed over again (the candidate timed them there). Every timed output is checked against the reference of its seed, in every
-        mode. Benchmark mode times every call on the run's secret seed for the shape
-        (`Calibrator.timed_seed`: so that nothing the candidate computed at import or in its check
-        helps, and the reference of those calls is computed once per run), its inputs handed over
-        once, at the first timed call; leaderboard mode draws a fresh seed per call, and hands
-        over each call's inputs when the child asks for that call."""
+        nothing is handed over again (the candidate timed them there). Every timed output is
+        checked against the reference of its seed, in every mode. Benchmark mode times every call
+        on the run's secret seed for the shape (`Calibrator.timed_seed`: so that nothing the
+        candidate computed at import or in its check helps, and the reference of those calls is
+        computed once per run), its inputs handed over once, at the first timed call; leaderboard
+        mode draws a fresh seed per call, and hands over each call's inputs when the child asks
+        for that call."""
         leaderboard = self.mode == "leaderboard"
         run_seed = self._calibrator().timed_seed(shape)
         seeds: dict[int, int] = {}
