@@ -274,7 +274,10 @@ def test_a_duplicate_is_never_evaluated_and_an_all_failed_experiment_fails(store
     assert result.returncode == 0, result.stderr
     experiment_id = int(result.stdout.splitlines()[0].split()[1])
     steps = experiment_steps(db, experiment_id, "status, child_id")
-    assert sorted(status for status, _ in steps) == ["duplicate", "pass"]
+    assert sorted(status for status, _ in steps) == ["duplicate", "pass"], (
+        rows(db, "select status, reason from experiments where id = ?", experiment_id),
+        result.stdout[-3000:],
+    )
     (child,) = {child for _, child in steps}  # both proposed the same bytes: one child
     assert rows(db, "select mode from runs where revision_id = ? order by mode", child) == [
         ("benchmark",),
