@@ -215,20 +215,19 @@ def install(ledger: Ledger) -> None:
 
     supervisor.ChildProcess.wait_ready = wait_ready
 
-    original_run_shape = evaluation.Evaluator.run_shape
+    def locate(name: str) -> None:
+        """The shape an Evaluator method works on (its first pass, or a later one) becomes the
+        ledger's `current_where`."""
+        original = getattr(evaluation.Evaluator, name)
 
-    def run_shape(evaluator, index):
-        ledger.current_where = f"{evaluator.evaluation.shape_set}[{index}]"
-        return original_run_shape(evaluator, index)
+        def located(evaluator, index):
+            ledger.current_where = f"{evaluator.evaluation.shape_set}[{index}]"
+            return original(evaluator, index)
 
-    evaluation.Evaluator.run_shape = run_shape
-    original_time_again = evaluation.Evaluator.time_again
+        setattr(evaluation.Evaluator, name, located)
 
-    def time_again(evaluator, index):
-        ledger.current_where = f"{evaluator.evaluation.shape_set}[{index}]"
-        return original_time_again(evaluator, index)
-
-    evaluation.Evaluator.time_again = time_again
+    locate("run_shape")
+    locate("time_again")
     ledger.current_where = ""
 
     ledger.instrument(supervisor.ChildProcess, "check", on_check)

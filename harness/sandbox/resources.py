@@ -72,11 +72,11 @@ def direct_children(pid: int) -> list[int] | None:
     return found
 
 
-PARENT_PID, SESSION_ID = 1, 3  # fields of /proc/PID/stat after the command's ")"
+SESSION_ID = 3  # a field of /proc/PID/stat after the command's ")"
 
 
 def processes_where(field: int, value: int) -> list[int]:
-    """The processes whose /proc stat `field` (PARENT_PID, SESSION_ID) is `value`."""
+    """The processes whose /proc stat `field` (SESSION_ID) is `value`."""
     found = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
