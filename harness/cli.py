@@ -1,7 +1,9 @@
 """Thin typer commands: parse options, call one function, print. No logic lives here.
 
 Each concern keeps its commands in its own section below; `main` turns a `HarnessError` or a
-usage error into one line on stderr and exit code 2.
+usage error into one line on stderr and exit code 2. Text from a candidate or its registration
+(names, messages, reasons, code) is printed with its control characters escaped
+(harness.report.text); JSON escapes them itself.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ FormatOption = Annotated[DataFormat, typer.Option("--format", help="table (for p
 EXIT_REVISION_FAILED = 1
 # Leaderboard statuses that fail the tournament's exit code (not `unsupported`, `not_run`, `flagged`).
 FAILED_STATUSES = ("wrong_answer", "compile_error", "runtime_error", "timeout", "crashed")
+
+
+def _escaped(text: str, *, block: bool = False) -> str:
+    from harness.report.text import escape_controls
+
+    return escape_controls(text, block=block)
 
 
 def _print_json(text: str) -> None:
@@ -145,10 +153,11 @@ def register(
             author=author,
             task=task,
         )
-        print(outcome.describe())
+        print(_escaped(outcome.describe()))
         if outcome.created and outcome.revision.flags:
             error = outcome.revision.syntax_error
-            print(f"  flags: {', '.join(outcome.revision.flags)}" + (f" ({error})" if error else ""))
+            flags = ", ".join(outcome.revision.flags) + (f" ({error})" if error else "")
+            print(f"  flags: {_escaped(flags)}")
 
 
 @app.command()
@@ -168,7 +177,7 @@ def seed(
     seeds = read_seeds(manifest or CANDIDATES_DIR / "manifest.yml")
     with open_store(db) as store, store.session() as session:
         outcomes = register_seeds(session, seeds)
-        lines = [outcome.describe() for outcome in outcomes]
+        lines = [_escaped(outcome.describe()) for outcome in outcomes]
     print("\n".join(lines))
     created = sum(outcome.created for outcome in outcomes)
     if created:
@@ -212,7 +221,7 @@ def list_revisions_command(
                 f"{revision.created_at:%Y-%m-%d %H:%M}",
                 ", ".join(revision.flags),
             )
-            table.add_row(*(Text(str(cell)) for cell in cells))
+            table.add_row(*(Text(_escaped(str(cell))) for cell in cells))
             records.append(revision_record(revision))
     if output_format == "json":
         _print_json(json.dumps(records, indent=2))
@@ -232,7 +241,8 @@ def show(
     db: DbOption = None,
 ) -> None:
     """Show one revision: its metadata, flags, its stored results (status, score, reason per
-    shape), then its code."""
+    shape), then its code (control characters escaped, line breaks and tabs kept; bytes that
+    are not UTF-8 as `\\xNN`)."""
     import json
 
     from harness.report.evaluations import render_runs, revision_record, run_report
@@ -260,7 +270,7 @@ def show(
             **({"syntax error": revision.syntax_error} if revision.syntax_error else {}),
             "message": revision.message,
         }
-        header = f"submission {revision.id}: {label}"
+        header = _escaped(f"submission {revision.id}: {label}")
         record = {
             **revision_record(revision, full=True),
             "results": [report.model_dump(mode="json") for report in reports],
@@ -269,12 +279,13 @@ def show(
     if output_format == "json":
         _print_json(json.dumps(record, indent=2))
         return
-    lines = [header] + [f"{name + ':':<12} {value}" for name, value in fields.items()]
+    lines = [header] + [f"{name + ':':<12} {_escaped(str(value))}" for name, value in fields.items()]
     lines.append(render_runs(reports))
-    lines.append(f"--- {fields['file']} ({len(code)} bytes) ---")
+    lines.append(f"--- {_escaped(fields['file'])} ({len(code)} bytes) ---")
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
-    sys.stdout.buffer.write(code)
+    text = code.decode("utf-8", errors="backslashreplace")
+    sys.stdout.buffer.write(_escaped(text, block=True).encode("utf-8"))
     sys.stdout.buffer.flush()
 
 
@@ -351,7 +362,7 @@ def bench(
             force=force,
             rule=rule,
             environment=environment,
-            progress=lambda line: typer.echo(line, err=True),
+            progress=lambda line: typer.echo(_escaped(line), err=True),
         )
     if output_format == "json":
         _print_json(bench_json(benched))
@@ -378,11 +389,13 @@ def _write_report(text: str, out: Path | None) -> None:
 
 
 def _print_exact(text: str, *, page: bool = False) -> None:
-    """Write text byte for byte (UTF-8, no markup, no wrapping) and a final newline (the diff
-    text ends without one). On a terminal, diff lines are coloured, and with `page` a text
-    longer than the screen goes through the pager (rich's: $PAGER, else `less -R`)."""
+    """Write text byte for byte (UTF-8, no markup, no wrapping; control characters escaped, line
+    breaks and tabs kept) and a final newline (the diff text ends without one). On a terminal,
+    diff lines are coloured, and with `page` a text longer than the screen goes through the
+    pager (rich's: $PAGER, else `less -R`)."""
     from harness.report.terminal import stdout_is_terminal
 
+    text = _escaped(text, block=True)
     if not stdout_is_terminal():
         sys.stdout.buffer.write(text.encode("utf-8") + b"\n")
         sys.stdout.flush()
@@ -709,7 +722,7 @@ def _run_experiment_live(store, experiment_id: int, run_experiment) -> str:
     from harness.report.terminal import stdout_is_terminal
 
     if not stdout_is_terminal():
-        return run_experiment(store, experiment_id, report=print)
+        return run_experiment(store, experiment_id, report=lambda line: print(_escaped(line)))
     console = Console(highlight=False)
     from harness.evolve.experiment import ExperimentSettings, get_experiment
     from harness.evolve.live import LiveEvents
@@ -797,7 +810,7 @@ def main() -> None:
         # Without standalone mode, typer returns an exit code (130 after Ctrl-C) instead of exiting.
         code = app(standalone_mode=False)
     except HarnessError as exc:
-        print(f"error: {str(exc).strip()}", file=sys.stderr)
+        print(f"error: {_escaped(str(exc).strip(), block=True)}", file=sys.stderr)
         sys.exit(2)
     except Exit as exc:
         sys.exit(exc.exit_code)
@@ -807,7 +820,7 @@ def main() -> None:
     except TyperException as exc:
         message = exc.format_message().strip().replace("Value error, ", "")
         if message:  # an empty message follows the help text printed for a bare `harness`
-            print(f"error: {message}", file=sys.stderr)
+            print(f"error: {_escaped(message, block=True)}", file=sys.stderr)
         sys.exit(2)
     if isinstance(code, int) and code:
         if code == 130:

@@ -13,6 +13,7 @@ from rich.text import Text
 from typing_extensions import Self
 
 from harness.evolve.experiment import ExperimentEvents
+from harness.report.text import escape_controls
 
 
 class LiveEvents(ExperimentEvents):
@@ -38,12 +39,12 @@ class LiveEvents(ExperimentEvents):
             table.add_row(
                 Text(f"generation {generation}/{self.total}", style="bold"),
                 Text(f"{now - since:5.0f} s", style="dim"),
-                Text(state),
+                Text(escape_controls(state)),
             )
         return table
 
     def note(self, line: str) -> None:
-        self.live.console.print(Text(line))
+        self.live.console.print(Text(escape_controls(line)))
 
     def step(self, generation: int, state: str) -> None:
         with self.lock:
@@ -59,4 +60,4 @@ class LiveEvents(ExperimentEvents):
     def landed(self, generation: int, line: str) -> None:
         with self.lock:
             self.in_flight.pop(generation, None)
-        self.live.console.print(Text(f"generation {generation}/{self.total}: {line}"))
+        self.live.console.print(Text(f"generation {generation}/{self.total}: {escape_controls(line)}"))

@@ -24,6 +24,13 @@ The context every template gets (built by `prompt_context`):
 - `leaderboard`: the top ranked entries (rank, submission_id, lineage, revision, author,
   score_ms, speedup).
 Filters: `ms` and `speedup` format numbers as the reports do.
+
+Every `{{ ... }}` is shown with its control characters escaped (harness.report.text, the way
+that keeps line breaks and tabs): the code, a reason, a name or a message from a candidate reaches
+the agent (and `harness prompt render`'s terminal) as text, with no escape sequence, no carriage
+return that hides a line and no bidi override that makes a line read differently from what it
+holds. Code with such a character is shown with its escape, so an edit that quotes that line
+does not match the file and fails loudly.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from harness.report.leaderboard import (
     shape_key,
     shape_label,
 )
+from harness.report.text import escape_template_value
 from harness.store.models import Revision, Run
 from harness.store.revisions import revision_code
 from harness.tasks import load_task
@@ -115,6 +123,7 @@ def _environment(prompts_dir: Path) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=escape_template_value,
     )
     environment.filters.update(ms=format_ms, speedup=format_speedup)
     return environment

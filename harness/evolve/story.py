@@ -1,5 +1,8 @@
 """Reading experiments back: the list (`harness experiments`) and one experiment's story, step by
-step (`harness experiments show ID`), from the rows the loop wrote."""
+step (`harness experiments show ID`), from the rows the loop wrote. What a proposer replied or
+wrote to stderr, the prompts (a candidate's code and errors) and the names are shown with their
+control characters escaped (harness.report.text): in the table all of them, in the story all but
+line breaks and tabs."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from harness.evolve.experiment import ExperimentSettings, describe_outcome, get_experiment, steps_window
 from harness.report.leaderboard import format_ms
+from harness.report.text import escape_controls
 from harness.store.models import Experiment, ExperimentStep
 
 PREVIEW_LINES = 6
@@ -93,7 +97,7 @@ def experiments_table(summaries: list[ExperimentSummary]) -> Table:
             summary.status,
             summary.started_at,
         )
-        table.add_row(*(Text(str(cell)) for cell in cells))
+        table.add_row(*(Text(escape_controls(str(cell))) for cell in cells))
     return table
 
 
@@ -131,7 +135,7 @@ def render_story(session: Session, experiment_id: int, *, full: bool = False) ->
     for step in experiment.steps:
         lines.append("")
         lines.extend(_step_lines(step, full=full))
-    return "\n".join(lines)
+    return escape_controls("\n".join(lines), block=True)
 
 
 def _step_lines(step: ExperimentStep, *, full: bool) -> list[str]:

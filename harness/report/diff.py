@@ -39,6 +39,11 @@ the end. A run of 1 reads `⋯ 1 unchanged line`. Two identical files give a sin
 
 The text ends without a final newline, and whitespace at its very end is trimmed (seed 000 ends
 with a bare `-`: the removed empty last line of a file that lost its final newline).
+
+The rendered text shows control characters as escapes (harness.report.text, the way that keeps
+tabs and CRLF line ends): code with an ESC, a lone CR or a bidi override reads `\x1b`, `\r`,
+`\u202e` in the diff, where a terminal would act on them. Ordinary text, the seeds' included,
+is unchanged byte for byte; the lines are compared as they are in the files.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from typing import Literal
 import myers
 
 from harness.errors import HarnessError
+from harness.report.text import escape_controls
 
 CONTEXT_LINES = 3
 
@@ -233,7 +239,7 @@ def format_diff_line(line: DiffLine) -> str:
 def render_diff(old: bytes | None, new: bytes, submission_id: int) -> str:
     """The seeds' text: `submission <id>`, an empty line, the collapsed Myers diff.
 
-    No final newline; whitespace at the very end is trimmed.
+    No final newline; whitespace at the very end is trimmed; control characters escaped.
     """
     body = [format_diff_line(line) for line in diff_lines(old, new)]
-    return "\n".join([f"submission {submission_id}", "", *body]).rstrip()
+    return escape_controls("\n".join([f"submission {submission_id}", "", *body]).rstrip(), block=True)

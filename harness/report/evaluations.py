@@ -3,6 +3,8 @@ fit the width they are given, and the `--format json` models (`RunReport`, `Shap
 
 A reason is never squeezed into a table column: the tables hold the short facts (status, the
 per-shape figures) and each reason follows as one line of its own, wrapped by the terminal.
+Names and reasons from the store are shown with their control characters escaped (a reason's
+line breaks too: it stays one line), harness.report.text.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rich.text import Text
 
 from harness.report.leaderboard import format_ms, format_speedup
 from harness.report.terminal import plain_table
+from harness.report.text import escape_controls
 from harness.sandbox.devices import default_shape_set
 from harness.verdicts import VERDICT_WORDS, VERDICTS
 
@@ -144,8 +147,8 @@ def _shape_lines(run: Run) -> str:
 
 
 def _reason_line(submission_id: int, label: str, reason: str) -> Text:
-    line = Text(f"{submission_id} {label}: ", style="bold")
-    line.append(reason)
+    line = Text(f"{submission_id} {escape_controls(label)}: ", style="bold")
+    line.append(escape_controls(reason))
     return line
 
 
@@ -163,13 +166,13 @@ def render_checks(checked: list[PlannedRevision]) -> Group:
         if run is None:
             what = item.busy_with if item.failed else f"claimed by {item.busy_with}"
             status = Text("no result", "magenta") if item.failed else Text("busy")
-            table.add_row(str(item.revision_id), Text(item.label), status, "")
+            table.add_row(str(item.revision_id), Text(escape_controls(item.label)), status, "")
             reasons.append(_reason_line(item.revision_id, item.label, what))
             continue
         status = Text(run.status or "", STATUS_STYLE.get(run.status or "", "magenta"))
         if item.reused:
             status.append(" (stored)")
-        table.add_row(str(item.revision_id), Text(item.label), status, _shape_lines(run))
+        table.add_row(str(item.revision_id), Text(escape_controls(item.label)), status, _shape_lines(run))
         reason = run.reason or verdict_reason(run)
         if reason:
             reasons.append(_reason_line(item.revision_id, item.label, reason))
@@ -217,13 +220,15 @@ def shape_keys(run: Run) -> list[str]:
 def bench_heading(item: PlannedRevision) -> Text:
     """`12 conv2d_x r2: pass; score 1.234 ms; ...`: status, score and comparisons."""
     run = item.run
-    title = f"{item.revision_id} {item.label}" + (" (reference)" if item.is_reference else "")
+    title = f"{item.revision_id} {escape_controls(item.label)}" + (
+        " (reference)" if item.is_reference else ""
+    )
     if run is None:
         what = item.busy_with if item.failed else f"busy, claimed by {item.busy_with}"
         return Text(f"{title}: {what}")
     facts = [run.status or ""]
     if run.reason:
-        facts.append(run.reason)
+        facts.append(escape_controls(run.reason))
     if run.score_ms is not None:
         facts.append(f"score {format_ms(run.score_ms)} ms")
         warmup_s = sum(shape.check.get("timing", {}).get("compile_s", 0.0) for shape in run.shapes)
@@ -233,7 +238,7 @@ def bench_heading(item: PlannedRevision) -> Text:
     if item.vs_parent is not None:
         facts.append(f"vs parent: {item.vs_parent}")
     if item.flags:
-        facts.append(f"flags: {', '.join(item.flags)}")
+        facts.append(f"flags: {escape_controls(', '.join(item.flags))}")
     if item.reused:
         facts.append("stored result")
     heading = Text(f"{title}: ")
@@ -329,16 +334,16 @@ def revision_record(revision: Revision, *, full: bool = False) -> dict[str, Any]
 
 def render_runs(reports: list[RunReport]) -> str:
     """`harness show`'s results: per stored run (mode, device), status, score and reason, then
-    each shape's status and reason."""
+    each shape's status and reason (control characters escaped, one line each)."""
     if not reports:
         return "results:    none yet (`harness test ID` checks it)"
     lines = ["results:"]
     for report in reports:
         score = f", {format_ms(report.score_ms)} ms" if report.score_ms is not None else ""
-        reason = f": {report.reason}" if report.reason else ""
+        reason = f": {escape_controls(report.reason)}" if report.reason else ""
         lines.append(f"  {report.mode} on {report.device}: {report.status}{score}{reason}")
         for shape in report.shapes:
             timing = f" {format_ms(shape.mean_ms)} ms" if shape.mean_ms is not None else ""
-            why = f": {shape.reason}" if shape.reason and shape.status != "pass" else ""
+            why = f": {escape_controls(shape.reason)}" if shape.reason and shape.status != "pass" else ""
             lines.append(f"    {shape.set}[{shape.index}] {shape.status}{timing}{why}")
     return "\n".join(lines)

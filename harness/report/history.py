@@ -2,7 +2,9 @@
 status, score and comparison with its parent, in submission order or best first.
 
 Plain text, written as is: the diffs keep the exact bytes of the code lines (trailing blanks,
-tabs, non-ASCII), so nothing here wraps or styles them.
+tabs, non-ASCII), so nothing here wraps or styles them. Control characters are escaped
+(harness.report.text): in a diff as `render_diff` does, in a header line all of them, line
+breaks too, so that a reason, a name or an author stays on its line.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from harness.report.leaderboard import (
     format_ms,
     format_speedup,
 )
+from harness.report.text import escape_controls
 from harness.scoring import SAME
 from harness.store.revisions import get_revision, list_revisions, revision_code
 from harness.verdicts import VERDICT_WORDS, VerdictName
@@ -104,7 +107,7 @@ def history_header(entry: LeaderboardEntry) -> str:
     parts.append(f"{entry.lineage} r{entry.revision}")
     if entry.author:
         parts.append(entry.author)
-    return "== " + " · ".join(parts)
+    return "== " + escape_controls(" · ".join(parts))
 
 
 def render_history(items: list[HistoryItem]) -> str:

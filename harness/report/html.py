@@ -47,6 +47,7 @@ from harness.report.leaderboard import (
     verdict_notes,
 )
 from harness.report.terminal import render_text
+from harness.report.text import escape_controls, escape_template_value
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -59,7 +60,8 @@ PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F
 
 @lru_cache(maxsize=1)
 def template_environment() -> jinja2.Environment:
-    """Templates under harness/report/templates; HTML and SVG autoescaped, markdown not."""
+    """Templates under harness/report/templates; HTML and SVG autoescaped, markdown not; every
+    `{{ ... }}` shown with its control characters escaped (harness.report.text)."""
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
         autoescape=jinja2.select_autoescape(
@@ -69,6 +71,7 @@ def template_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=escape_template_value,
     )
     environment.filters.update(
         ms=format_ms,
@@ -89,8 +92,9 @@ def template_environment() -> jinja2.Environment:
 
 def _markdown_cell(text: str) -> str:
     """Text (a candidate's reason, a name) as one markdown table cell: HTML-significant characters
-    as entities (markdown passes raw HTML through), pipes and line breaks unable to end the cell."""
-    text = html.escape(str(text), quote=False)
+    as entities (markdown passes raw HTML through), pipes and line breaks unable to end the cell,
+    control characters escaped."""
+    text = html.escape(escape_controls(str(text), block=True), quote=False)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 

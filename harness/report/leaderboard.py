@@ -47,6 +47,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
 from harness.report.terminal import plain_table
+from harness.report.text import escape_controls
 from harness.scoring import (
     BlockSpread,
     block_means,
@@ -541,18 +542,22 @@ def leaderboard_renderable(
     The ranked table shows rank, id, lineage and revision, score, speedup, the comparison with
     the parent and both verdicts; `wide` adds the author, a column per benchmark shape, the
     accuracy figures and the flags (None: wide when that table fits in `width`). Text from the
-    store goes in as `Text`, so that brackets in a reason are not read as markup."""
+    store goes in as `Text`, so that brackets in a reason are not read as markup, with its
+    control characters escaped (harness.report.text)."""
     if wide is None:
         wide = width is not None and _table_width(_ranked_table(board, wide=True)) <= width
     title = board_title(board)
-    parts: list[Table | Text] = [Text(title)]
+    parts: list[Table | Text] = [Text(escape_controls(title))]
     if board.ranked():
         parts.append(_ranked_table(board, wide=wide, width=width))
     else:
         parts.append(Text("no revision has a score here yet"))
     for entry, label, reason in verdict_notes(board):
         parts.append(
-            Text(f"submission {entry.submission_id} ({lineage_label(board, entry)}) fails {label}: {reason}")
+            Text(
+                f"submission {entry.submission_id} ({escape_controls(lineage_label(board, entry))}) "
+                f"fails {label}: {escape_controls(reason)}"
+            )
         )
     if board.unranked():
         parts.append(Text("\nnot ranked:"))
@@ -570,11 +575,11 @@ def leaderboard_renderable(
         for entry in board.unranked():
             unranked.add_row(
                 str(entry.submission_id),
-                Text(lineage_label(board, entry)),
+                Text(escape_controls(lineage_label(board, entry))),
                 Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
                 _verdicts_text(entry.verdicts),
-                *([Text(entry.author)] if wide else []),
-                Text(entry.reason),
+                *([Text(escape_controls(entry.author))] if wide else []),
+                Text(escape_controls(entry.reason)),
             )
         parts.append(unranked)
     return Group(*parts)
@@ -593,7 +598,9 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -
     ranked.add_column("rank", justify="right", no_wrap=True)
     ranked.add_column("id", justify="right", no_wrap=True)
     # Wide enough for every `lineage rN`, so that narrow terminals wrap other columns first.
-    names = max((len(f"{entry.lineage} r{entry.revision}") for entry in board.ranked()), default=8)
+    names = max(
+        (len(escape_controls(f"{entry.lineage} r{entry.revision}")) for entry in board.ranked()), default=8
+    )
     ranked.add_column("revision", overflow="fold", min_width=min(names, 30))
     if wide:
         ranked.add_column("author", overflow="fold")
@@ -614,8 +621,8 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -
         ranked.add_row(
             str(entry.rank),
             str(entry.submission_id),
-            Text(lineage_label(board, entry)),
-            *([Text(entry.author)] if wide else []),
+            Text(escape_controls(lineage_label(board, entry))),
+            *([Text(escape_controls(entry.author))] if wide else []),
             format_ms(entry.score_ms),
             *[format_timing(timings.get(shape_key(shape))) for shape in shapes],
             format_speedup(entry.speedup_vs_reference),
@@ -624,7 +631,7 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -
             *(
                 [
                     f"{format_figure(entry.accuracy.rel_l2)}/{format_figure(entry.accuracy.max_err_over_scale)}",
-                    Text(", ".join(entry.flags)),
+                    Text(escape_controls(", ".join(entry.flags))),
                 ]
                 if wide
                 else []

@@ -1,7 +1,8 @@
 """A rich progress bar for the tournament: one bar per phase (revisions or revision x shape steps),
 with elapsed and remaining time, and what is going on now: how many revisions are building (their
 children start and import them), how many are being checked (side by side in the test phase), and
-which one is timed (one at a time); on stderr so that stdout keeps only the results."""
+which one is timed (one at a time); on stderr so that stdout keeps only the results. Revision
+labels and step descriptions are shown with their control characters escaped."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from rich.progress import (
 from typing_extensions import Self
 
 from harness.plan.tournament import PhaseResult, TournamentProgress
+from harness.report.text import escape_controls
 
 
 def phase_summary(phase: PhaseResult) -> str:
@@ -69,6 +71,7 @@ class RichTournamentProgress(TournamentProgress):
         self.current = self.progress.add_task("", total=steps, phase=phase, now="")
 
     def step(self, description: str, advance: int = 1) -> None:
+        description = escape_controls(description)
         if self.current is not None:
             self.progress.update(self.current, advance=advance, description=description)
             if not self.progress.console.is_terminal:  # a log file gets one line per step instead
@@ -76,6 +79,7 @@ class RichTournamentProgress(TournamentProgress):
                 self.progress.console.print(f"{phase}: {description}", highlight=False, markup=False)
 
     def activity(self, label: str, activity: str) -> None:
+        label = escape_controls(label)
         if activity == "done":
             self.activities.pop(label, None)
         else:

@@ -5,6 +5,9 @@
 - A terminal gets colour; a pipe or a file gets plain text: no escape codes, no trailing blanks.
 - Tables are drawn in one plain style (`plain_table`): a rule under the header, no frame, so that
   more columns fit in 80.
+- Text from a candidate or its registration goes in escaped (harness.report.text), so that it
+  lays out at the width it is shown at; `render_text` escapes whatever control character is
+  still in the text it prints as well (the colour codes come from the styles and stay).
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ import shutil
 import sys
 
 from rich import box
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
+
+from harness.report.text import escape_controls, has_controls
 
 UNBOUNDED_WIDTH = 1000  # a pipe without COLUMNS: as wide as the widest row needs
 TRAILING_BLANKS = re.compile(r"(?:\s|\x1b\[[0-9;]*m)+$")  # blanks at the end, among any colour codes
@@ -57,9 +63,25 @@ def render_text(renderable: RenderableType, *, width: int | None = None, color: 
         highlight=False,
         emoji=False,
     )
-    console.print(renderable)
+    console.print(ControlsEscaped(renderable))
     lines = buffer.getvalue().splitlines()
     return "".join(_without_trailing_blanks(line) + "\n" for line in lines)
+
+
+class ControlsEscaped:
+    """A renderable printed with the control characters of its text escaped: the last guard
+    before the terminal, after layout (text escaped before it, as every caller does, keeps
+    the columns aligned). Control segments (cursor moves of a live display) are rich's own."""
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for segment in console.render(self.renderable, options):
+            if segment.control or not has_controls(segment.text, block=True):
+                yield segment
+            else:
+                yield Segment(escape_controls(segment.text, block=True), segment.style)
 
 
 def _without_trailing_blanks(line: str) -> str:
@@ -80,9 +102,9 @@ DIFF_LINE_STYLES = (("+ ", "green"), ("- ", "red"), ("== ", "bold"), ("submissio
 
 def colored_diff(text: str) -> Text:
     """A diff or history text for a terminal: added lines green, removed red, headers bold.
-    The characters are the text's own (no markup is read from it)."""
+    The characters are the text's own (no markup is read from it), control characters escaped."""
     colored = Text()
-    for number, line in enumerate(text.split("\n")):
+    for number, line in enumerate(escape_controls(text, block=True).split("\n")):
         if number:
             colored.append("\n")
         style = next((style for prefix, style in DIFF_LINE_STYLES if line.startswith(prefix)), "")
