@@ -74,6 +74,9 @@ def _escaped(text: str, *, block: bool = False) -> str:
 
 
 def _print_json(text: str) -> None:
+    from harness.report.text import escape_json_controls
+
+    text = escape_json_controls(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 

@@ -47,7 +47,7 @@ from harness.report.leaderboard import (
     verdict_notes,
 )
 from harness.report.terminal import render_text
-from harness.report.text import escape_controls, escape_template_value
+from harness.report.text import escape_controls, escape_json_controls, escape_template_value
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -347,7 +347,7 @@ def render_leaderboard(
     (None: unbounded) and `wide` (the per-shape columns; None: when they fit) apply to the
     table (ANSI colours for a terminal, plain text without trailing blanks otherwise)."""
     if fmt == "json":
-        return board.model_dump_json(indent=2) + "\n"
+        return escape_json_controls(board.model_dump_json(indent=2)) + "\n"
     if fmt == "markdown":
         return render_markdown(board)
     if fmt == "html":

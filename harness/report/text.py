@@ -22,8 +22,9 @@ diff format keeps it); any other CR is escaped there too. Ordinary text (printab
 spaces, and in a block newlines and tabs) comes back unchanged, and escaping twice changes
 nothing more than escaping once.
 
-JSON output needs none of this: `json.dumps` and pydantic write every control character as a
-`\\u` escape already.
+JSON keeps the text as it is, escaped the JSON way: `json.dumps` writes every such character as a
+`\\u` escape, and `escape_json_controls` does it for what pydantic's `model_dump_json` leaves raw
+(C1 controls, format characters).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def _character_class(exclude: str = "") -> str:
 
 _IN_LINE = re.compile(_character_class())
 _IN_BLOCK = re.compile("\r(?!\n)|" + _character_class(_KEPT_IN_BLOCK + "\r"))
+_IN_JSON = re.compile(_character_class("\t\n\r"))  # JSON's whitespace; never raw inside a string
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
@@ -116,3 +118,19 @@ def escape_template_value(value: object) -> object:
     if isinstance(value, str):
         return escape_controls(value, block=True)
     return escape_controls(str(value), block=True)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def escape_json_controls(text: str) -> str:
+    """JSON text with every control, format and separator character inside its strings written
+    as a `\\u` escape: `json.dumps` does that by default, pydantic's `model_dump_json` only for
+    C0 controls (it writes C1 controls and bidi overrides as they are). Outside strings JSON
+    holds only ASCII, so the escapes land in strings, and the parsed values are unchanged."""
+    return _IN_JSON.sub(_json_escape, text)
