@@ -244,8 +244,7 @@ def show(
     db: DbOption = None,
 ) -> None:
     """Show one revision: its metadata, flags, its stored results (status, score, reason per
-    shape), then its code (control characters escaped, line breaks and tabs kept; bytes that
-    are not UTF-8 as `\\xNN`)."""
+    shape), then its code (control characters escaped, line breaks and tabs kept)."""
     import json
 
     from harness.report.evaluations import render_runs, revision_record, run_report
