@@ -172,7 +172,9 @@ def test_every_control_and_format_character_of_this_python_is_escaped():
 
 
 def test_the_seeds_diff_format_is_unchanged_for_ordinary_text():
-    assert render_diff(b"keep\n", b"keep\nadded  \t\nend\n", 2) == "submission 2\n\n  keep\n+ added  \t\n+ end"
+    assert (
+        render_diff(b"keep\n", b"keep\nadded  \t\nend\n", 2) == "submission 2\n\n  keep\n+ added  \t\n+ end"
+    )
     assert render_diff(b"a\r\nb\r\n", b"a\r\nB\r\n", 3) == "submission 3\n\n  a\r\n- b\r\n+ B"
     hostile = render_diff(b"x\n", f"x\ny = 1\r# comment {ESC}[2J\n".encode(), 4)
     assert hostile == "submission 4\n\n  x\n+ y = 1\\r# comment \\x1b[2J"
