@@ -691,7 +691,7 @@ class Worker:
 # --- entry points ---------------------------------------------------------------------------
 
 
-def probe(scratch: str, cuda: bool) -> int:
+def probe(scratch: str, cuda: bool, host_ipc: int | None = None) -> int:
     """Try the full isolation inside the namespaces the caller made: hide one directory, keep one
     writable, remount the rest read-only, fork an init, lock, and with `cuda` run a CUDA kernel.
     Prints "ok" when all of it works."""
@@ -708,6 +708,8 @@ def probe(scratch: str, cuda: bool) -> int:
         problems.append("hidden directory still visible")
     if _libc().umount2(str(hidden).encode(), 0) == 0:
         problems.append("hiding mount could be undone")
+    if host_ipc is not None and os.stat("/proc/self/ns/ipc").st_ino == host_ipc:
+        problems.append("the IPC namespace is the parent's")
     if cuda:
         try:
             import torch
@@ -729,9 +731,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inputs-fd", type=int)  # the parent's memfd the inputs come in (transfer.py)
     parser.add_argument("--probe", metavar="SCRATCH_DIR")
     parser.add_argument("--probe-cuda", action="store_true")
+    parser.add_argument("--probe-ipc", type=int)  # the parent's IPC namespace (inode)
     args = parser.parse_args(argv)
     if args.probe:
-        return probe(args.probe, args.probe_cuda)
+        return probe(args.probe, args.probe_cuda, args.probe_ipc)
     shared_fds = [fd for fd in (args.output_fd, args.inputs_fd) if fd is not None]
     worker_fds = [args.request_fd, args.reply_fd, *shared_fds]
     for fd in worker_fds + ([args.status_fd] if args.status_fd is not None else []):
