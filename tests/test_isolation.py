@@ -185,3 +185,21 @@ def test_a_stopped_child_runs_nothing_until_resumed_and_leaves_nothing_behind():
     while _processes_named("session-spinner") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_named("session-spinner") == []
+
+
+# --- item 8: a private /dev -------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not LEVEL.full, reason=f"no mount namespace at isolation level {LEVEL.name}")
+def test_the_candidate_sees_no_terminal_console_or_host_device(run_cli, store_url):
+    ids = [
+        _register(run_cli, ADVERSARIAL / "opens_terminals.py", "terminals"),
+        _register(run_cli, REFERENCE, "ref"),
+    ]
+    done = run_cli("test", *ids, "--device", "cpu", timeout=900)
+    statuses = _statuses(store_url)
+    # the candidate fails its call naming every terminal it could open for writing and every
+    # /dev entry beyond null, zero, full, random, urandom, shm, pts, mqueue and the fd links
+    assert statuses[ids[0]][0] == "pass", statuses[ids[0]][1]
+    assert statuses[ids[1]][0] == "pass", done.stdout
+    assert "private /dev" in done.stdout

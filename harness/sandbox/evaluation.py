@@ -97,6 +97,8 @@ def describe_isolation(level: IsolationLevel, report: IsolationReport | None, cg
         facts.append("read-only file systems")
     if report.hidden:
         facts.append(f"{len(report.hidden)} directories hidden")
+    if report.private_dev:
+        facts.append("private /dev")
     if report.locked:
         facts.append("locked")
     facts += report.problems

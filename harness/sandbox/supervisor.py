@@ -45,6 +45,7 @@ from typing_extensions import Self
 from harness.config import get_settings
 from harness.errors import HarnessError
 from harness.sandbox.cgroups import ChildCgroups, make_child_cgroups
+from harness.sandbox.child import device_nodes
 from harness.sandbox.isolation import NO_ISOLATION, detect_isolation, forget_kept_isolation, level_was_kept
 from harness.sandbox.limits import SandboxLimits, resource_limits
 from harness.sandbox.pool import CHILD_POOL, ChildPool
@@ -320,6 +321,7 @@ class ChildProcess:
                 hidden=hidden_directories(self.limits),
                 private=[str(self.workdir)],
                 tmpfs_bytes=self.limits.disk_bytes,
+                devices=device_nodes(self.device == "cuda"),
                 writable=[
                     str(self.io_dir),
                     str(self.triton_cache),
