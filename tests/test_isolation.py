@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 
@@ -203,3 +205,51 @@ def test_the_candidate_sees_no_terminal_console_or_host_device(run_cli, store_ur
     assert statuses[ids[0]][0] == "pass", statuses[ids[0]][1]
     assert statuses[ids[1]][0] == "pass", done.stdout
     assert "private /dev" in done.stdout
+
+
+# --- item 6: the store hidden whatever the layout ---------------------------------------------
+
+
+@pytest.fixture
+def project_folder():
+    """A folder outside the temporary root (which the sandbox hides anyway), as ~/projects would
+    be: it holds the store and, below it, a folder the harness imports from."""
+    root = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else Path.home()
+    folder = Path(tempfile.mkdtemp(prefix="harness-project-", dir=root))
+    (folder / "site").mkdir()
+    (folder / "site" / "beside_the_store.py").write_text("")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.skipif(not LEVEL.full, reason=f"no mount namespace at isolation level {LEVEL.name}")
+def test_a_store_in_a_folder_above_what_the_child_imports_is_hidden(run_cli, project_folder):
+    url = f"sqlite:///{project_folder / 'store.sqlite'}"
+    pythonpath = os.pathsep.join([str(project_folder / "site"), os.environ.get("PYTHONPATH", "")])
+    env = {"HARNESS_DB": url, "PYTHONPATH": pythonpath}
+    ids = []
+    for path, lineage in ((ADVERSARIAL / "reads_store_beside_checkout.py", "reader"), (REFERENCE, "ref")):
+        done = run_cli("register", path, "--lineage", lineage, env=env)
+        assert done.returncode == 0, done.stderr
+        ids.append(int(done.stdout.split("submission ", 1)[1].split(":", 1)[0]))
+    (project_folder / "notes.sqlite-wal").write_bytes(b"another store's log")
+    done = run_cli("test", *ids, "--device", "cpu", env=env, timeout=900)
+    statuses = _statuses(url)
+    assert statuses[ids[0]][0] == "pass", statuses[ids[0]][1]  # it read no store file
+    assert statuses[ids[1]][0] == "pass", done.stdout
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_store_in_a_folder_the_child_must_see_is_refused_with_one_line(run_cli, project_folder):
+    if not LEVEL.full:
+        pytest.skip(f"no mount namespace at isolation level {LEVEL.name}: nothing is hidden")
+    url = f"sqlite:///{project_folder / 'store.sqlite'}"
+    pythonpath = os.pathsep.join([str(project_folder), os.environ.get("PYTHONPATH", "")])
+    env = {"HARNESS_DB": url, "PYTHONPATH": pythonpath}
+    done = run_cli("register", REFERENCE, "--lineage", "ref", env=env)
+    assert done.returncode == 0, done.stderr
+    done = run_cli("test", "1", "--device", "cpu", env=env, timeout=900)
+    assert done.returncode == 2, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot be hidden" in lines[0] and str(project_folder) in lines[0]
+    assert _statuses(url) == {}  # nothing recorded

@@ -130,6 +130,20 @@ def _mount_points() -> list[tuple[str, set[str]]]:
     return points
 
 
+def _option_flags(options: set[str]) -> int:
+    flags = 0
+    for option in options:
+        flags |= MOUNT_OPTION_FLAGS.get(option, 0)
+    return flags
+
+
+def _flags_of(path: Path, points: list[tuple[str, set[str]]]) -> int:
+    """The per-mount flags (nosuid, nodev, ...) of the mount that holds `path`: a read-only
+    remount in a user namespace must keep them."""
+    holding = [(point, options) for point, options in points if _under(path, [Path(point)])]
+    return _option_flags(max(holding, key=lambda item: len(item[0]))[1]) if holding else 0
+
+
 def _under(path: Path, roots: list[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
@@ -214,19 +228,23 @@ def isolate_filesystem(
     private: Sequence[str] = (),
     tmpfs_bytes: int = 256 * 1024**2,
     devices: list[str] | None = None,
+    visible: Sequence[str] = (),
 ) -> IsolationReport:
     """In a private mount namespace: give /dev only `devices` (`private_dev`; None keeps the
     host's, read-only), hide `hidden` under empty private tmpfs mounts, keep each `writable`
     directory writable (re-bound into a hiding tmpfs or the fresh /dev/shm where it lies under
     one), move each `private` directory's files (not its subdirectories' files) into a fresh tmpfs
     at its place, and remount every other mount read-only, keeping its nosuid/nodev/noexec/atime
-    flags. Each tmpfs holds at most `tmpfs_bytes`: writing more fails with ENOSPC. Failing to make
-    the private /dev is reported (`problems`, after the rest is done), not fatal."""
+    flags. Each `visible` directory under a hidden one (what the child needs beside a store) is
+    bound back read-only. Each tmpfs holds at most `tmpfs_bytes`: writing more fails with ENOSPC.
+    Failing to make the private /dev is reported (`problems`, after the rest is done), not fatal."""
     report = IsolationReport()
     tmpfs_options = f"size={tmpfs_bytes},mode={PRIVATE_TMPFS_MODE}".encode()
     contents = {Path(path): _directory_contents(Path(path)) for path in private}
     keep = [Path(path) for path in writable]
     handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
+    shown = {Path(path): os.open(path, os.O_PATH | os.O_DIRECTORY) for path in visible}
+    mounts_before = _mount_points()
     dev_problems = []
     fresh = []  # mounts made here that shadow the host's (their old contents out of sight)
     if devices is not None:
@@ -246,6 +264,19 @@ def isolate_filesystem(
             report.hidden.append(str(root))
         except OSError as exc:
             report.problems.append(f"could not hide {root}: {exc.strerror}")
+    for path, handle in shown.items():
+        try:
+            if _under(path, hidden_roots):
+                path.mkdir(parents=True, exist_ok=True)
+                source = Path(os.readlink(f"/proc/self/fd/{handle}"))
+                _mount(f"/proc/self/fd/{handle}".encode(), str(path), None, MS_BIND)
+                _mount(
+                    None, str(path), None, MS_REMOUNT | MS_BIND | MS_RDONLY | _flags_of(source, mounts_before)
+                )
+        except OSError as exc:
+            report.problems.append(f"could not show {path} read-only: {exc.strerror}")
+        finally:
+            os.close(handle)
     for path, handle in handles.items():
         try:
             if _under(path, hidden_roots + fresh):
@@ -274,9 +305,7 @@ def isolate_filesystem(
     for point, options in _mount_points():
         if point in skip or _under(Path(point), [Path("/proc"), *hidden_roots, *fresh]):
             continue  # ours, /proc (the pid namespace's own), or out of sight under a hiding mount
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-        for option in options:
-            flags |= MOUNT_OPTION_FLAGS.get(option, 0)
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | _option_flags(options)
         try:
             _mount(None, point, None, flags)
         except OSError as exc:
@@ -341,7 +370,9 @@ def become_init(status_fd: int, worker_fds: list[int]) -> None:
 def apply_isolation(plan: IsolationPlan, status_fd: int | None, worker_fds: list[int]) -> IsolationReport:
     report = IsolationReport()
     if plan.mount:
-        report = isolate_filesystem(plan.hidden, plan.writable, plan.private, plan.tmpfs_bytes, plan.devices)
+        report = isolate_filesystem(
+            plan.hidden, plan.writable, plan.private, plan.tmpfs_bytes, plan.devices, plan.visible
+        )
         report.namespaces.append("mount")
     if plan.pid_init and status_fd is not None:
         become_init(status_fd, worker_fds)

@@ -107,6 +107,7 @@ class IsolationPlan(Message):
     writable: list[str] = []
     private: list[str] = []
     tmpfs_bytes: int = 256 * 1024**2
+    visible: list[str] = []  # needed directories under a hidden one: bound back read-only
     devices: list[str] | None = None  # a private /dev with these host nodes (None: the host's, read-only)
 
 

@@ -84,6 +84,7 @@ from harness.sandbox.workspace import (
     make_io_dir,
     python_environment,
     remove_files_of_dead_parents,
+    visible_paths,
     warm_bytecode,
     work_root,
 )
@@ -241,6 +242,8 @@ class ChildProcess:
         """Start the child and send it `Hello`, without waiting: it goes on to import torch and the
         candidate while the parent spawns others (`wait_ready` collects its answer). The startup
         deadline runs from here."""
+        # what the child must not see, first: a store that cannot be hidden ends the command here
+        hidden = hidden_directories(self.limits) if self.level.full else []
         request_read, self.request_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
         self.output_fd = create_shared_memory("harness-timed-output")
@@ -318,7 +321,8 @@ class ChildProcess:
                 mount=True,
                 pid_init=True,
                 lock=True,
-                hidden=hidden_directories(self.limits),
+                hidden=hidden,
+                visible=visible_paths(hidden),
                 private=[str(self.workdir)],
                 tmpfs_bytes=self.limits.disk_bytes,
                 devices=device_nodes(self.device == "cuda"),
