@@ -253,3 +253,13 @@ def test_a_store_in_a_folder_the_child_must_see_is_refused_with_one_line(run_cli
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot be hidden" in lines[0] and str(project_folder) in lines[0]
     assert _statuses(url) == {}  # nothing recorded
+
+
+def test_without_cgroups_the_sandbox_line_says_the_watch_applies(run_cli, store_url):
+    revision = _register(run_cli, REFERENCE, "ref")
+    done = run_cli("test", revision, "--device", "cpu", env={"HARNESS_CGROUPS": "none"}, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert "no cgroups (the parent's watch)" in done.stdout
+    expected = ", ".join(f"{name} v{version}" for name, version in CGROUPS.items())
+    done = run_cli("test", revision, "--device", "cpu", "--force", timeout=900)
+    assert (f"cgroups: {expected}" if CGROUPS else "no cgroups (the parent's watch)") in done.stdout

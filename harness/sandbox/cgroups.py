@@ -41,6 +41,8 @@ def _own_paths() -> dict[str, str]:
     except OSError:
         return paths
     for line in lines:
+        if line.count(":") < 2:
+            continue
         _, controllers, path = line.split(":", 2)
         for controller in controllers.split(",") if controllers else [""]:
             paths[controller] = path
@@ -57,7 +59,9 @@ def find_hierarchies() -> list[Hierarchy]:
         return found
     for line in lines:
         fields = line.split()
-        separator = fields.index("-")
+        if "-" not in fields[6:]:
+            continue
+        separator = fields.index("-", 6)
         fstype, options = fields[separator + 1], fields[separator + 3].split(",")
         root, point = fields[3], fields[4].encode().decode("unicode_escape")
         if fstype == "cgroup2":
