@@ -10,6 +10,7 @@ import ctypes
 import os
 import shutil
 import sqlite3
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -263,3 +264,26 @@ def test_without_cgroups_the_sandbox_line_says_the_watch_applies(run_cli, store_
     expected = ", ".join(f"{name} v{version}" for name, version in CGROUPS.items())
     done = run_cli("test", revision, "--device", "cpu", "--force", timeout=900)
     assert (f"cgroups: {expected}" if CGROUPS else "no cgroups (the parent's watch)") in done.stdout
+
+
+@pytest.mark.skipif(not CGROUPS, reason="no cgroup can be made here")
+def test_the_group_of_a_killed_parent_is_emptied_and_removed_at_the_next_start():
+    groups = make_child_cgroups(memory_bytes=256 * MIB, max_tasks=64)
+    base = next(iter(groups.tops.values())).parent
+    groups.remove()
+    dead_parent = 2**22 + 1  # above pid_max's default ceiling: no such process
+    stale = base / f"harness-{os.stat('/proc/self/ns/pid').st_ino}-{dead_parent}-0123456789ab"
+    other_namespace = base / f"harness-1-{dead_parent}-0123456789ab"
+    stale.mkdir()
+    other_namespace.mkdir()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (stale / "cgroup.procs").write_text(str(sleeper.pid))
+        make_child_cgroups(memory_bytes=256 * MIB, max_tasks=64).remove()
+        assert sleeper.wait(timeout=10) == -9 and not stale.exists()
+        assert other_namespace.exists()  # another pid namespace's pid says nothing here
+    finally:
+        sleeper.kill()
+        other_namespace.rmdir()
+        if stale.exists():
+            stale.rmdir()

@@ -6,7 +6,7 @@ hierarchies are mounted and writable (as on root machines with the hybrid layout
 is probed on its own and a missing one falls back to the parent's watch (harness.sandbox.resources)
 and to signals. `describe` says which applied.
 
-Layout in each hierarchy used: `<this process's cgroup>/harness-<pid>-<token>` holds the limits;
+Layout in each hierarchy used: `<this process's cgroup>/harness-<pidns>-<pid>-<token>` holds the limits;
 where the hierarchy also freezes, it has two leaves, `worker` (where the child starts: everything
 the candidate runs) and `init` (where `freeze` moves the namespace's `unshare` and init first, so
 that a parent killed during another child's timing is still noticed and the sandbox still ends)."""
@@ -20,10 +20,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CGROUP_PREFIX = "harness-"  # then the parent's pid and a random token
+CGROUP_PREFIX = "harness-"  # then the parent's pid namespace (inode), its pid and a random token
 MECHANISMS = ("memory", "pids", "cpu", "freezer")
 CPU_SHARES = 1024  # v1: the default weight of a group, the same for every child
 CPU_WEIGHT = 100  # v2: likewise
+FREEZE_WAIT_S = 1.0  # at most, for the kernel to report the whole group frozen
 
 
 @dataclass(frozen=True)
@@ -167,13 +168,24 @@ class ChildCgroups:
         for pid in exempt:
             if str(pid) in _read(self.freezer_leaf / "cgroup.procs").split():
                 _write(self.init_leaf / "cgroup.procs", str(pid))
+        for pid in _read(self.init_leaf / "cgroup.procs").split():
+            if int(pid) not in exempt:  # a worker forked by the init after it was moved
+                _write(self.freezer_leaf / "cgroup.procs", pid)
         version = self.mechanisms["freezer"]
         if version == 1:
             done = _write(self.freezer_leaf / "freezer.state", "FROZEN")
         else:
             done = _write(self.freezer_leaf / "cgroup.freeze", "1")
         self.frozen = done
+        deadline = time.monotonic() + FREEZE_WAIT_S  # the kernel freezes each task in turn
+        while done and time.monotonic() < deadline and not self._is_frozen():
+            time.sleep(0.005)
         return done
+
+    def _is_frozen(self) -> bool:
+        if self.mechanisms["freezer"] == 1:
+            return _read(self.freezer_leaf / "freezer.state").strip() == "FROZEN"
+        return _counts(self.freezer_leaf / "cgroup.events").get("frozen") == 1
 
     def frozen_pids(self) -> set[int]:
         if self.freezer_leaf is None:
@@ -273,7 +285,7 @@ def make_child_cgroups(*, memory_bytes: int, max_tasks: int) -> ChildCgroups:
     """The cgroups of one child: each mechanism in the first hierarchy (v2, then v1) where this
     process can make a group and set it; those that fail are left out (see `describe`)."""
     remove_groups_of_dead_parents()
-    name = f"{CGROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+    name = f"{CGROUP_PREFIX}{_pid_namespace()}-{os.getpid()}-{secrets.token_hex(6)}"
     result = ChildCgroups(name, memory_bytes=memory_bytes, max_tasks=max_tasks)
     settings = {
         "memory": {1: [("memory.limit_in_bytes", str(memory_bytes))], 2: [("memory.max", str(memory_bytes))]},
@@ -335,17 +347,29 @@ def make_child_cgroups(*, memory_bytes: int, max_tasks: int) -> ChildCgroups:
     return result
 
 
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def remove_groups_of_dead_parents() -> None:
-    """Kill and remove the groups of harness processes that were killed before they could."""
+    """Kill and remove the groups of harness processes of this pid namespace that were killed
+    before they could (a group named after another namespace's pid is left alone)."""
     from harness.environment import process_is_gone
 
+    namespace = f"{_pid_namespace()}-"
     for hierarchy in find_hierarchies():
         try:
             entries = [entry for entry in os.scandir(hierarchy.base) if entry.name.startswith(CGROUP_PREFIX)]
         except OSError:
             continue
         for entry in entries:
-            pid, dash, _ = entry.name.removeprefix(CGROUP_PREFIX).partition("-")
+            rest = entry.name.removeprefix(CGROUP_PREFIX)
+            if not rest.startswith(namespace):
+                continue
+            pid, dash, _ = rest.removeprefix(namespace).partition("-")
             if not (dash and pid.isdigit()) or int(pid) == os.getpid() or not process_is_gone(int(pid)):
                 continue
             top = Path(entry.path)
