@@ -57,11 +57,14 @@ def _statuses(store_url: str) -> dict[int, tuple[str, str]]:
 
 
 def _processes_named(comm: str) -> list[int]:
+    """Live processes named `comm` (not zombies: an orphan killed outside a pid namespace stays one
+    until the machine's init reaps it)."""
     found = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if Path(entry.path, "comm").read_text().strip() == comm:
+                alive = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+                if alive and Path(entry.path, "comm").read_text().strip() == comm:
                     found.append(int(entry.name))
             except OSError:
                 continue
@@ -139,12 +142,27 @@ def test_threads_count_against_the_tasks_limit(run_cli, store_url):
 # --- item 5: CPU weight, the freezer, the end of every process -------------------------------
 
 
-def test_spinners_in_sessions_of_their_own_do_not_starve_a_neighbour_and_all_end(run_cli, store_url):
+@pytest.mark.parametrize(
+    "isolation",
+    [
+        "auto",
+        pytest.param(
+            "none",
+            marks=pytest.mark.skipif(
+                not CGROUPS, reason="without a pid namespace only a cgroup holds them all"
+            ),
+        ),
+    ],
+)
+def test_spinners_in_sessions_of_their_own_do_not_starve_a_neighbour_and_all_end(
+    run_cli, store_url, isolation
+):
+    """With isolation none, no pid namespace ends them: the child's cgroup does."""
     ids = [
         _register(run_cli, ADVERSARIAL / "spins_in_sessions.py", "spins"),
         _register(run_cli, REFERENCE, "ref"),
     ]
-    env = {"HARNESS_CHECK_PARALLELISM": "2"}
+    env = {"HARNESS_CHECK_PARALLELISM": "2", "HARNESS_SANDBOX_ISOLATION": isolation}
     done = run_cli("test", *ids, "--device", "cpu", env=env, timeout=900)
     statuses = _statuses(store_url)
     assert statuses[ids[1]][0] == "pass", done.stdout  # checked beside the spinners
