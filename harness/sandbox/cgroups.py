@@ -148,9 +148,25 @@ class ChildCgroups:
         for leaf in self.leaves:
             _write(leaf, pid)
 
-    def holds(self, pid: int) -> bool:
-        """Whether `pid` is in this child's worker leaves (checked after the spawn)."""
-        return all(str(pid) in _read(leaf).split() for leaf in self.leaves)
+    def keep_placed(self, pid: int) -> None:
+        """After the spawn: keep only the groups that hold `pid` (a write that failed between fork
+        and exec leaves its mechanism to the watch and signals), removing the others, empty."""
+        for leaf in list(self.leaves):
+            if str(pid) in _read(leaf).split():
+                continue
+            top = leaf.parent.parent if leaf.parent.name == "worker" else leaf.parent
+            self.leaves.remove(leaf)
+            for mechanism in [name for name, path in self.tops.items() if path == top]:
+                self.mechanisms.pop(mechanism)
+                self.tops.pop(mechanism)
+            if top == getattr(self.freezer_leaf, "parent", None):
+                self.freezer_leaf = self.init_leaf = None
+            for group in [group for group in self.groups if group == top or top in group.parents]:
+                self.groups.remove(group)
+                try:
+                    group.rmdir()
+                except OSError:
+                    pass
 
     def drop_all(self) -> None:
         """The child could not be placed: use none of it (the watch and signals apply)."""

@@ -292,8 +292,7 @@ class ChildProcess:
         finally:
             for fd in child_fds:
                 os.close(fd)
-        if self.cgroups.mechanisms and not self.cgroups.holds(self.proc.pid):
-            self.cgroups.drop_all()  # not placed: the watch and signals apply alone
+        self.cgroups.keep_placed(self.proc.pid)  # a group it is not in: the watch and signals apply
         self.pool.live.add(self)
         self.log_thread = threading.Thread(target=self._drain_log, daemon=True)
         self.log_thread.start()
@@ -356,7 +355,8 @@ class ChildProcess:
             env=self.environment(),
             pass_fds=child_fds,
             start_new_session=True,
-            # Only setrlimit calls run between fork and exec (no locks, no allocation to speak of).
+            # Only cgroup writes and setrlimit calls run between fork and exec (no locks, no
+            # allocation to speak of).
             preexec_fn=resource_limits(self.limits, self.device, self.cgroups.place),  # noqa: PLW1509
         )
 
