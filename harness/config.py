@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 from urllib.parse import unquote
 
 from pydantic import Field
@@ -76,6 +77,11 @@ class Settings(BaseSettings):
     # and bytes its code may leave in the per-code caches.
     memory_bytes: int = 16 * 1024**3
     max_processes: int = 256
+    # processes and threads of a child, where a pids cgroup enforces it (harness.sandbox.cgroups)
+    max_tasks: int = 4096
+    # "auto": a cgroup per child where this process can make one (memory with tmpfs and memfd
+    # pages, tasks, equal CPU weight, the freezer); "none": the parent's watch and signals only
+    cgroups: Literal["auto", "none"] = "auto"
     disk_bytes: int = 1024**3
     code_cache_bytes: int = 1024**3
     # timing: the peak memory bandwidth (GB/s) of each device, by a case-insensitive part of its

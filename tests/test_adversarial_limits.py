@@ -126,10 +126,13 @@ def test_memory_above_the_limit_fails_the_allocation_on_the_cpu(results):
 def test_memory_held_by_several_processes_is_killed_by_the_parent(results):
     evaluation, _ = results["memory in children"]
     assert evaluation.status == "crashed", evaluation.reason
-    assert "killed by the parent during call on smoke[0]" in evaluation.reason
+    # the memory cgroup's OOM kill where one is made (harness.sandbox.cgroups), else the watch
     assert re.search(
-        r"\d+ MiB of memory held, over the limit of 1536 MiB \(memory_bytes\)", evaluation.reason
+        r"killed by the parent during call on smoke\[0\]: \d+ MiB of memory held, over the limit of 1536 MiB"
+        r"|killed by the kernel during call on smoke\[0\]: memory .* over the limit of 1536 MiB",
+        evaluation.reason,
     )
+    assert "(memory_bytes)" in evaluation.reason
     assert _left_processes("limits-memory") == []
 
 

@@ -76,6 +76,7 @@ MS_REMOUNT = 32
 MS_NOATIME = 1024
 MS_NODIRATIME = 2048
 MS_BIND = 4096
+MS_REC = 16384
 MS_RELATIME = 1 << 21
 MS_STRICTATIME = 1 << 24
 PR_SET_DUMPABLE = 4
@@ -129,6 +130,20 @@ def _mount_points() -> list[tuple[str, set[str]]]:
     return points
 
 
+def _option_flags(options: set[str]) -> int:
+    flags = 0
+    for option in options:
+        flags |= MOUNT_OPTION_FLAGS.get(option, 0)
+    return flags
+
+
+def _flags_of(path: Path, points: list[tuple[str, set[str]]]) -> int:
+    """The per-mount flags (nosuid, nodev, ...) of the mount that holds `path`: a read-only
+    remount in a user namespace must keep them."""
+    holding = [(point, options) for point, options in points if _under(path, [Path(point)])]
+    return _option_flags(max(holding, key=lambda item: len(item[0]))[1]) if holding else 0
+
+
 def _under(path: Path, roots: list[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
@@ -140,32 +155,131 @@ def _directory_contents(path: Path) -> dict[str, bytes | None]:
     }
 
 
+BASE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+GPU_DEVICE_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/nvidia-uvm*", "/dev/dri")
+DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1"}
+DEV_LINKS |= {"stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx"}
+
+
+def device_nodes(cuda: bool) -> list[str]:
+    """What a candidate's private /dev holds from the host's: the base nodes, and on a GPU the
+    driver's nodes and directories (those present here)."""
+    import glob
+
+    nodes = [node for node in BASE_DEVICES if os.path.exists(node)]
+    if cuda:
+        for pattern in GPU_DEVICE_PATTERNS:
+            nodes += sorted(path for path in glob.glob(pattern) if path not in nodes)
+    return nodes
+
+
+def private_dev(nodes: list[str], tmpfs_bytes: int) -> None:
+    """Mount a tmpfs on /dev holding only `nodes` (each bound from the host's node or directory),
+    the usual links to /proc/self/fd, a fresh /dev/shm tmpfs and, where the kernel allows one here,
+    a devpts instance of its own (no host terminal, no console); then make /dev read-only. Raises
+    OSError (with /dev back as it was) when any of it fails."""
+    handles = {node: os.open(node, os.O_PATH | os.O_NOFOLLOW) for node in nodes}
+    try:
+        _mount(b"tmpfs", "/dev", b"tmpfs", MS_NOSUID | MS_NOEXEC, b"size=1m,mode=0755")
+        try:
+            for node, handle in handles.items():
+                target = Path(node)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if Path(f"/proc/self/fd/{handle}").is_dir():
+                    target.mkdir(exist_ok=True)
+                else:
+                    target.touch()
+                _mount(f"/proc/self/fd/{handle}".encode(), node, None, MS_BIND | MS_REC)
+            for name, destination in DEV_LINKS.items():
+                os.symlink(destination, f"/dev/{name}")
+            for name in ("shm", "pts", "mqueue"):
+                os.mkdir(f"/dev/{name}")
+            _mount(
+                b"tmpfs", "/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_bytes},mode=1777".encode()
+            )
+            try:
+                _mount(
+                    b"devpts",
+                    "/dev/pts",
+                    b"devpts",
+                    MS_NOSUID | MS_NOEXEC,
+                    b"newinstance,ptmxmode=0666,mode=620",
+                )
+            except OSError:
+                pass  # no terminals at all then
+            try:
+                _mount(
+                    b"mqueue", "/dev/mqueue", b"mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC
+                )  # this IPC namespace's
+            except OSError:
+                pass
+            _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
+        except OSError:
+            _libc().umount2(b"/dev", 2)  # MNT_DETACH: the host's /dev again
+            raise
+    finally:
+        for handle in handles.values():
+            os.close(handle)
+
+
 def isolate_filesystem(
-    hidden: list[str], writable: list[str], private: Sequence[str] = (), tmpfs_bytes: int = 256 * 1024**2
+    hidden: list[str],
+    writable: list[str],
+    private: Sequence[str] = (),
+    tmpfs_bytes: int = 256 * 1024**2,
+    devices: list[str] | None = None,
+    visible: Sequence[str] = (),
 ) -> IsolationReport:
-    """In a private mount namespace: hide `hidden` under empty private tmpfs mounts, keep each
-    `writable` directory writable (re-bound into a hiding tmpfs where it lies under one), move each
-    `private` directory's files (not its subdirectories' files) into a fresh tmpfs at its place,
-    and remount every other mount read-only, keeping its nosuid/nodev/noexec/atime flags. Each
-    tmpfs holds at most `tmpfs_bytes`: writing more fails with ENOSPC."""
+    """In a private mount namespace: give /dev only `devices` (`private_dev`; None keeps the
+    host's, read-only), hide `hidden` under empty private tmpfs mounts, keep each `writable`
+    directory writable (re-bound into a hiding tmpfs or the fresh /dev/shm where it lies under
+    one), move each `private` directory's files (not its subdirectories' files) into a fresh tmpfs
+    at its place, and remount every other mount read-only, keeping its nosuid/nodev/noexec/atime
+    flags. Each `visible` directory under a hidden one (what the child needs beside a store) is
+    bound back read-only. Each tmpfs holds at most `tmpfs_bytes`: writing more fails with ENOSPC.
+    Failing to make the private /dev is reported (`problems`, after the rest is done), not fatal."""
     report = IsolationReport()
     tmpfs_options = f"size={tmpfs_bytes},mode={PRIVATE_TMPFS_MODE}".encode()
     contents = {Path(path): _directory_contents(Path(path)) for path in private}
-    existing = [Path(path) for path in hidden if Path(path).is_dir()]
+    keep = [Path(path) for path in writable]
+    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
+    shown = {Path(path): os.open(path, os.O_PATH | os.O_DIRECTORY) for path in visible}
+    mounts_before = _mount_points()
+    dev_problems = []
+    fresh = []  # mounts made here that shadow the host's (their old contents out of sight)
+    if devices is not None:
+        try:
+            private_dev(devices, tmpfs_bytes)
+            report.private_dev = True
+            fresh.append(Path("/dev"))
+        except OSError as exc:
+            dev_problems.append(f"could not make a private /dev ({exc.filename}: {exc.strerror})")
+    existing = [Path(path) for path in hidden if Path(path).is_dir() and not _under(Path(path), fresh)]
     hidden_roots = [
         root for root in existing if not _under(root, [other for other in existing if other != root])
     ]
-    keep = [Path(path) for path in writable]
-    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
     for root in hidden_roots:
         try:
             _mount(b"tmpfs", str(root), b"tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
             report.hidden.append(str(root))
         except OSError as exc:
             report.problems.append(f"could not hide {root}: {exc.strerror}")
-    for path, handle in handles.items():
+    for path, handle in shown.items():
         try:
             if _under(path, hidden_roots):
+                path.mkdir(parents=True, exist_ok=True)
+                source = Path(os.readlink(f"/proc/self/fd/{handle}"))
+                _mount(f"/proc/self/fd/{handle}".encode(), str(path), None, MS_BIND)
+                _mount(
+                    None, str(path), None, MS_REMOUNT | MS_BIND | MS_RDONLY | _flags_of(source, mounts_before)
+                )
+        except OSError as exc:
+            report.problems.append(f"could not show {path} read-only: {exc.strerror}")
+        finally:
+            os.close(handle)
+    for path, handle in handles.items():
+        try:
+            if _under(path, hidden_roots + fresh):
                 path.mkdir(parents=True, exist_ok=True)
             _mount(f"/proc/self/fd/{handle}".encode(), str(path), None, MS_BIND)
         except OSError as exc:
@@ -185,19 +299,19 @@ def isolate_filesystem(
         except OSError as exc:
             report.problems.append(f"could not make {path} private: {exc.strerror}")
     if report.problems:
+        report.problems += dev_problems
         return report
     skip = {str(path) for path in keep + hidden_roots + list(contents)}
     for point, options in _mount_points():
-        if point in skip or _under(Path(point), [Path("/proc"), *hidden_roots]):
+        if point in skip or _under(Path(point), [Path("/proc"), *hidden_roots, *fresh]):
             continue  # ours, /proc (the pid namespace's own), or out of sight under a hiding mount
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-        for option in options:
-            flags |= MOUNT_OPTION_FLAGS.get(option, 0)
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | _option_flags(options)
         try:
             _mount(None, point, None, flags)
         except OSError as exc:
             report.problems.append(f"could not remount {point} read-only: {exc.strerror}")
     report.read_only = not report.problems
+    report.problems += dev_problems
     return report
 
 
@@ -256,7 +370,9 @@ def become_init(status_fd: int, worker_fds: list[int]) -> None:
 def apply_isolation(plan: IsolationPlan, status_fd: int | None, worker_fds: list[int]) -> IsolationReport:
     report = IsolationReport()
     if plan.mount:
-        report = isolate_filesystem(plan.hidden, plan.writable, plan.private, plan.tmpfs_bytes)
+        report = isolate_filesystem(
+            plan.hidden, plan.writable, plan.private, plan.tmpfs_bytes, plan.devices, plan.visible
+        )
         report.namespaces.append("mount")
     if plan.pid_init and status_fd is not None:
         become_init(status_fd, worker_fds)
@@ -691,23 +807,27 @@ class Worker:
 # --- entry points ---------------------------------------------------------------------------
 
 
-def probe(scratch: str, cuda: bool) -> int:
+def probe(scratch: str, cuda: bool, host_ipc: int | None = None) -> int:
     """Try the full isolation inside the namespaces the caller made: hide one directory, keep one
     writable, remount the rest read-only, fork an init, lock, and with `cuda` run a CUDA kernel.
     Prints "ok" when all of it works."""
     hidden, writable = Path(scratch, "hidden"), Path(scratch, "writable")
-    report = isolate_filesystem([str(hidden)], [str(writable)])
+    report = isolate_filesystem([str(hidden)], [str(writable)], devices=device_nodes(cuda))
     _status_read, status_write = os.pipe()
     become_init(status_write, [])
     lock_namespaces()
     (writable / "probe").write_text("ok")
     # A mount that cannot be made read-only is reported with each run, not a reason to give up
     # the namespaces; failing to hide, to keep writable or to lock is.
-    problems = [problem for problem in report.problems if "read-only" not in problem]
+    problems = [
+        problem for problem in report.problems if "read-only" not in problem and "/dev" not in problem
+    ]
     if any(hidden.iterdir()):
         problems.append("hidden directory still visible")
     if _libc().umount2(str(hidden).encode(), 0) == 0:
         problems.append("hiding mount could be undone")
+    if host_ipc is not None and os.stat("/proc/self/ns/ipc").st_ino == host_ipc:
+        problems.append("the IPC namespace is the parent's")
     if cuda:
         try:
             import torch
@@ -729,9 +849,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inputs-fd", type=int)  # the parent's memfd the inputs come in (transfer.py)
     parser.add_argument("--probe", metavar="SCRATCH_DIR")
     parser.add_argument("--probe-cuda", action="store_true")
+    parser.add_argument("--probe-ipc", type=int)  # the parent's IPC namespace (inode)
     args = parser.parse_args(argv)
     if args.probe:
-        return probe(args.probe, args.probe_cuda)
+        return probe(args.probe, args.probe_cuda, args.probe_ipc)
     shared_fds = [fd for fd in (args.output_fd, args.inputs_fd) if fd is not None]
     worker_fds = [args.request_fd, args.reply_fd, *shared_fds]
     for fd in worker_fds + ([args.status_fd] if args.status_fd is not None else []):

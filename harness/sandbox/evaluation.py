@@ -88,18 +88,21 @@ def peak_bandwidth_gbs(device: str) -> float:
     return settings.default_peak_bandwidth_gbs
 
 
-def describe_isolation(level: IsolationLevel, report: IsolationReport | None) -> str:
+def describe_isolation(level: IsolationLevel, report: IsolationReport | None, cgroups: str = "") -> str:
+    """The level, what the child achieved in it, and the cgroups that apply (or that the watch does)."""
     if report is None or not level.full:
-        return level.name
+        return f"{level.name}; {cgroups}" if cgroups else level.name
     facts = []
     if report.read_only:
         facts.append("read-only file systems")
     if report.hidden:
         facts.append(f"{len(report.hidden)} directories hidden")
+    if report.private_dev:
+        facts.append("private /dev")
     if report.locked:
         facts.append("locked")
     facts += report.problems
-    return f"{level.name} ({', '.join(facts)})"
+    return f"{level.name} ({', '.join(facts)})" + (f"; {cgroups}" if cgroups else "")
 
 
 def _config_label(chosen: dict[str, dict[str, str]] | None) -> str:
@@ -484,7 +487,9 @@ class Evaluator:
             evaluation.status, evaluation.reason = first.kind, first.error
             self.stopped = True
             return False
-        evaluation.isolation = describe_isolation(self.child.level, first.isolation)
+        evaluation.isolation = describe_isolation(
+            self.child.level, first.isolation, self.child.cgroups.describe()
+        )
         evaluation.autotuners = first.autotuners
         if self.force_configs:
             self.config_count = max((len(t.configs) for t in first.autotuners), default=0)
@@ -589,7 +594,7 @@ class Evaluator:
         a timed evaluation that passed everywhere gets the task's score."""
         evaluation = self.evaluation
         if not evaluation.isolation:
-            evaluation.isolation = describe_isolation(self.child.level, None)
+            evaluation.isolation = describe_isolation(self.child.level, None, self.child.cgroups.describe())
         self.close()  # first: the log is complete once the child is gone (a kept one goes on)
         evaluation.log_tail = self.child.log_tail(LOG_TAIL_CHARS)
         failed = next((s for s in evaluation.shapes if s.status not in ("pass", "not_run")), None)

@@ -1,5 +1,5 @@
 """Which namespaces a sandboxed child gets: the strongest level this system grants (user, network,
-pid and mount namespaces through `unshare`), probed once per process and device (in the
+IPC, pid and mount namespaces through `unshare`), probed once per process and device (in the
 background while the parent imports torch: `start_isolation_probe`) and kept on disk under a
 fingerprint of what decides it, so that later commands skip the probe."""
 
@@ -30,12 +30,14 @@ class IsolationLevel:
     full: bool  # mount + pid namespaces: the child hides, remounts read-only, forks an init, locks
 
 
-UNSHARE_FULL = ("--net", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
+# --ipc: SysV segments, message queues and semaphores and POSIX message queues of the child are
+# its own (gone with its last process); none of the host's or another child's can be named.
+UNSHARE_FULL = ("--net", "--ipc", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
 ISOLATION_LEVELS = (
-    IsolationLevel("user+net+pid+mount", ("unshare", "--user", "--map-root-user", *UNSHARE_FULL), True),
-    IsolationLevel("net+pid+mount", ("unshare", *UNSHARE_FULL), True),
-    IsolationLevel("user+net", ("unshare", "--user", "--map-root-user", "--net"), False),
-    IsolationLevel("net", ("unshare", "--net"), False),
+    IsolationLevel("user+net+ipc+pid+mount", ("unshare", "--user", "--map-root-user", *UNSHARE_FULL), True),
+    IsolationLevel("net+ipc+pid+mount", ("unshare", *UNSHARE_FULL), True),
+    IsolationLevel("user+net+ipc", ("unshare", "--user", "--map-root-user", "--net", "--ipc"), False),
+    IsolationLevel("net+ipc", ("unshare", "--net", "--ipc"), False),
 )
 NO_ISOLATION = IsolationLevel("none", (), False)
 
@@ -141,6 +143,9 @@ def _probe_isolation(device: str) -> IsolationLevel:
     if shutil.which("unshare") is None:
         return NO_ISOLATION
     use_cuda = "import torch; torch.ones(1, device='cuda').add_(1); torch.cuda.synchronize()"
+    # every level has --ipc: its probe fails unless the child's IPC namespace is not this one
+    own_ipc = os.stat("/proc/self/ns/ipc").st_ino if os.path.exists("/proc/self/ns/ipc") else None
+    other_ipc = f"import os, sys; sys.exit(os.stat('/proc/self/ns/ipc').st_ino == {own_ipc})"
     for level in ISOLATION_LEVELS:
         with tempfile.TemporaryDirectory(prefix=f"{PROBE_DIR_PREFIX}{os.getpid()}-") as scratch:
             if level.full:
@@ -149,8 +154,12 @@ def _probe_isolation(device: str) -> IsolationLevel:
                 Path(scratch, "hidden", "secret").write_text("x")
                 command = [*level.prefix, sys.executable, "-m", "harness.sandbox.child", "--probe", scratch]
                 command += ["--probe-cuda"] if device == "cuda" else []
+                command += ["--probe-ipc", str(own_ipc)] if own_ipc is not None else []
             else:
-                command = [*level.prefix, sys.executable, "-c", use_cuda if device == "cuda" else "pass"]
+                code = "; ".join(
+                    [*([other_ipc] if own_ipc is not None else []), *([use_cuda] if device == "cuda" else [])]
+                )
+                command = [*level.prefix, sys.executable, "-c", code or "pass"]
             done = _run_probe(command, PROBE_TIMEOUT_S * (3 if device == "cuda" else 1))
             if done is not None and done[0] == 0 and (not level.full or done[1].strip() == b"ok"):
                 return level

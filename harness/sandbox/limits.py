@@ -1,11 +1,13 @@
 """Limits of one sandboxed evaluation (`SandboxLimits`), and the resource limits they set on the
-child between fork and exec (`resource_limits`). Time limits come from the settings; the parent
-watches the rest (harness.sandbox.resources)."""
+child between fork and exec (`resource_limits`, which also places the child in its cgroups: harness.sandbox.cgroups). Time
+limits come from the settings; the kernel enforces memory and tasks where cgroups can be made, and
+the parent watches the rest, and everything where they cannot (harness.sandbox.resources)."""
 
 from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel
@@ -28,6 +30,10 @@ class SandboxLimits(BaseModel):
     memory_bytes: int = 16 * 1024**3
     extra_processes: int = 1024  # RLIMIT_NPROC above the user's current count (not for root)
     max_processes: int = 256  # the child's processes (not threads), watched by the parent
+    max_tasks: int = 4096  # the child's processes and threads: its pids cgroup (pids.max)
+    # per-child cgroups (memory, pids, CPU weight, freezer) where they can be made; "none": the
+    # parent's watch and signals only
+    cgroups: Literal["auto", "none"] = "auto"
     # each private tmpfs (the working directory, the hidden /tmp and /dev/shm); the working and
     # exchange directories on the host, watched by the parent
     disk_bytes: int = 1024**3
@@ -55,6 +61,8 @@ class SandboxLimits(BaseModel):
             "max_checked_autotune_configs",
             "memory_bytes",
             "max_processes",
+            "max_tasks",
+            "cgroups",
             "disk_bytes",
             "code_cache_bytes",
         )
@@ -73,10 +81,11 @@ class SandboxLimits(BaseModel):
         return cls(**values)
 
 
-def resource_limits(limits: SandboxLimits, device: str):
-    """The preexec_fn: resource limits for the child, set between fork and exec. The address
-    space is limited on the CPU only: CUDA reserves terabytes of it (the parent's
-    `ResourceWatch` bounds resident memory on every device)."""
+def resource_limits(limits: SandboxLimits, device: str, place: Callable[[], None] | None = None):
+    """The preexec_fn: resource limits for the child, set between fork and exec, after `place`
+    (`ChildCgroups.place`: into the child's cgroups before it runs anything). The address space is
+    limited on the CPU only: CUDA reserves terabytes of it (the memory cgroup, or else the
+    parent's `ResourceWatch`, bounds memory on every device)."""
     nproc = None
     if os.getuid() != 0:
         tasks = 0
@@ -90,6 +99,8 @@ def resource_limits(limits: SandboxLimits, device: str):
         nproc = tasks + limits.extra_processes
 
     def apply() -> None:
+        if place is not None:
+            place()
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 5))

@@ -75,9 +75,10 @@ class ChildPool:
 
     @contextmanager
     def others_stopped(self, child: ChildProcess) -> Iterator[None]:
-        """Stop every other live child (`ChildProcess.stop`) for the duration, then resume them:
-        no other candidate (kept, spawned early, waiting for its turn in a group) runs while
-        `child` is timed."""
+        """Stop every other live child (`ChildProcess.stop`: its freezer cgroup, the whole tree at
+        once, where one was made; SIGSTOP to each process otherwise and for any the freezer does
+        not hold) for the duration, then resume them: no other candidate (kept, spawned early,
+        waiting for its turn in a group) runs while `child` is timed."""
         others = [other for other in list(self.live) if other is not child]
         try:
             for other in others:

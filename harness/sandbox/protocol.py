@@ -107,6 +107,8 @@ class IsolationPlan(Message):
     writable: list[str] = []
     private: list[str] = []
     tmpfs_bytes: int = 256 * 1024**2
+    visible: list[str] = []  # needed directories under a hidden one: bound back read-only
+    devices: list[str] | None = None  # a private /dev with these host nodes (None: the host's, read-only)
 
 
 class Hello(Message):
@@ -182,6 +184,7 @@ REQUEST = TypeAdapter(Request)
 class IsolationReport(Message):
     namespaces: list[str] = []
     read_only: bool = False
+    private_dev: bool = False
     hidden: list[str] = []
     locked: bool = False
     problems: list[str] = []

@@ -44,6 +44,8 @@ from typing_extensions import Self
 
 from harness.config import get_settings
 from harness.errors import HarnessError
+from harness.sandbox.cgroups import ChildCgroups, make_child_cgroups
+from harness.sandbox.child import device_nodes
 from harness.sandbox.isolation import NO_ISOLATION, detect_isolation, forget_kept_isolation, level_was_kept
 from harness.sandbox.limits import SandboxLimits, resource_limits
 from harness.sandbox.pool import CHILD_POOL, ChildPool
@@ -82,6 +84,7 @@ from harness.sandbox.workspace import (
     make_io_dir,
     python_environment,
     remove_files_of_dead_parents,
+    visible_paths,
     warm_bytecode,
     work_root,
 )
@@ -171,6 +174,7 @@ class ChildProcess:
         # limits.evaluation_timeout_s; an evaluation that adopts a kept child sets it to 0.
         self.spent_s = 0.0
         self.watch: ResourceWatch | None = None
+        self.cgroups = ChildCgroups("none")  # made at the spawn (harness.sandbox.cgroups)
         self.caches_trimmed: str | None = None  # why `trim_caches` removed the per-code caches
         self.stopped_pids: list[int] = []  # stopped by another child's timing phase (`stop`)
         self.pauses: list[tuple[float, float]] = []  # (from, to) on the parent's clock, ended pauses
@@ -238,6 +242,8 @@ class ChildProcess:
         """Start the child and send it `Hello`, without waiting: it goes on to import torch and the
         candidate while the parent spawns others (`wait_ready` collects its answer). The startup
         deadline runs from here."""
+        # what the child must not see, first: a store that cannot be hidden ends the command here
+        hidden = hidden_directories(self.limits) if self.level.full else []
         request_read, self.request_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
         self.output_fd = create_shared_memory("harness-timed-output")
@@ -272,15 +278,21 @@ class ChildProcess:
             "harness.sandbox.child",
             *arguments,
         ]
+        if self.limits.cgroups == "auto":
+            self.cgroups = make_child_cgroups(
+                memory_bytes=self.limits.memory_bytes, max_tasks=self.limits.max_tasks
+            )
         self.started = monotonic()
         try:
             self.proc = self._popen(command, child_fds)
         except OSError as exc:
+            self.cgroups.drop_all()
             self._blame_kept_isolation(str(exc))
             raise HarnessError(f"could not start a sandboxed child: {exc}") from None
         finally:
             for fd in child_fds:
                 os.close(fd)
+        self.cgroups.keep_placed(self.proc.pid)  # a group it is not in: the watch and signals apply
         self.pool.live.add(self)
         self.log_thread = threading.Thread(target=self._drain_log, daemon=True)
         self.log_thread.start()
@@ -308,9 +320,11 @@ class ChildProcess:
                 mount=True,
                 pid_init=True,
                 lock=True,
-                hidden=hidden_directories(self.limits),
+                hidden=hidden,
+                visible=visible_paths(hidden),
                 private=[str(self.workdir)],
                 tmpfs_bytes=self.limits.disk_bytes,
+                devices=device_nodes(self.device == "cuda"),
                 writable=[
                     str(self.io_dir),
                     str(self.triton_cache),
@@ -341,8 +355,9 @@ class ChildProcess:
             env=self.environment(),
             pass_fds=child_fds,
             start_new_session=True,
-            # Only setrlimit calls run between fork and exec (no locks, no allocation to speak of).
-            preexec_fn=resource_limits(self.limits, self.device),  # noqa: PLW1509
+            # Only cgroup writes and setrlimit calls run between fork and exec (no locks, no
+            # allocation to speak of).
+            preexec_fn=resource_limits(self.limits, self.device, self.cgroups.place),  # noqa: PLW1509
         )
 
     def _blame_kept_isolation(self, reason: str) -> None:
@@ -430,6 +445,10 @@ class ChildProcess:
         # is still seen by the init (its status pipe closes), which ends the namespace and with it
         # every stopped process. Stopped, they would wait for a SIGCONT that never comes.
         exempt = set(self._init_pids()) if self.level.full else set()
+        # The freezer stops the whole tree at once; signals stop what it does not hold (all of it
+        # without one, or a worker forked before the init was moved out: `ChildCgroups.freeze`).
+        if self.cgroups.freeze(sorted(exempt)):
+            exempt |= self.cgroups.frozen_pids()
         stopped: set[int] = set()
         for _ in range(20):
             new = [pid for pid in self.processes() if pid not in stopped and pid not in exempt]
@@ -447,6 +466,7 @@ class ChildProcess:
         """SIGCONT what `stop` stopped."""
         if self.paused_at is None:
             return
+        self.cgroups.thaw()
         for pid in self.stopped_pids:
             try:
                 os.kill(pid, signal.SIGCONT)
@@ -727,7 +747,9 @@ class ChildProcess:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        self.cgroups.kill()  # whatever left the tree and the group (a frozen one thawed to die)
         self.proc.wait()
+        self.cgroups.remove()
         if self.watch is not None:
             self.watch.stop()
         self.log_thread.join(timeout=5)
@@ -759,6 +781,8 @@ class ChildProcess:
             self._kill()
         if self.watch is not None and self.watch.problem is not None:
             return f"killed by the parent during {phase}: {self.watch.problem}"
+        if self.cgroups.read_problem() is not None:
+            return f"killed by the kernel during {phase}: {self.cgroups.problem}"
         status = self._init_status()
         if status is not None and status.signal is not None:
             return f"killed by {_signal_name(status.signal)} during {phase}"

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from harness.config import DB_DIR, get_settings, sqlite_directory
+from harness.errors import HarnessError
 from harness.sandbox.limits import SandboxLimits
 
 KEPT_ENVIRONMENT = (
@@ -150,11 +151,12 @@ def python_environment() -> dict[str, str]:
 
 
 def _needed_paths() -> list[Path]:
-    """Directories the child must still see: the interpreter, its libraries, the harness."""
-    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
-    paths.add(Path(__file__).resolve().parents[2])
-    paths.update(Path(entry).resolve() for entry in sys.path if entry and Path(entry).is_dir())
-    return list(paths)
+    """Directories the child must still see: the interpreter, its libraries, the harness (each as
+    resolved and, where a symbolic link leads there, as named)."""
+    named = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent}
+    named.add(Path(__file__).resolve().parents[2])
+    named.update(Path(entry).absolute() for entry in sys.path if entry and Path(entry).is_dir())
+    return list({*named, *(path.resolve() for path in named)})
 
 
 def work_root() -> Path:
@@ -165,11 +167,13 @@ def work_root() -> Path:
 
 
 def hidden_directories(limits: SandboxLimits) -> list[str]:
-    """Store directories and shared temporary/cache roots, except any that hold something the
-    child needs to run (a virtualenv under /tmp stays visible, read-only)."""
+    """Store directories and shared temporary/cache roots. A root that holds something the child
+    needs to run (a virtualenv under /tmp, a checkout beside the store) is hidden all the same:
+    `visible_paths` are bound back into it, read-only. A shared root that is itself such a path
+    stays visible, read-only; a store's directory never does: HarnessError (fail closed)."""
     settings = get_settings()
-    candidates = [DB_DIR, sqlite_directory(settings.db), *limits.hidden_paths]
-    candidates += [tempfile.gettempdir(), "/tmp", work_root(), "/dev/shm", settings.cache_dir]
+    stores = [sqlite_directory(settings.db), *limits.hidden_paths]
+    candidates = [*stores, DB_DIR, tempfile.gettempdir(), "/tmp", work_root(), "/dev/shm", settings.cache_dir]
     needed = _needed_paths()
     hidden: list[str] = []
     for candidate in candidates:
@@ -178,7 +182,21 @@ def hidden_directories(limits: SandboxLimits) -> list[str]:
         path = Path(candidate).resolve()
         if path == Path("/") or not path.is_dir() or str(path) in hidden:
             continue
-        if any(path == need or path in need.parents for need in needed):
+        if any(path == need or path == need.resolve() for need in needed):
+            if candidate in stores:
+                raise HarnessError(
+                    f"the store's folder {path} is also a folder the sandbox must show (the interpreter, "
+                    "its libraries or the harness): it cannot be hidden; move the store to a folder of its own"
+                )
             continue
         hidden.append(str(path))
     return hidden
+
+
+def visible_paths(hidden: list[str]) -> list[str]:
+    """The paths the child needs that lie under a hidden directory (bound back, read-only)."""
+    roots = [Path(path) for path in hidden]
+    found = {
+        str(need) for need in _needed_paths() if any(root in need.parents for root in roots) and need.is_dir()
+    }
+    return sorted(found)
