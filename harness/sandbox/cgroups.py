@@ -88,8 +88,31 @@ def find_hierarchies() -> list[Hierarchy]:
                 available = frozenset(Path(base, controllers_file).read_text().split())
             except OSError:
                 continue
+            base, available = _v2_base(Path(point), base, available)
             found.append(Hierarchy(2, base, available | {"freezer"}))  # v2 freezes any cgroup
     return sorted(found, key=lambda hierarchy: -hierarchy.version)
+
+
+def _v2_base(point: Path, own: Path, available: frozenset[str]) -> tuple[Path, frozenset[str]]:
+    """Where the children's v2 groups are made, with the controllers they get: this process's own
+    cgroup when it enables (or can enable) the limits' controllers for its children, else the
+    nearest ancestor under the mount that already does and where a group can be made. A cgroup
+    that holds processes itself cannot enable controllers for children (the "no internal
+    processes" rule): so it was in the H200's container, where the harness's own cgroup held the
+    command's shell beside it and only the root enabled memory, pids and cpu."""
+    wanted = {"memory", "pids", "cpu"} & available
+    if not wanted or all(_enable_v2(Hierarchy(2, own, available), name) for name in wanted):
+        return own, available
+    for ancestor in own.parents:
+        if ancestor != point and point not in ancestor.parents:
+            break
+        try:
+            enabled = frozenset(Path(ancestor, "cgroup.subtree_control").read_text().split())
+        except OSError:
+            continue
+        if wanted <= enabled and os.access(ancestor, os.W_OK):
+            return ancestor, enabled
+    return own, available
 
 
 def _write(path: Path, value: str) -> bool:
