@@ -485,7 +485,7 @@ class ChildProcess:
             for group in self.watch.directories
         ]
 
-    def write_inputs(self, data: tuple) -> list[DataItem]:
+    def write_inputs(self, data: tuple, phase: str = "a call") -> list[DataItem]:
         """Copy the data tuple's tensors into the child's inputs memory (harness.sandbox.transfer,
         `InputsWriter`) and return the items that describe it; the tuple written last is not
         written again (the parent never reads that memory back: a child that wrote there has
@@ -493,7 +493,7 @@ class ChildProcess:
         if self.holds_inputs(data):
             return self.inputs_written[1]
         laid_out = self.lay_out_inputs(data)
-        self.copy_inputs(data, laid_out)
+        self.copy_inputs(data, laid_out, phase)
         return laid_out[0]
 
     def holds_inputs(self, data: tuple) -> bool:
@@ -506,15 +506,48 @@ class ChildProcess:
 
         return lay_out_inputs(data, self.task.output_index)
 
-    def copy_inputs(self, data: tuple, laid_out) -> None:
-        """The bytes of a laid-out data tuple into the child's inputs memory."""
+    def copy_inputs(self, data: tuple, laid_out, phase: str = "a call") -> None:
+        """The bytes of a laid-out data tuple into the child's inputs memory (grown first by
+        `grow_memfd`; a mapping that fails is the child's failure too, as what it did to the
+        memfd may be the cause)."""
         if self.inputs_writer is None:
             from harness.sandbox.transfer import InputsWriter
 
             self.inputs_writer = InputsWriter(self.inputs_fd, cuda=self.device == "cuda")
         self.inputs_written = None
-        self.inputs_writer.copy(laid_out)
+        writer = self.inputs_writer
+        needed = laid_out[2]
+        if needed > writer.size:
+            self.grow_memfd(self.inputs_fd, writer.size, needed, "inputs memory", phase)
+            writer.size = needed
+        try:
+            writer.copy(laid_out)
+        except (OSError, ValueError, BufferError) as exc:
+            raise self._fail(
+                "crashed", f"the inputs memory could not be mapped during {phase}: {exc}"
+            ) from None
         self.inputs_written = (data, laid_out[0])
+
+    def grow_memfd(self, fd: int, current: int, wanted: int, what: str, phase: str) -> None:
+        """Grow a memfd shared with the child (workspace.create_shared_memory) from `current`
+        bytes, the size this parent gave it, to `wanted`. The child holds the memfd too: one it
+        resized (grown: the parent's grow would be a sealed shrink, EPERM), or any error of the
+        parent's own calls on it, is the child's failure (`crashed`, killed), never an error out
+        of the run; the next child gets memfds of its own."""
+        try:
+            size = os.fstat(fd).st_size
+            if size != current:
+                raise self._fail(
+                    "crashed",
+                    f"protocol violation during {phase}: the child resized the harness's {what} "
+                    f"(to {size} bytes; the parent had made it {current})",
+                )
+            os.ftruncate(fd, wanted)
+        except OSError as exc:
+            reason = (
+                f"the harness's {what} could not be grown to {wanted} bytes during {phase} ({exc.strerror})"
+            )
+            raise self._fail("crashed", f"{reason}: the child changed it") from None
 
     def check(
         self, data: tuple, *, autotune_config: int | None, phase: str, forget_tuning: bool = False
@@ -524,7 +557,7 @@ class ChildProcess:
         their choices first: CheckRequest)."""
         request = CheckRequest(
             id=self.new_request_id(),
-            data=self.write_inputs(data),
+            data=self.write_inputs(data, phase),
             autotune_config=autotune_config,
             forget_tuning=forget_tuning,
         )
@@ -567,11 +600,13 @@ class ChildProcess:
             call_wall_ms: dict[int, float] = {}
             inputs_sent_at: dict[int, float] = {}
             if self.output_fd is not None and output_bytes > self.shared_bytes:
-                os.ftruncate(self.output_fd, output_bytes)  # grows it: shrinking is sealed
+                self.grow_memfd(
+                    self.output_fd, self.shared_bytes, output_bytes, "shared output buffer", phase
+                )
                 self.shared_bytes = output_bytes
             request = TimeRequest(
                 id=self.new_request_id(),
-                warmup_data=self.write_inputs(warmup_data),
+                warmup_data=self.write_inputs(warmup_data, phase),
                 shared_output_bytes=self.shared_bytes,
                 warmup_calls=warmup_calls,
                 warmup_s=warmup_s,
@@ -627,7 +662,7 @@ class ChildProcess:
                     encoded = encode(CallInputs(id=request.id, index=message.index, data=items))
                     inputs_sent_at[message.index] = monotonic()
                     if laid_out is not None:
-                        self.copy_inputs(data, laid_out)
+                        self.copy_inputs(data, laid_out, phase)
                     self._send_encoded(encoded, phase)
                 else:
                     if message.index not in inputs_sent_at or message.index in call_wall_ms:
