@@ -27,7 +27,6 @@ import hmac
 import os
 import secrets
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -82,6 +81,7 @@ from harness.sandbox.workspace import (
     make_io_dir,
     python_environment,
     remove_files_of_dead_parents,
+    remove_tree,
     warm_bytecode,
     work_root,
 )
@@ -683,12 +683,7 @@ class ChildProcess:
         """Remove whatever the child left in its io directory (a directory it made included),
         through `io_fd`: nothing outside it, whatever the child replaced."""
         for name in os.listdir(self.io_fd):
-            try:
-                os.unlink(name, dir_fd=self.io_fd)
-            except IsADirectoryError:
-                shutil.rmtree(name, dir_fd=self.io_fd, ignore_errors=True)
-            except FileNotFoundError:
-                pass
+            remove_tree(name, dir_fd=self.io_fd)  # never raises: what stays is counted by the watch
 
     def close(self) -> None:
         """Ask the child to stop, then kill whatever is left of its process group; remove its files."""
@@ -715,8 +710,10 @@ class ChildProcess:
                 except OSError:
                     pass
         self.request_fd = self.reply_fd = self.status_fd = self.io_fd = self.output_fd = self.inputs_fd = None
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        shutil.rmtree(self.io_dir, ignore_errors=True)
+        for directory in (self.workdir, self.io_dir):
+            problem = remove_tree(directory)
+            if problem is not None:  # the next command's remove_files_of_dead_parents tries again
+                print(f"warning: could not remove a sandboxed child's files: {problem}", file=sys.stderr)
         self.trim_caches()
 
     def trim_caches(self) -> str | None:
@@ -726,7 +723,7 @@ class ChildProcess:
         limit = self.limits.code_cache_bytes
         if self.caches_trimmed is None and tree_bytes(self.caches, stop_above=limit) > limit:
             for cache_dir in self.caches:
-                shutil.rmtree(cache_dir, ignore_errors=True)
+                remove_tree(cache_dir)
             self.caches_trimmed = (
                 f"left more than {limit / 1024**2:.0f} MiB in its per-code caches, over the limit "
                 "(code_cache_bytes): the caches were removed"
