@@ -215,3 +215,40 @@ def test_the_harness_exports_get_room_beyond_the_disk_limit(allowed):
             assert "over the limit of 1 MiB (disk_bytes)" in (child.watch.problem or ""), child.watch.problem
     finally:
         child.close()
+
+
+def test_the_watch_leaves_a_stopped_childs_files_alone_until_it_resumes():
+    """While a child is stopped (another one is timed: ChildPool.others_stopped), the watch does not
+    walk its directories (nothing there can change, and the walk would take the timed child's
+    CPU); once it runs again, what it holds counts as before, folders nested past PATH_MAX
+    included."""
+    code = b"def custom_kernel(data):\n    return data[2]\n"
+    limits = SandboxLimits.from_settings(**{**SMALL, "disk_bytes": 1 * MIB})
+    child = ChildProcess(
+        code, TASK, device="cpu", limits=limits, code_sha256=hashlib.sha256(code).hexdigest()
+    )
+    try:
+        child.spawn()
+        child.wait_ready()
+        child.stop()
+        current = os.open(child.io_dir, os.O_RDONLY | os.O_DIRECTORY)
+        for level in range(30):  # 6,000 characters of path
+            name = f"{level:03d}" + "x" * 197
+            os.mkdir(name, dir_fd=current)
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=current)
+            os.close(current)
+            current = below
+        hidden = os.open("bytes.bin", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=current)
+        os.write(hidden, bytes(2 * MIB))
+        os.close(hidden)
+        os.close(current)
+        time.sleep(1.0)  # five looks of the watch
+        assert child.watch.problem is None and child.proc.poll() is None
+        child.resume()
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and child.watch.problem is None:
+            time.sleep(0.05)
+        assert "over the limit of 1 MiB (disk_bytes)" in (child.watch.problem or ""), child.watch.problem
+    finally:
+        child.close()
+    assert not child.io_dir.exists()

@@ -425,6 +425,8 @@ class ChildProcess:
         if self.proc is None or self.proc.poll() is not None or self.paused_at is not None:
             return
         self.paused_at = monotonic()
+        if self.watch is not None:
+            self.watch.paused = True
         # Under full isolation the first process is `unshare` and its child the init of the pid
         # namespace, both harness code: they are left running, so that a parent killed meanwhile
         # is still seen by the init (its status pipe closes), which ends the namespace and with it
@@ -454,6 +456,8 @@ class ChildProcess:
                 pass
         self.pauses.append((self.paused_at, monotonic()))
         self.paused_at, self.stopped_pids = None, []
+        if self.watch is not None:
+            self.watch.paused = False
 
     def _paused_s(self, since: float) -> float:
         """Seconds this child was stopped since `since` (a deadline from then moves by as much)."""
