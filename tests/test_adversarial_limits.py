@@ -7,22 +7,28 @@ limit promises (docs/threat-model.md), with no process or file of theirs left be
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import HARNESS_SCRIPT
 
 from harness.sandbox.evaluation import Evaluation, Evaluator, checked_configs, evaluate_interleaved
 from harness.sandbox.isolation import detect_isolation
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.supervisor import ChildProcess
+from harness.store.revisions import register_revision
+from harness.store.session import open_store
 from harness.tasks import load_task
 
 TASK = load_task("conv2d_v2")
 ADVERSARIAL = Path(__file__).parent / "adversarial"
+REFERENCE = Path(__file__).resolve().parent.parent / "candidates" / "conv2d_v2_reference.py"
 FULL_ISOLATION = detect_isolation().full
 MIB = 1024**2
 SMALL = {
@@ -252,3 +258,62 @@ def test_the_watch_leaves_a_stopped_childs_files_alone_until_it_resumes():
     finally:
         child.close()
     assert not child.io_dir.exists()
+
+
+SLOW_IMPORT_S = 40  # beyond the start-up deadline below, within the import deadline
+SLOW_STARTUP_TIMEOUT_S = 30
+
+
+def test_a_slow_import_beside_the_calibration_child_ends_no_timed_run(tmp_path):
+    """Issue 33, item 2: a correct candidate that imports for longer than a child's start-up
+    deadline, timed beside the harness's calibration child (spawned with it, first waited on at
+    the first timing). The calibration child's start-up counts its own time, not the parent's
+    wait on the slow import: `bench` and the tournament's benchmark phase end with exit 0, and the
+    kept isolation level stays kept."""
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    slow = (ADVERSARIAL / "slow_import.py").read_bytes()
+    assert b"IMPORT_S = 150" in slow
+    contents = {
+        "reference": REFERENCE.read_bytes(),
+        "slow": slow.replace(b"IMPORT_S = 150", f"IMPORT_S = {SLOW_IMPORT_S}".encode()),
+    }
+    store = open_store(url)
+    try:
+        with store.session() as session:
+            ids = {
+                name: register_revision(session, content, f"{name}.py", lineage=name).revision.id
+                for name, content in contents.items()
+            }
+    finally:
+        store.close()
+    cache = tmp_path / "cache"
+    environment = {
+        **os.environ,
+        "HARNESS_DB": url,
+        "HARNESS_CACHE_DIR": str(cache),
+        "HARNESS_STARTUP_TIMEOUT_S": str(SLOW_STARTUP_TIMEOUT_S),
+        "COLUMNS": "300",
+    }
+
+    def harness(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(HARNESS_SCRIPT), *args, "--device", "cpu"],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=600,
+            check=False,
+        )
+
+    checked = harness("test", str(ids["reference"]), str(ids["slow"]))  # keeps the isolation level
+    assert checked.returncode == 0, checked.stderr
+    kept = json.loads((cache / "isolation-levels.json").read_text())
+    assert kept, "the first command keeps its isolation level"
+    # the test phase is reused: the benchmark phase starts the slow import beside the calibration child
+    tournament = harness("tournament", "--mode", "benchmark", "--budget", "0.2")
+    assert tournament.returncode == 0, tournament.stderr
+    assert "calibration" not in tournament.stderr and "leaderboard on cpu" in tournament.stdout
+    bench = harness("bench", str(ids["slow"]), str(ids["reference"]), "--budget", "0.2")
+    assert bench.returncode == 0, bench.stderr
+    assert "slow r1: pass" in bench.stdout, bench.stdout
+    assert json.loads((cache / "isolation-levels.json").read_text()) == kept

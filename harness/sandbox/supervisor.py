@@ -364,7 +364,11 @@ class ChildProcess:
         try:
             self._receive(self.started, self.limits.startup_timeout_s, "startup", (Started,))
         except ChildFailure as failure:
-            self._blame_kept_isolation(failure.reason)
+            # Only a child that died before its first message (unshare refused, the init failed)
+            # says the kept level no longer holds: one that is slow to start was held back by the
+            # load of the machine (the candidates beside it), which is no fault of the level.
+            if failure.status == "crashed":
+                self._blame_kept_isolation(failure.reason)
             raise
         self.startup_s = monotonic() - self.started
         self.ready = self._receive(
@@ -827,12 +831,31 @@ class ChildProcess:
         request_id: int | None = None,
     ):
         """The next reply, due `limit_s` after `since`: one of `expected`, with the run's token,
-        answering `request_id`. The wait from `since` counts against the evaluation's deadline
-        (`spent_s`), which may end it first."""
+        answering `request_id`. The wait counts against the evaluation's deadline (`spent_s`),
+        which may end it first: from `since`, or from now when the parent comes to wait later
+        (it was busy with other children meanwhile: a calibration child spawned beside the
+        candidates is first waited on at the first timing)."""
+        waited_from = max(since, monotonic())
         try:
             return self._receive_within(since, limit_s, phase, expected, request_id)
         finally:
-            self.spent_s += monotonic() - since - self._paused_s(since)  # stopped time is not its own
+            # stopped time is not its own
+            self.spent_s += monotonic() - waited_from - self._paused_s(waited_from)
+
+    def _read_waiting(self, phase: str) -> bool:
+        """Read what the child has already written to its reply pipe, without waiting; whether a
+        whole message is in the buffer now. A parent that waits for a reply reads it as soon as it
+        comes, so this matters only to one that came to wait after the deadline had passed."""
+        while b"\n" not in self.buffer and select.select([self.reply_fd], [], [], 0)[0]:
+            chunk = os.read(self.reply_fd, 65536)
+            if not chunk:
+                break
+            self.buffer += chunk
+            if len(self.buffer) > MAX_MESSAGE_BYTES:
+                raise self._fail(
+                    "crashed", f"protocol violation during {phase}: a message over {MAX_MESSAGE_BYTES} bytes"
+                )
+        return b"\n" in self.buffer
 
     def _receive_within(
         self,
@@ -846,6 +869,8 @@ class ChildProcess:
         deadline = since + min(limit_s, evaluation_left_s)
         while b"\n" not in self.buffer:
             remaining = deadline + self._paused_s(since) - monotonic()
+            if remaining <= 0 and self._read_waiting(phase):
+                continue  # it came while the parent was busy elsewhere: the parent's lateness is not the child's
             if remaining <= 0 and evaluation_left_s < limit_s:
                 raise self._fail(
                     "timeout",
