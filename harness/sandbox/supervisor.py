@@ -772,6 +772,11 @@ class ChildProcess:
             self.watch.stop()
         self.log_thread.join(timeout=5)
 
+    def abandon(self, reason: str) -> ChildFailure:
+        """Kill the child because of something the parent met with its work (`crashed`, with
+        `reason`): one left in the middle of a request cannot serve another."""
+        return self._fail("crashed", reason)
+
     def _fail(self, status: Literal["timeout", "crashed"], reason: str) -> ChildFailure:
         self._kill()
         tail = self.log_tail(REASON_LOG_TAIL_CHARS).strip().splitlines()
