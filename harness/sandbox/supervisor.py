@@ -627,7 +627,8 @@ class ChildProcess:
             self._send(request, phase)
             # The child decides when warm-up and timing end by its own clock, which the candidate can
             # replace: the whole phase also has a deadline on the parent's clock, generous enough for
-            # any honest run (warm-up and budget, four times over, and two whole calls).
+            # any honest run (warm-up and budget, four times over, and two whole calls), moved by the
+            # time the parent spends on its own work (inputs, references, checks of the outputs).
             phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
             phase_deadline = monotonic() + phase_limit_s
             last_index = -1
@@ -663,12 +664,15 @@ class ChildProcess:
                     if message.index <= last_index:
                         raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
                     last_index = message.index
+                    work_started = monotonic()
                     data = inputs_for(message.index)
                     # made before the clock starts: the layout and the message; within it: the bytes
                     laid_out = None if self.holds_inputs(data) else self.lay_out_inputs(data)
                     items = None if laid_out is None else laid_out[0]
                     encoded = encode(CallInputs(id=request.id, index=message.index, data=items))
                     inputs_sent_at[message.index] = monotonic()
+                    # the parent's own work (the call's inputs and reference) is not the child's time
+                    phase_deadline += inputs_sent_at[message.index] - work_started
                     if laid_out is not None:
                         self.copy_inputs(data, laid_out, phase)
                     self._send_encoded(encoded, phase)
@@ -677,8 +681,10 @@ class ChildProcess:
                         raise self._fail(
                             "crashed", f"protocol violation during {phase}: an output for no call"
                         )
-                    call_wall_ms[message.index] = (monotonic() - inputs_sent_at[message.index]) * 1e3
+                    work_started = monotonic()
+                    call_wall_ms[message.index] = (work_started - inputs_sent_at[message.index]) * 1e3
                     on_output(message)
+                    phase_deadline += monotonic() - work_started  # the parent's check of the output
 
     def output_name(self, request_id: int) -> str:
         """The name (in `io_fd`'s directory) of the file the child exports a checked call's output to."""
