@@ -92,6 +92,7 @@ from harness.timing import StoppingRule
 LOG_TAIL_BYTES = 64 * 1024
 REASON_LOG_TAIL_CHARS = 300
 SHUTDOWN_GRACE_S = 5.0
+DISCARD_LIMIT_S = 10.0  # per name left in the io directory (`discard_files`), while the child runs
 
 
 class ChildFailure(Exception):
@@ -697,7 +698,8 @@ class ChildProcess:
         """Remove whatever the child left in its io directory (a directory it made included),
         through `io_fd`: nothing outside it, whatever the child replaced."""
         for name in os.listdir(self.io_fd):
-            remove_tree(name, dir_fd=self.io_fd)  # never raises: what stays is counted by the watch
+            # never raises, never runs on: what stays is counted by the watch, and removed by `close`
+            remove_tree(name, dir_fd=self.io_fd, give_up_after_s=DISCARD_LIMIT_S)
 
     def close(self) -> None:
         """Ask the child to stop, then kill whatever is left of its process group; remove its files."""

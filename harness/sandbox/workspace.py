@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from functools import cache
 from pathlib import Path
 
@@ -51,7 +52,9 @@ def create_shared_memory(name: str) -> int:
     return fd
 
 
-def remove_tree(path: str | os.PathLike, *, dir_fd: int | None = None) -> str | None:
+def remove_tree(
+    path: str | os.PathLike, *, dir_fd: int | None = None, give_up_after_s: float | None = None
+) -> str | None:
     """Remove `path` (relative to the directory open as `dir_fd`, when given) and everything
     under it; never raises. Returns None when it is gone (or never was), else why not.
 
@@ -61,7 +64,8 @@ def remove_tree(path: str | os.PathLike, *, dir_fd: int | None = None) -> str | 
     descriptors: it goes down through `openat(name, O_NOFOLLOW)` and back up through `..`, checked
     to be the folder it came from (device and inode), so a path's length never matters and no link
     is followed; a folder it cannot read is given its owner's permissions (through an O_PATH
-    descriptor, never by name) and tried once more."""
+    descriptor, never by name) and tried once more. With `give_up_after_s` it stops after that
+    long (a child still running can make folders as fast as they are removed)."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     path = os.fspath(path)
     parent, name = os.path.split(path.rstrip("/")) if dir_fd is None else ("", path)
@@ -69,7 +73,8 @@ def remove_tree(path: str | os.PathLike, *, dir_fd: int | None = None) -> str | 
     try:
         if dir_fd is None:
             opened_parent = dir_fd = os.open(parent or ".", flags)
-        return _remove_tree_at(dir_fd, name, flags)
+        deadline = None if give_up_after_s is None else time.monotonic() + give_up_after_s
+        return _remove_tree_at(dir_fd, name, flags, deadline)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -97,7 +102,7 @@ def _open_directory(dir_fd: int, name: str, flags: int) -> int:
     return opened
 
 
-def _remove_tree_at(top_fd: int, top_name: str, flags: int) -> str | None:
+def _remove_tree_at(top_fd: int, top_name: str, flags: int, deadline: float | None) -> str | None:
     import stat
 
     try:
@@ -113,6 +118,8 @@ def _remove_tree_at(top_fd: int, top_name: str, flags: int) -> str | None:
     problem = None
     try:
         while True:
+            if deadline is not None and time.monotonic() > deadline:
+                raise OSError("gave up: the tree grew as fast as it was removed")
             below = None
             with os.scandir(current) as entries:
                 for entry in entries:
