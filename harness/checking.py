@@ -53,12 +53,15 @@ COMPARE_CHUNK = 1 << 24
 
 def out_of_memory(exc: BaseException | None) -> BaseException | None:
     """`exc`, or the exception it was raised from, that is an allocation that failed (CUDA out of
-    memory, a MemoryError, torch's CPU allocator giving up); None when there is none."""
+    memory, from the caching allocator or from CUDA itself, a MemoryError, torch's CPU allocator
+    giving up); None when there is none."""
     seen = 0
     while exc is not None and seen < 16:
         if isinstance(exc, MemoryError | torch.OutOfMemoryError):
             return exc
-        if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc):
+        if isinstance(exc, RuntimeError) and any(
+            words in str(exc) for words in ("can't allocate memory", "CUDA error: out of memory")
+        ):
             return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
