@@ -11,7 +11,8 @@ parent outlive it; so the parent counts, in a thread of its own, every `POLL_INT
   `RssShmem` of /proc/PID/status, readable whatever the process does; pages shared after a fork
   count in each process);
 - bytes in the watched directories (allocated blocks, and at least one block per entry, so that
-  a flood of empty files counts too), per group of directories.
+  a flood of empty files counts too), per group of directories, walked fd-relative at any depth;
+  not while the child is stopped (another child is timed: `ResourceWatch.paused`).
 
 Above a limit it kills the child's process group and each process it found (SIGKILL) and keeps
 the reason, which the supervisor reports as `crashed`. Between two looks a process can do a lot:
