@@ -252,7 +252,10 @@ class ResourceWatch:
 
     def _watch(self) -> None:
         while not self._stopped.wait(POLL_INTERVAL_S):
-            problem, pids = self.check()
+            try:
+                problem, pids = self.check()
+            except OSError:  # what the child made or ended under this look: the next one looks again
+                continue
             if problem is None:
                 continue
             self.problem = problem
