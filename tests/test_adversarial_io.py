@@ -429,3 +429,33 @@ def test_hostile_children_leave_nothing_behind(hostile_tournament):
     assert not hostile_tournament["leftover"].exists(), "a dead process's deep chain is removed"
     kept = tree_bytes([hostile_tournament["cache"]])
     assert kept < 16 * MIB, f"{kept} bytes kept in the per-code caches"
+
+
+def test_a_shared_memfd_cannot_be_shrunk_or_sealed_by_whoever_holds_it():
+    """What a child could do with its copy of a memfd the parent shares with it, besides growing
+    it (the CLI test above): shrinking it and adding seals (F_SEAL_GROW would stop the parent's
+    grow, F_SEAL_WRITE its writes) fail for every holder, so the parent's mappings keep their
+    pages and its grows only meet a size it did not set."""
+    import errno
+    import fcntl
+
+    from harness.sandbox.workspace import create_shared_memory
+
+    fd = create_shared_memory("harness-inputs")
+    try:
+        os.ftruncate(fd, 4096)
+        held = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)  # as the child reaches it
+        try:
+            for attempt in (
+                lambda: os.ftruncate(held, 0),
+                lambda: fcntl.fcntl(held, fcntl.F_ADD_SEALS, fcntl.F_SEAL_GROW),
+                lambda: fcntl.fcntl(held, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE),
+            ):
+                with pytest.raises(OSError) as failed:
+                    attempt()
+                assert failed.value.errno == errno.EPERM
+            assert os.fstat(fd).st_size == 4096
+        finally:
+            os.close(held)
+    finally:
+        os.close(fd)
