@@ -45,6 +45,26 @@ MAX_PRINT = 5
 SMALL_FOR_CPU_FLOAT64 = 1 << 22  # elements of all data together: float64 reference on the CPU
 MAX_CPU_FLOAT64_FLOPS = 5e10  # above this the float64 reference is not computed on the CPU
 SCAN_CHUNK = 1 << 20
+# elements compared at once (`compare_output`): each float64 temporary of a chunk is 128 MiB, so
+# that the parent's check of a large output needs about a byte per element beyond the tensors
+# it holds, not five float64 copies (the parent shares the GPU with the children it checks)
+COMPARE_CHUNK = 1 << 24
+
+
+def out_of_memory(exc: BaseException | None) -> BaseException | None:
+    """`exc`, or the exception it was raised from, that is an allocation that failed (CUDA out of
+    memory, from the caching allocator or from CUDA itself, a MemoryError, torch's CPU allocator
+    giving up); None when there is none."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+            return exc
+        if isinstance(exc, RuntimeError) and any(
+            words in str(exc) for words in ("can't allocate memory", "CUDA error: out of memory")
+        ):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 @dataclass
@@ -75,7 +95,11 @@ class ReferenceCase:
             try:
                 function = getattr(self.reference, self.exact_function)
                 self.expected64, self.note = _exact_answer(function, self.data, self.flops)
-            except Exception as exc:  # noqa: BLE001 - a task's reference that has no float64 path
+            except Exception as exc:  # a task's reference that has no float64 path
+                if (
+                    out_of_memory(exc) is not None
+                ):  # the parent's memory, not the task's reference: no verdict
+                    raise
                 self.note = (
                     f"exact answer not computed: the reference failed on float64 inputs ({_one_line(exc)})"
                 )
@@ -94,7 +118,9 @@ class ReferenceCase:
         if not self._scale_done and self.reference is not None and hasattr(self.reference, "output_scale"):
             try:
                 scale = self.reference.output_scale(self.data)
-            except Exception:  # noqa: BLE001 - the figure is then not computed; nothing else depends on it
+            except Exception as exc:  # the figure is then not computed; nothing else depends on it
+                if out_of_memory(exc) is not None:
+                    raise
                 scale = None
             usable = isinstance(scale, torch.Tensor) and tuple(scale.shape) == tuple(self.expected.shape)
             self._scale = scale if usable else None
@@ -165,6 +191,12 @@ def keeping_reference_cases(count: int) -> Iterator[None]:
         with _recent_cases_lock:
             _kept_case_counts.remove(count)
             _evict_cases()
+
+
+def forget_cases() -> None:
+    """Drop every kept case (the parent ran out of memory: what no check holds any more is freed)."""
+    with _recent_cases_lock:
+        _recent_cases.clear()
 
 
 def _evict_cases() -> None:
@@ -340,48 +372,29 @@ def compare_output(
                 gpumode=Verdict(status="pass", failures=0), accurate=Verdict(status="pass", failures=0)
             )
             return OutputCheck(passed=True, verdicts=verdicts, max_abs_err=passed, note=case.note)
-    finite = torch.isfinite(received)
-    not_finite = int((~finite).sum())
-    expected_wide = expected.to(torch.float64)
-    diff = (received.to(torch.float64) - expected_wide).abs()
-    mismatched = ~finite | ~(diff <= atol + rtol * expected_wide.abs())
-    del expected_wide
-    mismatches = int(mismatched.sum())
-    finite_diff = diff[finite]
-    max_abs_err = float(finite_diff.max()) if finite_diff.numel() else None
-    del diff, finite_diff
+    if received.shape != expected.shape:
+        received, expected = torch.broadcast_tensors(received, expected)
+    mismatched, mismatches, not_finite, max_abs_err = _gpumode_rule(received, expected, rtol=rtol, atol=atol)
     numel = received.numel()
 
     exact = case.exact() if figures or mismatches else None
     accuracy = Accuracy()
     accurate_failures, where_exact_fails, reference_rel_l2 = mismatches, None, None
     if exact is not None:
-        received64 = received.to(device=exact.device, dtype=torch.float64)
-        error = received64 - exact
+        scale = case.scale() if figures else None
+        exact_figures = _exact_figures(
+            received, expected, exact, mismatched if mismatches else None, scale, rtol=rtol, atol=atol
+        )
         if mismatches:
-            within_exact = error.abs() <= atol + rtol * exact.abs()
-            on_exact = mismatched.to(exact.device)
-            accurate_failures = int((on_exact & ~within_exact).sum())
-            reference = expected.to(device=exact.device, dtype=torch.float64)
-            exact_fails_gpumode = ~((exact - reference).abs() <= atol + rtol * reference.abs())
-            where_exact_fails = int((on_exact & exact_fails_gpumode).sum())
-            del within_exact, on_exact, reference, exact_fails_gpumode
+            accurate_failures, where_exact_fails = exact_figures["failures"], exact_figures["exact_fails"]
         if figures:
-            norm = float(torch.linalg.vector_norm(exact))
+            norm = exact_figures["norm"]
             if norm > 0:
                 if not_finite == 0:
-                    accuracy.rel_l2 = _finite_or_none(float(torch.linalg.vector_norm(error)) / norm)
-                reference_error = expected.to(device=exact.device, dtype=torch.float64) - exact
-                reference_rel_l2 = float(torch.linalg.vector_norm(reference_error)) / norm
-            scale = case.scale()
-            if scale is not None and not_finite == 0:
-                scale = scale.to(device=exact.device, dtype=torch.float64)
-                positive = scale > 0
-                if bool(positive.any()):
-                    accuracy.max_err_over_scale = _finite_or_none(
-                        float((error.abs()[positive] / scale[positive]).max())
-                    )
-        del error, received64
+                    accuracy.rel_l2 = _finite_or_none(exact_figures["error_norm"] / norm)
+                reference_rel_l2 = exact_figures["reference_error_norm"] / norm
+            if scale is not None and not_finite == 0 and exact_figures["over_scale"] is not None:
+                accuracy.max_err_over_scale = _finite_or_none(exact_figures["over_scale"])
 
     first = []
     if mismatches:
@@ -412,6 +425,95 @@ def compare_output(
         mismatches_where_reference_is_off=where_exact_fails,
         note=case.note,
     )
+
+
+def _chunks(numel: int) -> Iterator[slice]:
+    for start in range(0, numel, COMPARE_CHUNK):
+        yield slice(start, min(start + COMPARE_CHUNK, numel))
+
+
+def _gpumode_rule(
+    received: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float
+) -> tuple[torch.Tensor, int, int, float | None]:
+    """GPU MODE's elementwise rule in float64, COMPARE_CHUNK elements at a time: (the mask of
+    failing elements, shaped like the output; how many fail; how many are NaN/Inf; the largest
+    absolute error of the finite ones, or None)."""
+    flat_received, flat_expected = received.reshape(-1), expected.reshape(-1)
+    mismatched = torch.empty(flat_received.shape, dtype=torch.bool, device=received.device)
+    counts, largest = [], []
+    for part in _chunks(flat_received.numel()):
+        chunk = flat_received[part]
+        wide = flat_expected[part].to(torch.float64)
+        finite = torch.isfinite(chunk)
+        diff = (chunk.to(torch.float64) - wide).abs()
+        bad = ~finite | ~(diff <= atol + rtol * wide.abs())
+        mismatched[part] = bad
+        counts.append(torch.stack([bad.sum(), (~finite).sum()]))
+        largest.append(torch.where(finite, diff, -math.inf).max() if diff.numel() else None)
+        del wide, diff, bad, finite
+    if not counts:
+        return mismatched.view(received.shape), 0, 0, None
+    mismatches, not_finite = (int(value) for value in torch.stack(counts).sum(0).tolist())
+    top = float(torch.stack([value for value in largest if value is not None]).max())
+    return mismatched.view(received.shape), mismatches, not_finite, (top if top != -math.inf else None)
+
+
+def _exact_figures(
+    received: torch.Tensor,
+    expected: torch.Tensor,
+    exact: torch.Tensor,
+    mismatched: torch.Tensor | None,
+    scale: torch.Tensor | None,
+    *,
+    rtol: float,
+    atol: float,
+) -> dict:
+    """What `compare_output` needs of the exact answer, COMPARE_CHUNK elements at a time on the
+    exact answer's device: with `mismatched`, how many of those elements are off the exact answer
+    too (`failures`) and where the exact answer itself fails GPU MODE's rule (`exact_fails`); the
+    norms of the exact answer, of the output's error and of the reference's error; and with
+    `scale`, the largest error over the scale where the scale is positive (`over_scale`)."""
+    device = exact.device
+    flat = [
+        None if tensor is None else tensor.reshape(-1)
+        for tensor in (received, expected, exact, mismatched, scale)
+    ]
+    norms: dict[str, list[torch.Tensor]] = {"norm": [], "error_norm": [], "reference_error_norm": []}
+    counts, over_scale = [], []
+    for part in _chunks(exact.numel()):
+        received_part, expected_part, exact_part, mismatched_part, scale_part = (
+            None if tensor is None else tensor[part] for tensor in flat
+        )
+        error = received_part.to(device=device, dtype=torch.float64) - exact_part
+        reference = expected_part.to(device=device, dtype=torch.float64)
+        norms["norm"].append(torch.linalg.vector_norm(exact_part))
+        norms["error_norm"].append(torch.linalg.vector_norm(error))
+        norms["reference_error_norm"].append(torch.linalg.vector_norm(reference - exact_part))
+        if mismatched_part is not None:
+            on_exact = mismatched_part.to(device)
+            within_exact = error.abs() <= atol + rtol * exact_part.abs()
+            exact_fails = ~((exact_part - reference).abs() <= atol + rtol * reference.abs())
+            counts.append(torch.stack([(on_exact & ~within_exact).sum(), (on_exact & exact_fails).sum()]))
+            del on_exact, within_exact, exact_fails
+        if scale_part is not None:
+            scale_part = scale_part.to(device=device, dtype=torch.float64)
+            positive = scale_part > 0
+            ratio = torch.where(positive, error.abs() / torch.where(positive, scale_part, 1.0), -math.inf)
+            over_scale.append(torch.stack([ratio.max(), positive.any().to(torch.float64)]))
+            del positive, ratio
+        del error, reference
+    figures: dict = {
+        name: float(torch.linalg.vector_norm(torch.stack(values))) if values else 0.0
+        for name, values in norms.items()
+    }
+    failures = torch.stack(counts).sum(0).tolist() if counts else [0, 0]
+    figures["failures"], figures["exact_fails"] = int(failures[0]), int(failures[1])
+    figures["over_scale"] = None
+    if over_scale:
+        joined = torch.stack(over_scale)
+        if bool(joined[:, 1].any()):
+            figures["over_scale"] = float(joined[joined[:, 1] > 0, 0].max())
+    return figures
 
 
 def judge_output(
@@ -477,9 +579,15 @@ def _surely_within(
         return None
     if received.dtype != torch.float32 or expected.dtype != torch.float32:
         return None
-    diff = (received - expected).abs()
-    bound = expected.abs().mul_(rtol).add_(atol).mul_(_SURE_MARGIN)
-    all_within, largest = torch.stack([(diff <= bound).all().to(diff.dtype), diff.max()]).tolist()
+    flat_received, flat_expected = received.reshape(-1), expected.reshape(-1)
+    parts = []
+    for part in _chunks(flat_received.numel()):  # in COMPARE_CHUNK elements: bounded memory
+        diff = (flat_received[part] - flat_expected[part]).abs()
+        bound = flat_expected[part].abs().mul_(rtol).add_(atol).mul_(_SURE_MARGIN)
+        parts.append(torch.stack([(diff <= bound).all().to(diff.dtype), diff.max()]))
+        del diff, bound
+    joined = torch.stack(parts)
+    all_within, largest = torch.stack([joined[:, 0].min(), joined[:, 1].max()]).tolist()
     return largest if all_within == 1.0 else None
 
 
@@ -513,6 +621,11 @@ def _accurate_reason(failures: int, numel: int, not_finite: int, exact: bool, no
 def _finite_or_none(value: float) -> float | None:
     """A figure as stored and shown: None where the exact answer itself is not finite."""
     return value if math.isfinite(value) else None
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    return _one_line(exc)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -54,6 +54,7 @@ class Settings(BaseSettings):
 
     db: str = Field(default_factory=default_store_url)
     cache_dir: Path = Field(default_factory=user_cache_dir)
+    startup_timeout_s: float = 120.0  # a child's spawn until it has imported torch (its own time)
     import_timeout_s: float = 300.0
     call_timeout_s: float = 120.0
     shape_budget_s: float = 10.0  # timing: host seconds of timed calls per shape (GPU MODE: 10 s)

@@ -28,6 +28,7 @@ import pytest
 from conftest import HARNESS_SCRIPT
 
 from harness.sandbox.isolation import detect_isolation
+from harness.sandbox.resources import tree_bytes
 from harness.sandbox.workspace import IO_DIR_PREFIX, PROBE_DIR_PREFIX, WORKDIR_PREFIX, work_root
 from harness.store.revisions import register_revision
 from harness.store.session import open_store
@@ -277,3 +278,184 @@ def test_a_child_stopped_while_another_is_timed_ends_when_its_parent_is_killed(t
     pids = [int(pid) for pid in done.stdout.split()]
     assert len(pids) >= 3, done.stdout  # unshare, the init, the worker
     assert _gone(pids, seconds=20)
+
+
+# --- issue 33: whatever a child did to what the parent touches is that child's result ---------
+MIB = 1024**2
+HOSTILE_SETTINGS = {"HARNESS_DISK_BYTES": str(64 * MIB), "HARNESS_CODE_CACHE_BYTES": str(16 * MIB)}
+
+
+def _register(url: str, contents: dict[str, bytes]) -> dict[str, int]:
+    store = open_store(url)
+    try:
+        with store.session() as session:
+            return {
+                name: register_revision(session, content, f"{name}.py", lineage=name).revision.id
+                for name, content in contents.items()
+            }
+    finally:
+        store.close()
+
+
+def _runs(url: str, revision_id: int) -> dict[str, tuple[str, str]]:
+    """The revision's finished runs: mode -> (status, reason)."""
+    connection = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        rows = connection.execute(
+            "SELECT mode, status, reason FROM runs WHERE revision_id = ? AND state = 'done'", (revision_id,)
+        ).fetchall()
+    finally:
+        connection.close()
+    return {mode: (status, reason) for mode, status, reason in rows}
+
+
+def _variant(name: str, old: bytes, new: bytes) -> bytes:
+    code = (ADVERSARIAL / name).read_bytes()
+    assert old in code
+    return code.replace(old, new)
+
+
+def _deep_chain(top: Path, depth: int) -> None:
+    """`depth` nested folders under `top`, each made relative to the one above."""
+    top.mkdir()
+    current = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("deep", dir_fd=current)
+        below = os.open("deep", os.O_RDONLY | os.O_DIRECTORY, dir_fd=current)
+        os.close(current)
+        current = below
+    os.close(current)
+
+
+@pytest.fixture(scope="module")
+def hostile_tournament(tmp_path_factory) -> dict:
+    """A store with the reference and candidates that resize the memfds the parent shares with
+    them, leave a 3000-level folder chain, or hide bytes past PATH_MAX (in the exchange directory,
+    in a per-code cache), run through one `harness tournament` and then a second one; a
+    3000-level chain left by a dead harness process waits in /dev/shm before the first."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    url = f"sqlite:///{tmp / 'store.sqlite'}"
+    cache = tmp / "cache"
+    ids = _register(
+        url,
+        {
+            "reference": REFERENCE.read_bytes(),
+            "grows_inputs": (ADVERSARIAL / "grows_shared_memory.py").read_bytes(),
+            "grows_output": _variant(
+                "grows_shared_memory.py", b'TARGET = "harness-inputs"', b'TARGET = "harness-timed-output"'
+            ),
+            "deep_folders": (ADVERSARIAL / "deep_folders.py").read_bytes(),
+            "hides_exchange": (ADVERSARIAL / "hides_bytes_deep.py").read_bytes(),
+            "hides_cache": _variant("hides_bytes_deep.py", b'TARGET = "exchange"', b'TARGET = "cache"'),
+        },
+    )
+    process = subprocess.Popen(["true"])  # a pid that is gone by the time the run starts
+    process.wait()
+    leftover = Path("/dev/shm") / f"{IO_DIR_PREFIX}{process.pid}-left"
+    if Path("/dev/shm").is_dir():
+        _deep_chain(leftover, 3000)
+    environment = {**os.environ, "HARNESS_DB": url, "COLUMNS": "300", "HARNESS_CACHE_DIR": str(cache)}
+    runs = []
+    for _ in range(2):
+        command = [
+            str(HARNESS_SCRIPT),
+            "tournament",
+            "--device",
+            "cpu",
+            "--mode",
+            "benchmark",
+            "--budget",
+            "0.2",
+        ]
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**environment, **HOSTILE_SETTINGS},
+        )
+        stdout, stderr = process.communicate(timeout=600)
+        runs.append((process, stdout, stderr))
+    return {"url": url, "ids": ids, "runs": runs, "cache": cache, "leftover": leftover}
+
+
+def test_hostile_children_end_no_run_and_each_gets_a_clear_reason(hostile_tournament):
+    for process, stdout, stderr in hostile_tournament["runs"]:  # the second on the same store
+        assert process.returncode == 1, stderr  # some revision failed; the run itself ended
+        assert "Traceback" not in stderr, stderr
+        assert "leaderboard on cpu" in stdout, stdout
+    url, ids = hostile_tournament["url"], hostile_tournament["ids"]
+    assert {mode: status for mode, (status, _) in _runs(url, ids["reference"]).items()} == {
+        "test": "pass",
+        "benchmark": "pass",
+    }
+    expected = {
+        "grows_inputs": (
+            "test",
+            "crashed",
+            "protocol violation during call on smoke[0]: the child resized the harness's inputs memory",
+        ),
+        "grows_output": (
+            "benchmark",
+            "crashed",
+            "protocol violation during timing on smoke[0]: the child resized the harness's shared output buffer",
+        ),
+        "hides_exchange": (
+            "test",
+            "crashed",
+            "in the working directories, over the limit of 64 MiB (disk_bytes)",
+        ),
+        "hides_cache": (
+            "test",
+            "crashed",
+            "in the per-code caches, over the limit of 16 MiB (code_cache_bytes)",
+        ),
+    }
+    for name, (mode, status, reason) in expected.items():
+        runs = _runs(url, ids[name])
+        assert runs[mode][0] == status and reason in runs[mode][1], (name, runs)
+    assert _runs(url, ids["grows_output"])["test"][0] == "pass"  # its checks go through files
+    # the chain it leaves is removed after every call and with its working directory
+    assert {mode: status for mode, (status, _) in _runs(url, ids["deep_folders"]).items()} == {
+        "test": "pass",
+        "benchmark": "pass",
+    }
+
+
+def test_hostile_children_leave_nothing_behind(hostile_tournament):
+    for process, _stdout, _stderr in hostile_tournament["runs"]:
+        assert _left_behind(process.pid) == []
+        assert _children(process.pid) == []
+    assert not hostile_tournament["leftover"].exists(), "a dead process's deep chain is removed"
+    kept = tree_bytes([hostile_tournament["cache"]])
+    assert kept < 16 * MIB, f"{kept} bytes kept in the per-code caches"
+
+
+def test_a_shared_memfd_cannot_be_shrunk_or_sealed_by_whoever_holds_it():
+    """What a child could do with its copy of a memfd the parent shares with it, besides growing
+    it (the CLI test above): shrinking it and adding seals (F_SEAL_GROW would stop the parent's
+    grow, F_SEAL_WRITE its writes) fail for every holder, so the parent's mappings keep their
+    pages and its grows only meet a size it did not set."""
+    import errno
+    import fcntl
+
+    from harness.sandbox.workspace import create_shared_memory
+
+    fd = create_shared_memory("harness-inputs")
+    try:
+        os.ftruncate(fd, 4096)
+        held = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)  # as the child reaches it
+        try:
+            for attempt in (
+                lambda: os.ftruncate(held, 0),
+                lambda: fcntl.fcntl(held, fcntl.F_ADD_SEALS, fcntl.F_SEAL_GROW),
+                lambda: fcntl.fcntl(held, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE),
+            ):
+                with pytest.raises(OSError) as failed:
+                    attempt()
+                assert failed.value.errno == errno.EPERM
+            assert os.fstat(fd).st_size == 4096
+        finally:
+            os.close(held)
+    finally:
+        os.close(fd)

@@ -7,22 +7,30 @@ limit promises (docs/threat-model.md), with no process or file of theirs left be
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import shutil
+import sqlite3
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import HARNESS_SCRIPT
 
 from harness.sandbox.evaluation import Evaluation, Evaluator, checked_configs, evaluate_interleaved
 from harness.sandbox.isolation import detect_isolation
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.supervisor import ChildProcess
+from harness.store.revisions import register_revision
+from harness.store.session import open_store
 from harness.tasks import load_task
 
 TASK = load_task("conv2d_v2")
 ADVERSARIAL = Path(__file__).parent / "adversarial"
+REFERENCE = Path(__file__).resolve().parent.parent / "candidates" / "conv2d_v2_reference.py"
 FULL_ISOLATION = detect_isolation().full
 MIB = 1024**2
 SMALL = {
@@ -218,3 +226,209 @@ def test_the_harness_exports_get_room_beyond_the_disk_limit(allowed):
             assert "over the limit of 1 MiB (disk_bytes)" in (child.watch.problem or ""), child.watch.problem
     finally:
         child.close()
+
+
+def test_the_watch_leaves_a_stopped_childs_files_alone_until_it_resumes():
+    """While a child is stopped (another one is timed: ChildPool.others_stopped), the watch does not
+    walk its directories (nothing there can change, and the walk would take the timed child's
+    CPU); once it runs again, what it holds counts as before, folders nested past PATH_MAX
+    included."""
+    code = b"def custom_kernel(data):\n    return data[2]\n"
+    limits = SandboxLimits.from_settings(**{**SMALL, "disk_bytes": 1 * MIB})
+    child = ChildProcess(
+        code, TASK, device="cpu", limits=limits, code_sha256=hashlib.sha256(code).hexdigest()
+    )
+    try:
+        child.spawn()
+        child.wait_ready()
+        child.stop()
+        current = os.open(child.io_dir, os.O_RDONLY | os.O_DIRECTORY)
+        for level in range(30):  # 6,000 characters of path
+            name = f"{level:03d}" + "x" * 197
+            os.mkdir(name, dir_fd=current)
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=current)
+            os.close(current)
+            current = below
+        hidden = os.open("bytes.bin", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=current)
+        os.write(hidden, bytes(2 * MIB))
+        os.close(hidden)
+        os.close(current)
+        time.sleep(1.0)  # five looks of the watch
+        assert child.watch.problem is None and child.proc.poll() is None
+        child.resume()
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and child.watch.problem is None:
+            time.sleep(0.05)
+        assert "over the limit of 1 MiB (disk_bytes)" in (child.watch.problem or ""), child.watch.problem
+    finally:
+        child.close()
+    assert not child.io_dir.exists()
+
+
+SLOW_IMPORT_S = 40  # beyond the start-up deadline below, within the import deadline
+SLOW_STARTUP_TIMEOUT_S = 30
+
+
+def test_a_slow_import_beside_the_calibration_child_ends_no_timed_run(tmp_path):
+    """Issue 33, item 2: a correct candidate that imports for longer than a child's start-up
+    deadline, timed beside the harness's calibration child (spawned with it, first waited on at
+    the first timing). The calibration child's start-up counts its own time, not the parent's
+    wait on the slow import: `bench` and the tournament's benchmark phase end with exit 0, and the
+    kept isolation level stays kept."""
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    slow = (ADVERSARIAL / "slow_import.py").read_bytes()
+    assert b"IMPORT_S = 150" in slow
+    contents = {
+        "reference": REFERENCE.read_bytes(),
+        "slow": slow.replace(b"IMPORT_S = 150", f"IMPORT_S = {SLOW_IMPORT_S}".encode()),
+    }
+    store = open_store(url)
+    try:
+        with store.session() as session:
+            ids = {
+                name: register_revision(session, content, f"{name}.py", lineage=name).revision.id
+                for name, content in contents.items()
+            }
+    finally:
+        store.close()
+    cache = tmp_path / "cache"
+    environment = {
+        **os.environ,
+        "HARNESS_DB": url,
+        "HARNESS_CACHE_DIR": str(cache),
+        "HARNESS_STARTUP_TIMEOUT_S": str(SLOW_STARTUP_TIMEOUT_S),
+        "COLUMNS": "300",
+    }
+
+    def harness(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(HARNESS_SCRIPT), *args, "--device", "cpu"],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=600,
+            check=False,
+        )
+
+    checked = harness("test", str(ids["reference"]), str(ids["slow"]))  # keeps the isolation level
+    assert checked.returncode == 0, checked.stderr
+    kept = json.loads((cache / "isolation-levels.json").read_text())
+    assert kept, "the first command keeps its isolation level"
+    # the test phase is reused: the benchmark phase starts the slow import beside the calibration child
+    tournament = harness("tournament", "--mode", "benchmark", "--budget", "0.2")
+    assert tournament.returncode == 0, tournament.stderr
+    assert "calibration" not in tournament.stderr and "leaderboard on cpu" in tournament.stdout
+    bench = harness("bench", str(ids["slow"]), str(ids["reference"]), "--budget", "0.2")
+    assert bench.returncode == 0, bench.stderr
+    assert "slow r1: pass" in bench.stdout, bench.stdout
+    assert json.loads((cache / "isolation-levels.json").read_text()) == kept
+
+
+def test_the_parents_own_work_out_of_memory_is_the_shapes_result(tmp_path):
+    """Issue 33, item 4 (the parent's side), on the CPU: a task whose second shape the parent cannot
+    even make (2 TiB of input: torch's CPU allocator gives up at once, as CUDA does when a child
+    beside it holds the GPU's memory), checked beside a candidate that holds memory. The shape is
+    `crashed` with the harness's reason for every revision (tried twice), the first shape's
+    results stand, the run ends with exit 1 and results, and runs again on the same store."""
+    problems = tmp_path / "problems"
+    shutil.copytree(TASK.directory, problems / "hugeconv_py")
+    shutil.copy(TASK.directory.parent / "utils.py", problems / "utils.py")
+    spec = problems / "hugeconv_py" / "task.yml"
+    text = spec.read_text()
+    smoke = text.index("  smoke:\n")
+    end = text.index("\n", text.index('"seed": 404}', smoke))
+    huge = '{"size": 524288, "kernelsize": 2, "channels": 2, "batch": 1, "seed": 202}'
+    spec.write_text(
+        text[:smoke]
+        + '  smoke:\n    - {"size": 8, "kernelsize": 2, "channels": 2, "batch": 1, "seed": 101}\n'
+        + f"    - {huge}"
+        + text[end:]
+    )
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    environment = {**os.environ, "HARNESS_DB": url, "HARNESS_CACHE_DIR": str(tmp_path / "cache")}
+
+    def harness(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(HARNESS_SCRIPT), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**environment, "COLUMNS": "300"},
+        )
+
+    added = harness("task", "add", str(problems / "hugeconv_py"))
+    assert added.wait(timeout=120) == 0, added.communicate()
+    ids = []
+    for path in (REFERENCE, ADVERSARIAL / "holds_device_memory.py"):
+        registered = harness("register", str(path), "--task", "hugeconv")
+        stdout, stderr = registered.communicate(timeout=120)
+        assert registered.returncode == 0, stderr
+        ids.append(re.search(r"registered submission (\d+)", stdout).group(1))
+    connection = None
+    for attempt in range(2):  # the second on the same store
+        process = harness("test", *ids, "--device", "cpu")
+        stdout, stderr = process.communicate(timeout=600)
+        assert process.returncode == 1, stderr  # revisions failed; the run itself ended
+        assert "Traceback" not in stderr, stderr
+        assert not list(Path("/dev/shm").glob(f"harness-io-{process.pid}-*"))
+        if attempt == 0:
+            assert "the harness ran out of memory" in stdout, stdout
+    connection = sqlite3.connect(tmp_path / "store.sqlite")
+    try:
+        for revision_id in ids:
+            run = connection.execute(
+                "SELECT id, status, reason FROM runs WHERE revision_id = ? AND mode = 'test'", (revision_id,)
+            ).fetchone()
+            assert run[1] == "crashed", run
+            assert (
+                "smoke[1]" in run[2] and "the harness ran out of memory in its own work on smoke[1]" in run[2]
+            )
+            assert "twice" in run[2] and "can't allocate memory" in run[2], run
+            shapes = connection.execute(
+                'SELECT set_name, "index", passed FROM shape_results WHERE run_id = ? ORDER BY "index"',
+                (run[0],),
+            ).fetchall()
+            assert shapes[0] == ("smoke", 0, 1), shapes  # the first shape's result stands
+            assert shapes[1:] in ([], [("smoke", 1, 0)]), shapes
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("figures", [True, False])
+def test_the_parents_comparison_in_chunks_gives_the_same_verdicts(monkeypatch, figures):
+    """The parent compares an output COMPARE_CHUNK elements at a time (bounded memory beside the
+    children): with chunks of 97 elements the verdicts, counts and first mismatches are those of
+    one chunk, and the figures agree to rounding."""
+    import math
+
+    import torch
+
+    from harness import checking
+    from harness.tasks import load_reference
+
+    reference = load_reference(TASK)
+    shape = TASK.smoke[1]
+    case = checking.make_reference_case(reference, shape, shape.seed, "cpu", exact_answer=TASK.exact_answer)
+    outputs = [case.expected.clone(), case.expected + 1e-6]
+    off = case.expected.clone()
+    off.view(-1)[::7] += 1e-2
+    off.view(-1)[3] = float("nan")
+    outputs.append(off)
+
+    def close(one: object, other: object) -> bool:
+        if isinstance(one, dict):
+            return one.keys() == other.keys() and all(close(one[key], other[key]) for key in one)
+        if isinstance(one, list):
+            return len(one) == len(other) and all(map(close, one, other))
+        if isinstance(one, float) and isinstance(other, float):
+            return math.isclose(one, other, rel_tol=1e-9)
+        return one == other
+
+    for output in outputs:
+        whole = checking.compare_output(output, case, rtol=TASK.rtol, atol=TASK.atol, figures=figures)
+        with monkeypatch.context() as patch:
+            patch.setattr(checking, "COMPARE_CHUNK", 97)
+            assert output.numel() > 3 * 97
+            chunked = checking.compare_output(output, case, rtol=TASK.rtol, atol=TASK.atol, figures=figures)
+        assert close(whole.model_dump(), chunked.model_dump()), (whole, chunked)
+        assert torch.isfinite(output).all() == (whole.not_finite == 0)

@@ -17,6 +17,7 @@ per-shape statistics come from harness.timing and the score from harness.scoring
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import json
 import math
@@ -514,10 +515,13 @@ class Evaluator:
         leaderboard mode."""
         return combine_seeds(shape.seed, self.secret_seed) if self.mode == "leaderboard" else shape.seed
 
-    def run_shape(self, index: int) -> ShapeOutcome:
+    def run_shape(self, index: int, *, retried: bool = False) -> ShapeOutcome:
         """Check shape `index`, then time it when timed. After a shape that ended the evaluation
         (anything but pass or wrong_answer) the remaining shapes stay `not_run`. A resumed shape
-        is handed back as it was kept."""
+        is handed back as it was kept. The parent's own work running out of memory (its
+        reference, its comparison: a child beside it may hold the memory) is the shape's result,
+        `crashed` with that reason, never an error out of the run: a check is tried once more
+        after the parent freed what it keeps (`_parent_out_of_memory`)."""
         outcome = self.evaluation.shapes[index]
         if self.stopped or index in self.resumed:
             return outcome
@@ -546,6 +550,11 @@ class Evaluator:
                 self._time_shape(outcome, shape)
         except ChildFailure as failure:
             outcome.status, outcome.reason, outcome.passed = failure.status, failure.reason, False
+        except Exception as exc:
+            if checking.out_of_memory(exc) is None:
+                raise
+            if self._parent_out_of_memory(outcome, exc, retry=not retried):
+                return self.run_shape(index, retried=True)
         if outcome.status not in ("pass", "wrong_answer"):
             self.stopped = True
         return outcome
@@ -570,6 +579,10 @@ class Evaluator:
             self._time_shape(again, shape, later=True)
         except ChildFailure as failure:
             again.status, again.reason, again.passed = failure.status, failure.reason, False
+        except Exception as exc:
+            if checking.out_of_memory(exc) is None:
+                raise
+            self._parent_out_of_memory(again, exc, retry=False)
         if again.status != "pass":
             outcome.status, outcome.passed = again.status, False
             outcome.reason = f"timed again: {again.reason}"
@@ -588,6 +601,32 @@ class Evaluator:
         )
         outcome.verdicts = again.verdicts
         return outcome
+
+    def _parent_out_of_memory(self, outcome: ShapeOutcome, exc: BaseException, *, retry: bool) -> bool:
+        """After the parent's own work on `outcome`'s shape ran out of memory: free what the parent
+        keeps (reference cases, CUDA's cache). Returns True when the shape should be run again (a
+        check, when `retry`: the child waits between requests); else the shape is `crashed` with
+        the reason, and a child stopped in a timing (mid-protocol) is killed."""
+        self._timed_case = None
+        checking.forget_cases()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        timing = self.activity == "timing"
+        if retry and not timing:
+            outcome.verdicts, outcome.check = None, {}
+            return True
+        where = f"{outcome.set_name}[{outcome.index}]"
+        work = "timing (its reference or its check of a timed output)" if timing else "check"
+        reason = (
+            f"the harness ran out of memory in its own work on {where}'s {work}"
+            f"{'' if timing else ', twice'}: {checking.one_line(checking.out_of_memory(exc))}; "
+            "the memory is held elsewhere (by a child checked beside it?): not this revision's answer"
+        )
+        if timing:
+            reason = self.child.abandon(reason).reason
+        outcome.status, outcome.reason, outcome.passed = "crashed", reason, False
+        return False
 
     def finish(self) -> Evaluation:
         """Stop the child and return the evaluation: its status is the first failing shape's, and

@@ -55,6 +55,7 @@ class SandboxLimits(BaseModel):
         Triton's autotuning results (`cache_autotuning`)."""
         settings = get_settings()
         names = (
+            "startup_timeout_s",
             "import_timeout_s",
             "call_timeout_s",
             "evaluation_timeout_s",

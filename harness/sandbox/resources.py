@@ -11,7 +11,8 @@ parent outlive it; so the parent counts, in a thread of its own, every `POLL_INT
   `RssShmem` of /proc/PID/status, readable whatever the process does; pages shared after a fork
   count in each process);
 - bytes in the watched directories (allocated blocks, and at least one block per entry, so that
-  a flood of empty files counts too), per group of directories.
+  a flood of empty files counts too), per group of directories, walked fd-relative at any depth;
+  not while the child is stopped (another child is timed: `ResourceWatch.paused`).
 
 Above a limit it kills the child's process group and each process it found (SIGKILL) and keeps
 the reason, which the supervisor reports as `crashed`. Between two looks a process can do a lot:
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -109,26 +111,77 @@ def resident_bytes(pids: Iterable[int]) -> int:
 
 def tree_bytes(roots: Iterable[Path], stop_above: int | None = None) -> int:
     """Bytes allocated under the directories (symbolic links not followed; each entry at least
-    one block); stops counting once above `stop_above`."""
+    one block); stops counting once above `stop_above`. The walk is fd-relative (`_folder_bytes`):
+    a path's length and a folder's depth never hide bytes."""
     total = 0
-    pending = [str(root) for root in roots]
-    while pending:
-        try:
-            entries = os.scandir(pending.pop())
-        except OSError:
-            continue
-        with entries:
-            for entry in entries:
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
-                except OSError:
-                    continue
-                total += max(info.st_blocks * 512, BLOCK_BYTES)
-                if stop_above is not None and total > stop_above:
-                    return total
+    for root in roots:
+        total += _folder_bytes(root, None if stop_above is None else stop_above - total)
+        if stop_above is not None and total > stop_above:
+            break
     return total
+
+
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _folder_bytes(root: Path, stop_above: int | None) -> int:
+    """`tree_bytes` of one directory: iterative, with one open descriptor at a time. It goes down
+    through openat(name, O_NOFOLLOW) and back up through `..`, which must be the folder it came
+    from (device and inode): a child that moves folders under the walk ends this look early (the
+    next one walks again), never sends it outside the directory."""
+    try:
+        current = os.open(root, _FOLDER)
+    except OSError:
+        return 0
+    total = 0
+    facts = os.fstat(current)
+    path = [(facts.st_dev, facts.st_ino)]  # the folders from the root down to `current`
+    below: list[list[str]] = []  # per folder of `path`, the folders under it still to walk
+    try:
+        while True:
+            folders = []
+            try:
+                entries = os.scandir(current)
+            except OSError:
+                entries = None
+            if entries is not None:
+                with entries:
+                    for entry in entries:
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        total += max(info.st_blocks * 512, BLOCK_BYTES)
+                        if stop_above is not None and total > stop_above:
+                            return total
+                        if stat.S_ISDIR(info.st_mode):
+                            folders.append(entry.name)
+            below.append(folders)
+            while True:  # to the next folder not walked yet: down into one, or up a level
+                if below[-1]:
+                    try:
+                        deeper = os.open(below[-1].pop(), _FOLDER, dir_fd=current)
+                    except OSError:
+                        continue
+                    os.close(current)
+                    current = deeper
+                    facts = os.fstat(current)
+                    path.append((facts.st_dev, facts.st_ino))
+                    break
+                below.pop()
+                path.pop()
+                if not path:
+                    return total
+                upper = os.open("..", _FOLDER, dir_fd=current)
+                os.close(current)
+                current = upper
+                facts = os.fstat(current)
+                if (facts.st_dev, facts.st_ino) != path[-1]:
+                    return total
+    except OSError:
+        return total
+    finally:
+        os.close(current)
 
 
 @dataclass(frozen=True)
@@ -160,6 +213,9 @@ class ResourceWatch:
         self.memory_bytes = memory_bytes
         self.directories = directories
         self.problem: str | None = None
+        # set while the child is stopped (ChildProcess.stop: another child is timed): its files
+        # cannot change, and walking them would take the CPU from the timed one
+        self.paused = False
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=f"watch-{root_pid}", daemon=True)
 
@@ -187,7 +243,7 @@ class ResourceWatch:
                 f"{held} of memory held, over the limit of {_format_bytes(self.memory_bytes)} (memory_bytes)",
                 pids,
             )
-        for group in self.directories:
+        for group in [] if self.paused else self.directories:
             used = tree_bytes(group.paths, stop_above=group.limit)
             if used > group.limit:
                 over = f"over the limit of {_format_bytes(group.limit)} ({group.setting})"
@@ -196,7 +252,10 @@ class ResourceWatch:
 
     def _watch(self) -> None:
         while not self._stopped.wait(POLL_INTERVAL_S):
-            problem, pids = self.check()
+            try:
+                problem, pids = self.check()
+            except OSError:  # what the child made or ended under this look: the next one looks again
+                continue
             if problem is None:
                 continue
             self.problem = problem

@@ -27,7 +27,6 @@ import hmac
 import os
 import secrets
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -84,6 +83,7 @@ from harness.sandbox.workspace import (
     make_io_dir,
     python_environment,
     remove_files_of_dead_parents,
+    remove_tree,
     visible_paths,
     warm_bytecode,
     work_root,
@@ -95,6 +95,7 @@ from harness.timing import StoppingRule
 LOG_TAIL_BYTES = 64 * 1024
 REASON_LOG_TAIL_CHARS = 300
 SHUTDOWN_GRACE_S = 5.0
+DISCARD_LIMIT_S = 10.0  # per name left in the io directory (`discard_files`), while the child runs
 
 
 class ChildFailure(Exception):
@@ -379,7 +380,11 @@ class ChildProcess:
         try:
             self._receive(self.started, self.limits.startup_timeout_s, "startup", (Started,))
         except ChildFailure as failure:
-            self._blame_kept_isolation(failure.reason)
+            # Only a child that died before its first message (unshare refused, the init failed)
+            # says the kept level no longer holds: one that is slow to start was held back by the
+            # load of the machine (the candidates beside it), which is no fault of the level.
+            if failure.status == "crashed":
+                self._blame_kept_isolation(failure.reason)
             raise
         self.startup_s = monotonic() - self.started
         self.ready = self._receive(
@@ -440,6 +445,8 @@ class ChildProcess:
         if self.proc is None or self.proc.poll() is not None or self.paused_at is not None:
             return
         self.paused_at = monotonic()
+        if self.watch is not None:
+            self.watch.paused = True
         # Under full isolation the first process is `unshare` and its child the init of the pid
         # namespace, both harness code: they are left running, so that a parent killed meanwhile
         # is still seen by the init (its status pipe closes), which ends the namespace and with it
@@ -474,6 +481,8 @@ class ChildProcess:
                 pass
         self.pauses.append((self.paused_at, monotonic()))
         self.paused_at, self.stopped_pids = None, []
+        if self.watch is not None:
+            self.watch.paused = False
 
     def _paused_s(self, since: float) -> float:
         """Seconds this child was stopped since `since` (a deadline from then moves by as much)."""
@@ -505,7 +514,7 @@ class ChildProcess:
             for group in self.watch.directories
         ]
 
-    def write_inputs(self, data: tuple) -> list[DataItem]:
+    def write_inputs(self, data: tuple, phase: str = "a call") -> list[DataItem]:
         """Copy the data tuple's tensors into the child's inputs memory (harness.sandbox.transfer,
         `InputsWriter`) and return the items that describe it; the tuple written last is not
         written again (the parent never reads that memory back: a child that wrote there has
@@ -513,7 +522,7 @@ class ChildProcess:
         if self.holds_inputs(data):
             return self.inputs_written[1]
         laid_out = self.lay_out_inputs(data)
-        self.copy_inputs(data, laid_out)
+        self.copy_inputs(data, laid_out, phase)
         return laid_out[0]
 
     def holds_inputs(self, data: tuple) -> bool:
@@ -526,15 +535,48 @@ class ChildProcess:
 
         return lay_out_inputs(data, self.task.output_index)
 
-    def copy_inputs(self, data: tuple, laid_out) -> None:
-        """The bytes of a laid-out data tuple into the child's inputs memory."""
+    def copy_inputs(self, data: tuple, laid_out, phase: str = "a call") -> None:
+        """The bytes of a laid-out data tuple into the child's inputs memory (grown first by
+        `grow_memfd`; a mapping that fails is the child's failure too, as what it did to the
+        memfd may be the cause)."""
         if self.inputs_writer is None:
             from harness.sandbox.transfer import InputsWriter
 
             self.inputs_writer = InputsWriter(self.inputs_fd, cuda=self.device == "cuda")
         self.inputs_written = None
-        self.inputs_writer.copy(laid_out)
+        writer = self.inputs_writer
+        needed = laid_out[2]
+        if needed > writer.size:
+            self.grow_memfd(self.inputs_fd, writer.size, needed, "inputs memory", phase)
+            writer.size = needed
+        try:
+            writer.copy(laid_out)
+        except (OSError, ValueError, BufferError) as exc:
+            raise self._fail(
+                "crashed", f"the inputs memory could not be mapped during {phase}: {exc}"
+            ) from None
         self.inputs_written = (data, laid_out[0])
+
+    def grow_memfd(self, fd: int, current: int, wanted: int, what: str, phase: str) -> None:
+        """Grow a memfd shared with the child (workspace.create_shared_memory) from `current`
+        bytes, the size this parent gave it, to `wanted`. The child holds the memfd too: one it
+        resized (grown: the parent's grow would be a sealed shrink, EPERM), or any error of the
+        parent's own calls on it, is the child's failure (`crashed`, killed), never an error out
+        of the run; the next child gets memfds of its own."""
+        try:
+            size = os.fstat(fd).st_size
+            if size != current:
+                raise self._fail(
+                    "crashed",
+                    f"protocol violation during {phase}: the child resized the harness's {what} "
+                    f"(to {size} bytes; the parent had made it {current})",
+                )
+            os.ftruncate(fd, wanted)
+        except OSError as exc:
+            reason = (
+                f"the harness's {what} could not be grown to {wanted} bytes during {phase} ({exc.strerror})"
+            )
+            raise self._fail("crashed", f"{reason}: the child changed it") from None
 
     def check(
         self, data: tuple, *, autotune_config: int | None, phase: str, forget_tuning: bool = False
@@ -544,7 +586,7 @@ class ChildProcess:
         their choices first: CheckRequest)."""
         request = CheckRequest(
             id=self.new_request_id(),
-            data=self.write_inputs(data),
+            data=self.write_inputs(data, phase),
             autotune_config=autotune_config,
             forget_tuning=forget_tuning,
         )
@@ -587,11 +629,13 @@ class ChildProcess:
             call_wall_ms: dict[int, float] = {}
             inputs_sent_at: dict[int, float] = {}
             if self.output_fd is not None and output_bytes > self.shared_bytes:
-                os.ftruncate(self.output_fd, output_bytes)  # grows it: shrinking is sealed
+                self.grow_memfd(
+                    self.output_fd, self.shared_bytes, output_bytes, "shared output buffer", phase
+                )
                 self.shared_bytes = output_bytes
             request = TimeRequest(
                 id=self.new_request_id(),
-                warmup_data=self.write_inputs(warmup_data),
+                warmup_data=self.write_inputs(warmup_data, phase),
                 shared_output_bytes=self.shared_bytes,
                 warmup_calls=warmup_calls,
                 warmup_s=warmup_s,
@@ -604,7 +648,8 @@ class ChildProcess:
             self._send(request, phase)
             # The child decides when warm-up and timing end by its own clock, which the candidate can
             # replace: the whole phase also has a deadline on the parent's clock, generous enough for
-            # any honest run (warm-up and budget, four times over, and two whole calls).
+            # any honest run (warm-up and budget, four times over, and two whole calls), moved by the
+            # time the parent spends on its own work (inputs, references, checks of the outputs).
             phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
             phase_deadline = monotonic() + phase_limit_s
             last_index = -1
@@ -640,22 +685,27 @@ class ChildProcess:
                     if message.index <= last_index:
                         raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
                     last_index = message.index
+                    work_started = monotonic()
                     data = inputs_for(message.index)
                     # made before the clock starts: the layout and the message; within it: the bytes
                     laid_out = None if self.holds_inputs(data) else self.lay_out_inputs(data)
                     items = None if laid_out is None else laid_out[0]
                     encoded = encode(CallInputs(id=request.id, index=message.index, data=items))
                     inputs_sent_at[message.index] = monotonic()
+                    # the parent's own work (the call's inputs and reference) is not the child's time
+                    phase_deadline += inputs_sent_at[message.index] - work_started
                     if laid_out is not None:
-                        self.copy_inputs(data, laid_out)
+                        self.copy_inputs(data, laid_out, phase)
                     self._send_encoded(encoded, phase)
                 else:
                     if message.index not in inputs_sent_at or message.index in call_wall_ms:
                         raise self._fail(
                             "crashed", f"protocol violation during {phase}: an output for no call"
                         )
-                    call_wall_ms[message.index] = (monotonic() - inputs_sent_at[message.index]) * 1e3
+                    work_started = monotonic()
+                    call_wall_ms[message.index] = (work_started - inputs_sent_at[message.index]) * 1e3
                     on_output(message)
+                    phase_deadline += monotonic() - work_started  # the parent's check of the output
 
     def output_name(self, request_id: int) -> str:
         """The name (in `io_fd`'s directory) of the file the child exports a checked call's output to."""
@@ -668,12 +718,8 @@ class ChildProcess:
         """Remove whatever the child left in its io directory (a directory it made included),
         through `io_fd`: nothing outside it, whatever the child replaced."""
         for name in os.listdir(self.io_fd):
-            try:
-                os.unlink(name, dir_fd=self.io_fd)
-            except IsADirectoryError:
-                shutil.rmtree(name, dir_fd=self.io_fd, ignore_errors=True)
-            except FileNotFoundError:
-                pass
+            # never raises, never runs on: what stays is counted by the watch, and removed by `close`
+            remove_tree(name, dir_fd=self.io_fd, give_up_after_s=DISCARD_LIMIT_S)
 
     def close(self) -> None:
         """Ask the child to stop, then kill whatever is left of its process group; remove its files."""
@@ -700,8 +746,10 @@ class ChildProcess:
                 except OSError:
                     pass
         self.request_fd = self.reply_fd = self.status_fd = self.io_fd = self.output_fd = self.inputs_fd = None
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        shutil.rmtree(self.io_dir, ignore_errors=True)
+        for directory in (self.workdir, self.io_dir):
+            problem = remove_tree(directory)
+            if problem is not None:  # the next command's remove_files_of_dead_parents tries again
+                print(f"warning: could not remove a sandboxed child's files: {problem}", file=sys.stderr)
         self.trim_caches()
 
     def trim_caches(self) -> str | None:
@@ -711,7 +759,7 @@ class ChildProcess:
         limit = self.limits.code_cache_bytes
         if self.caches_trimmed is None and tree_bytes(self.caches, stop_above=limit) > limit:
             for cache_dir in self.caches:
-                shutil.rmtree(cache_dir, ignore_errors=True)
+                remove_tree(cache_dir)
             self.caches_trimmed = (
                 f"left more than {limit / 1024**2:.0f} MiB in its per-code caches, over the limit "
                 "(code_cache_bytes): the caches were removed"
@@ -753,6 +801,11 @@ class ChildProcess:
         if self.watch is not None:
             self.watch.stop()
         self.log_thread.join(timeout=5)
+
+    def abandon(self, reason: str) -> ChildFailure:
+        """Kill the child because of something the parent met with its work (`crashed`, with
+        `reason`): one left in the middle of a request cannot serve another."""
+        return self._fail("crashed", reason)
 
     def _fail(self, status: Literal["timeout", "crashed"], reason: str) -> ChildFailure:
         self._kill()
@@ -815,12 +868,31 @@ class ChildProcess:
         request_id: int | None = None,
     ):
         """The next reply, due `limit_s` after `since`: one of `expected`, with the run's token,
-        answering `request_id`. The wait from `since` counts against the evaluation's deadline
-        (`spent_s`), which may end it first."""
+        answering `request_id`. The wait counts against the evaluation's deadline (`spent_s`),
+        which may end it first: from `since`, or from now when the parent comes to wait later
+        (it was busy with other children meanwhile: a calibration child spawned beside the
+        candidates is first waited on at the first timing)."""
+        waited_from = max(since, monotonic())
         try:
             return self._receive_within(since, limit_s, phase, expected, request_id)
         finally:
-            self.spent_s += monotonic() - since - self._paused_s(since)  # stopped time is not its own
+            # stopped time is not its own
+            self.spent_s += monotonic() - waited_from - self._paused_s(waited_from)
+
+    def _read_waiting(self, phase: str) -> bool:
+        """Read what the child has already written to its reply pipe, without waiting; whether a
+        whole message is in the buffer now. A parent that waits for a reply reads it as soon as it
+        comes, so this matters only to one that came to wait after the deadline had passed."""
+        while b"\n" not in self.buffer and select.select([self.reply_fd], [], [], 0)[0]:
+            chunk = os.read(self.reply_fd, 65536)
+            if not chunk:
+                break
+            self.buffer += chunk
+            if len(self.buffer) > MAX_MESSAGE_BYTES:
+                raise self._fail(
+                    "crashed", f"protocol violation during {phase}: a message over {MAX_MESSAGE_BYTES} bytes"
+                )
+        return b"\n" in self.buffer
 
     def _receive_within(
         self,
@@ -834,6 +906,8 @@ class ChildProcess:
         deadline = since + min(limit_s, evaluation_left_s)
         while b"\n" not in self.buffer:
             remaining = deadline + self._paused_s(since) - monotonic()
+            if remaining <= 0 and self._read_waiting(phase):
+                continue  # it came while the parent was busy elsewhere: the parent's lateness is not the child's
             if remaining <= 0 and evaluation_left_s < limit_s:
                 raise self._fail(
                     "timeout",

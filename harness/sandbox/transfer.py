@@ -422,7 +422,7 @@ class InputsWriter:
         """Copy the tensors of a tuple laid out by `lay_out_inputs` into the memfd (grown first):
         the part of `write` that a timed call's bracket must hold (the layout can come before)."""
         _items, placed, needed = laid_out
-        if needed > self.size:
+        if needed > self.size:  # ChildProcess.copy_inputs grows it first, checking the child left it alone
             os.ftruncate(self.fd, needed)
             self.size = needed
         if needed:

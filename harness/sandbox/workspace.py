@@ -7,10 +7,10 @@ imports need."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from functools import cache
 from pathlib import Path
 
@@ -51,6 +51,120 @@ def create_shared_memory(name: str) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
     return fd
+
+
+def remove_tree(
+    path: str | os.PathLike, *, dir_fd: int | None = None, give_up_after_s: float | None = None
+) -> str | None:
+    """Remove `path` (relative to the directory open as `dir_fd`, when given) and everything
+    under it; never raises. Returns None when it is gone (or never was), else why not.
+
+    A child made what is in there: any depth (shutil.rmtree recurses, and a chain of a few
+    thousand folders raises RecursionError, which is no OSError), any name, folders without
+    permissions, links. So the walk is iterative and fd-relative, with a constant number of
+    descriptors: it goes down through `openat(name, O_NOFOLLOW)` and back up through `..`, checked
+    to be the folder it came from (device and inode), so a path's length never matters and no link
+    is followed; a folder it cannot read is given its owner's permissions (through an O_PATH
+    descriptor, never by name) and tried once more. With `give_up_after_s` it stops after that
+    long (a child still running can make folders as fast as they are removed)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    path = os.fspath(path)
+    parent, name = os.path.split(path.rstrip("/")) if dir_fd is None else ("", path)
+    opened_parent = None
+    try:
+        if dir_fd is None:
+            opened_parent = dir_fd = os.open(parent or ".", flags)
+        deadline = None if give_up_after_s is None else time.monotonic() + give_up_after_s
+        return _remove_tree_at(dir_fd, name, flags, deadline)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    finally:
+        if opened_parent is not None:
+            os.close(opened_parent)
+
+
+def _open_directory(dir_fd: int, name: str, flags: int) -> int:
+    """`name` in `dir_fd` as a directory descriptor, with read, write and search permission for
+    its owner (given through an O_PATH descriptor or the open one: the name is never followed)."""
+    try:
+        opened = os.open(name, flags, dir_fd=dir_fd)
+    except PermissionError:
+        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            os.chmod(f"/proc/self/fd/{handle}", 0o700)
+        finally:
+            os.close(handle)
+        opened = os.open(name, flags, dir_fd=dir_fd)
+    mode = os.fstat(opened).st_mode
+    if mode & 0o700 != 0o700:  # its entries can be removed only with write and search permission
+        os.fchmod(opened, (mode | 0o700) & 0o7777)
+    return opened
+
+
+def _remove_tree_at(top_fd: int, top_name: str, flags: int, deadline: float | None) -> str | None:
+    import stat
+
+    try:
+        facts = os.stat(top_name, dir_fd=top_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(facts.st_mode):
+        os.unlink(top_name, dir_fd=top_fd)
+        return None
+    # the folders from the top down to the current one: (name in its parent, device, inode)
+    path: list[tuple[str, int, int]] = [(top_name, facts.st_dev, facts.st_ino)]
+    current = _open_directory(top_fd, top_name, flags)
+    problem = None
+    try:
+        while True:
+            if deadline is not None and time.monotonic() > deadline:
+                raise OSError("gave up: the tree grew as fast as it was removed")
+            below = None
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            if below is None:
+                                below = entry.name
+                        else:
+                            os.unlink(entry.name, dir_fd=current)
+                    except FileNotFoundError:
+                        continue
+            if below is not None:
+                try:
+                    facts = os.stat(below, dir_fd=current, follow_symlinks=False)
+                    if not stat.S_ISDIR(facts.st_mode):
+                        continue  # replaced meanwhile: the next look unlinks it
+                    if facts.st_dev != path[-1][1]:
+                        raise OSError(f"a mount point at depth {len(path)}")
+                    deeper = _open_directory(current, below, flags)
+                except FileNotFoundError:
+                    continue
+                os.close(current)
+                current = deeper
+                path.append((below, facts.st_dev, facts.st_ino))
+                continue
+            name = path.pop()[0]
+            if not path:
+                os.close(current)
+                current = None
+                os.rmdir(top_name, dir_fd=top_fd)
+                return None
+            upper = os.open("..", flags, dir_fd=current)
+            facts = os.fstat(upper)
+            os.close(current)
+            current = upper
+            if (facts.st_dev, facts.st_ino) != path[-1][1:]:
+                raise OSError("a folder was moved during the removal")
+            os.rmdir(name, dir_fd=current)
+    except OSError as exc:
+        problem = f"{top_name}: {exc.strerror or exc}"
+    finally:
+        if current is not None:
+            os.close(current)
+    return problem
 
 
 def make_io_dir() -> Path:
@@ -96,7 +210,12 @@ def remove_files_of_dead_parents() -> None:
             except OSError:
                 continue
             if mine and dash and pid.isdigit() and process_is_gone(int(pid)):
-                shutil.rmtree(entry.path, ignore_errors=True)
+                problem = remove_tree(entry.path)
+                if problem is not None:  # left as it is: it stops nothing
+                    print(
+                        f"warning: could not remove a dead harness process's files: {problem}",
+                        file=sys.stderr,
+                    )
 
 
 # What a child imports besides the candidate (see `warm_bytecode`).
