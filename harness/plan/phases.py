@@ -263,7 +263,7 @@ class PhaseRun:
                 wanted[item.parent_id] = known or PlannedRevision.of(get_revision(session, item.parent_id))
         companions = []
         for revision_id, item in wanted.items():
-            run = item.run if item.run is not None else None
+            run = item.run
             if run is None and revision_id not in evaluated:
                 run = find_run(session, revision_id, item.task, phase.run_kind, self.environment.env_key)
             stored_pass = (

@@ -423,10 +423,12 @@ def resumable_outcomes(session: Session, run: Run, task: TaskSpec, shape_set: st
 
 
 def discard_shapes(session: Session, run: Run) -> None:
-    """Drop the shapes an interrupted evaluation kept in a claimed run (a forced run starts over);
-    a done run's shapes are its result, left to `record_run`."""
+    """Drop the shapes an interrupted evaluation kept in a claimed run (a forced run, or one of an
+    older judge, starts over under this judge); a done run's shapes are its result, left to
+    `record_run`."""
     if run.state == "claimed":
         session.execute(delete(ShapeResult).where(ShapeResult.run_id == run.id))
+        run.judge_version = JUDGE_VERSION
 
 
 def new_batch() -> str:
