@@ -185,6 +185,8 @@ def _board(run_cli) -> dict[int, dict]:
 def test_bench_times_the_reference_and_the_parent_in_the_same_run(tmp_path, run_cli, store_url):
     alone = _register(run_cli, store_url, _copy(tmp_path, "alone"), "--lineage", "copy")
     assert _bench(run_cli, alone)[alone]["speedup_vs_reference"] is None  # no reference registered
+    shown = run_cli("bench", alone, *BUDGET)  # its stored result, compared within its own run
+    assert shown.returncode == 0 and "no speedup: no reference in its run" in shown.stdout, shown.stdout
     reference = _register(run_cli, store_url, REFERENCE_FILE, "--lineage", "conv2d_v2_reference")
     _bench(run_cli, reference)
     # The reference's stored result made 3x slower: a speedup taken from it would read ~3x.
