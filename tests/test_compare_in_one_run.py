@@ -263,3 +263,22 @@ def test_a_result_of_an_older_judge_is_not_ranked_and_the_tournament_runs_it_aga
     board = _board(run_cli)
     assert board[copy]["status"] in ("pass", "flagged") and board[copy]["score_ms"] is not None
     assert 1 / NOISE < board[copy]["speedup_vs_reference"] < NOISE  # the reference timed again in its run
+
+
+def test_with_a_worker_per_gpu_every_interleaved_run_times_the_reference(tmp_path, run_cli, store_url):
+    """The timed phase's runs are shared out over two workers (two jobs, two batches): the
+    reference is timed in each, as its run in one and as a retiming in the other."""
+    reference = _register(run_cli, store_url, REFERENCE_FILE, "--lineage", "conv2d_v2_reference")
+    copies = [
+        _register(run_cli, store_url, _copy(tmp_path, f"copy{n}"), "--lineage", f"copy{n}") for n in (1, 2)
+    ]
+    done = run_cli("tournament", "--mode", "benchmark", "--gpus", "2", *BUDGET, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    batches = dict(rows(store_url, "select revision_id, batch from runs where mode = 'benchmark'"))
+    assert len(set(batches.values())) == 2
+    retimed = rows(store_url, "select revision_id, batch from retimings")
+    assert retimed == [(reference, next(b for b in batches.values() if b != batches[reference]))]
+    board = _board(run_cli)
+    for copy in copies:
+        assert board[copy]["score_ms"] is not None
+        assert 1 / NOISE < board[copy]["speedup_vs_reference"] < NOISE, board[copy]
