@@ -111,6 +111,14 @@ def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tm
     # siblings timed together share one re-timing of their parent per run
     batches = {step[5] for step in steps}
     assert rows(db, "select count(*) from retimings where revision_id = ?", parent) == [(len(batches),)]
+    # and the task's reference is timed in each of those runs too: every child's speedup is from its own run
+    reference = rows(
+        db,
+        "select revisions.id from revisions join lineages on lineages.id = lineage_id where name = ?",
+        "conv2d_v2_reference",
+    )[-1][0]
+    reference_batches = rows(db, "select batch from retimings where revision_id = ?", reference)
+    assert sorted(reference_batches) == sorted((batch,) for batch in batches)
 
     story = harness(db, "experiments", "show", experiment_id)
     assert story.returncode == 0, story.stderr
