@@ -1,7 +1,11 @@
 """A faster/slower verdict against the parent is drawn from one interleaved run only: the
 parent's run of the same batch, or the parent re-timed in it (a Retiming); the spread between
 the blocks of calls of the run's revisions widens the test; two runs are never compared (the leaderboard, and so
-`harness history` and the evolution story)."""
+`harness history` and the evolution story).
+
+Through the CLI (issue 28): `bench` and the tournament time the reference and the parent beside
+what they evaluate, so that a speedup comes from one run; a revision timed alone says so instead
+of a speedup; an older judge's result is not ranked and is run again."""
 
 from __future__ import annotations
 
