@@ -111,6 +111,14 @@ def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tm
     # siblings timed together share one re-timing of their parent per run
     batches = {step[5] for step in steps}
     assert rows(db, "select count(*) from retimings where revision_id = ?", parent) == [(len(batches),)]
+    # and the task's reference is timed in each of those runs too: every child's speedup is from its own run
+    reference = rows(
+        db,
+        "select revisions.id from revisions join lineages on lineages.id = lineage_id where name = ?",
+        "conv2d_v2_reference",
+    )[-1][0]
+    reference_batches = rows(db, "select batch from retimings where revision_id = ?", reference)
+    assert sorted(reference_batches) == sorted((batch,) for batch in batches)
 
     story = harness(db, "experiments", "show", experiment_id)
     assert story.returncode == 0, story.stderr
@@ -125,14 +133,16 @@ def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tm
     for *_, child_id in steps:
         assert f"same as parent {parent} within noise" in history.stdout.split(f"submission {child_id}\n")[0]
 
-    # A revision timed in a run of its own is never compared with its parent's run: not in one run.
-    late = register(db, folder, "tiny_parallel", TINY + b"# timed alone\n")
+    # `bench` times a revision's parent beside it (issue 28): compared within that run.
+    late = register(db, folder, "tiny_parallel", TINY + b"# timed later\n")
     bench = harness(db, "bench", late, "--device", "cpu", "--budget", 0.3)
     assert bench.returncode == 0, bench.stderr
     history = harness(db, "history", "tiny_parallel", "--device", "cpu")
     ((number, late_parent),) = rows(db, "select number, parent_id from revisions where id = ?", late)
     header = next(line for line in history.stdout.splitlines() if f"tiny_parallel r{number}" in line)
-    assert f"not compared with parent {late_parent} in one run" in header, header
+    assert f"parent {late_parent}" in header and "not compared" not in header, header
+    ((batch,),) = rows(db, "select batch from runs where revision_id = ? and mode = 'benchmark'", late)
+    assert (late_parent,) in rows(db, "select revision_id from retimings where batch = ?", batch)
 
     # the tree of the experiment, one page
     page = tmp_path / "experiment.html"

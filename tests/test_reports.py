@@ -253,7 +253,16 @@ def test_json_is_exactly_the_contract(store_url: str, board: Leaderboard):
     result = _cli(store_url, "leaderboard", "--format", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"task", "device", "verdict", "exact_answer", "mode", "reference_ms", "entries"}
+    assert set(data) == {
+        "task",
+        "device",
+        "verdict",
+        "exact_answer",
+        "mode",
+        "reference_ms",
+        "entries",
+        "judge_version",  # added by issue 28
+    }
     assert data["verdict"] == "accurate" and data["exact_answer"] is True and data["mode"] == "benchmark"
     for entry in data["entries"]:
         assert set(entry) == {
@@ -272,6 +281,7 @@ def test_json_is_exactly_the_contract(store_url: str, board: Leaderboard):
             "benchmarks",
             "verdicts",
             "accuracy",
+            "speedup_note",  # added by issue 28
         }
         assert set(entry["verdicts"]) == {"gpumode", "accurate"}
         assert all(set(v) == {"status", "reason"} for v in entry["verdicts"].values())

@@ -205,3 +205,43 @@ def test_a_postgresql_stores_socket_directories_are_hidden_from_the_child(tmp_pa
         previous_revision=None,
     )
     assert store_limits(store, SandboxLimits()).hidden_paths == [str(tmp_path)]
+
+
+def test_results_stored_before_the_judge_kept_its_version_migrate_as_an_older_judges(store_url):
+    """db/migrations 0006: existing runs and retimings get judge version 1, older than the
+    harness's, so that they are run again and never ranked beside the current judge's."""
+    from harness.judge import JUDGE_VERSION
+    from harness.store.models import Retiming, Run
+    from harness.store.revisions import register_revision
+
+    store = open_store(store_url)
+    with store.session() as session:
+        revision = register_revision(session, b"def custom_kernel(data):\n    return data[2]\n", "k.py")
+        session.add(
+            Run(revision_id=revision.revision.id, task="conv2d_v2", mode="test", env_key="e", device="cpu")
+        )
+        session.add(
+            Retiming(
+                batch="b",
+                revision_id=revision.revision.id,
+                task="conv2d_v2",
+                mode="benchmark",
+                env_key="e",
+                status="pass",
+            )
+        )
+    with store.session() as session:
+        assert [run.judge_version for run in session.scalars(select(Run))] == [JUDGE_VERSION]
+    with store.engine.connect() as connection, connection.begin():
+        command.downgrade(alembic_config(connection), "0005")
+    store.close()
+
+    store = open_store(store_url)  # upgraded to head again
+    try:
+        assert store.previous_revision == "0005"
+        with store.session() as session:
+            assert [run.judge_version for run in session.scalars(select(Run))] == [1]
+            assert [row.judge_version for row in session.scalars(select(Retiming))] == [1]
+        assert JUDGE_VERSION > 1
+    finally:
+        store.close()

@@ -24,7 +24,10 @@ are in this module.
   Each child's timing is its benchmark run (recorded with the job's batch); the parent's is a
   `Retiming` of the same batch, so that the leaderboard, the story and `harness history` compare
   the child with its parent inside that run only (harness.report.leaderboard). A child whose run
-  is already stored (a resumed experiment) is not timed again.
+  is already stored (a resumed experiment) is not timed again. The task's reference (with a
+  passing timed run) joins every job too, a `Retiming` of its batch, so that each child's
+  speedup comes from its own run (harness.standings); it is not timed twice where it is a
+  family's parent there.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from harness.errors import HarnessError
 from harness.store.models import Retiming, Run
-from harness.store.revisions import get_revision, revision_code
+from harness.store.revisions import get_revision, reference_revision_id, revision_code
 from harness.store.runs import find_run, new_batch, record_run, release_claim, reuse_or_claim, worker_name
 from harness.store.session import Store
 
@@ -100,7 +103,7 @@ def evaluate_children(
     children whose evaluation is complete: the failing ones after the checks, the others as
     their parent's job is recorded."""
     from harness.executors import EvaluationRequest, InProcess, Job
-    from harness.plan.phases import claim_ttl_s, store_limits
+    from harness.plan.phases import claim_ttl_s, retiming_of, store_limits
     from harness.plan.tournament import TournamentProgress, run_tournament
     from harness.sandbox.devices import default_shape_set
     from harness.sandbox.limits import SandboxLimits
@@ -190,17 +193,41 @@ def evaluate_children(
             if requests:
                 blocks.append(requests)
                 parent_of.update((request.key, family.parent_id) for request in requests)
+        reference_id = reference_revision_id(session, task.name)
+        reference_run = (
+            find_run(session, reference_id, task.name, TIMED_MODE, environment.env_key)
+            if reference_id is not None
+            else None
+        )
+        reference_request = (
+            _request(session, 0, reference_id, environment, limits, rule, EvaluationRequest)
+            if reference_run is not None and reference_run.status == "pass" and reference_run.score_ms
+            else None
+        )
     jobs = [
         Job(device=environment.device, env_key=environment.env_key, requests=requests)
         for requests in pack_families(blocks, getattr(executor, "slots", 1))
     ]
+    references: dict[int, int] = {}  # the reference's request key in each job -> its revision id
+    for job in jobs if reference_request is not None else []:
+        if any(request.key < 0 and labels[request.key] == reference_id for request in job.requests):
+            continue  # a family's parent there: timed already
+        key, next_parent_key = next_parent_key, next_parent_key - 1
+        job.requests.insert(0, reference_request.model_copy(update={"key": key}))
+        references[key] = labels[key] = reference_id
     landed(timed_already)
 
     failures: list[str] = []
 
     def on_shape(key: int, outcome: ShapeOutcome) -> None:
         timing = f" {outcome.mean_ms:.4g} ms" if outcome.mean_ms is not None else ""
-        what = "timing beside its children" if key < 0 else "timing beside its parent"
+        what = (
+            "timing beside the children"
+            if key in references
+            else "timing beside its children"
+            if key < 0
+            else "timing beside its parent"
+        )
         progress(labels[key], f"{what}: {outcome.set_name}[{outcome.index}] {outcome.status}{timing}")
 
     # One job: one interleaved run (batch). The executor hands evaluations over as they end, a
@@ -215,6 +242,13 @@ def evaluate_children(
         touched: set[tuple[str, int]] = set()
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
+                if request.key in references:
+                    session.add(
+                        retiming_of(
+                            batch_of[request.key], reference_id, TIMED_MODE, environment.env_key, evaluation
+                        )
+                    )
+                    continue
                 batch, parent = family = family_of[request.key]
                 touched.add(family)
                 if request.key > 0:
@@ -236,7 +270,9 @@ def evaluate_children(
                 release_claim(session, key, worker)
         open_claims.difference_update(keys)
         failures.append(reason)
-        for family in sorted({family_of[request.key] for request in job.requests}):  # never compared
+        for family in sorted(
+            {family_of[request.key] for request in job.requests if request.key in family_of}
+        ):  # never compared
             landed(waiting.pop(family, []))
 
     try:

@@ -6,7 +6,10 @@ A run is keyed by (revision, task, run kind, environment); a completed run is re
 shape by shape (`evaluate_interleaved`, so that drift hits every revision alike) on an executor
 (harness.executors; with several GPUs each worker times its share, interleaved on its GPU), and
 written as each evaluation ends. The task's reference candidate (its lineage, when registered)
-joins every bench, so that each revision's speedup against it comes from the same environment.
+joins every bench, and when anything is timed, the reference and the parents of the revisions
+timed join every interleaved run of it (a stored one timed again: harness.plan.phases), so that
+each speedup and comparison comes from one run (harness.standings): a result reused from an
+earlier run is compared within that run only, never with a timing of another.
 
 Modes (harness.plan.phases.TIMED_PHASES): `benchmark` checks each shape with its public seed and
 times it on those inputs; `leaderboard` checks with the secret seed, then times with a fresh
@@ -25,10 +28,16 @@ from harness.errors import HarnessError
 from harness.executors import Executor, InProcess
 from harness.plan.phases import TIMED_PHASES, PhaseListener, PhaseRun, PlannedRevision, store_limits
 from harness.sandbox.limits import SandboxLimits
-from harness.scoring import BlockSpread, block_spread, blocks_joined, compare, run_blocks, speedup
-from harness.store.models import Run
-from harness.store.revisions import get_revision, reference_revision_id
-from harness.store.runs import find_run, worker_name
+from harness.scoring import BlockSpread, block_spread, blocks_joined, compare
+from harness.standings import (
+    NO_REFERENCE_IN_RUN,
+    BatchTiming,
+    batch_timings,
+    reference_in_run,
+    speedup_in_run,
+)
+from harness.store.revisions import get_revision, reference_revision_id, reference_revision_ids
+from harness.store.runs import worker_name
 from harness.store.session import Store
 from harness.tasks import load_task
 from harness.timing import StoppingRule, ms_text
@@ -116,52 +125,49 @@ def with_references(session: Session, revision_ids: list[int]) -> list[PlannedRe
     return benched
 
 
-def _times(run: Run | None) -> list[list[float]] | None:
-    if run is None or run.score_ms is None or not all(shape.times_ms for shape in run.shapes):
-        return None
-    return [list(shape.times_ms) for shape in run.shapes]
+def _compare(session: Session, benched: list[PlannedRevision], run_kind: str, env_key: str) -> None:
+    """Each item's speedup and verdict against the reference, and its verdict against its parent,
+    from the interleaved run (batch) its result came from only (harness.standings: the
+    reference and the parent timed in that run, by their runs or retimings there; none there,
+    no comparison), and the timing flags of each revision."""
+    batches = {item.run.batch for item in benched if item.run is not None and item.run.batch is not None}
+    for task in dict.fromkeys(item.task for item in benched):
+        spec = load_task(task)
+        timings = batch_timings(session, task, run_kind, env_key, batches)
+        references = reference_revision_ids(session, task)
+        spreads = {
+            batch: block_spread([group for timing in found.values() for group in timing.blocks])
+            for batch, found in timings.items()
+        }
+        for item in benched:
+            run = item.run
+            if item.task != task or run is None:
+                continue
+            item.flags = sorted({flag for shape in run.shapes for flag in shape.timing_flags})
+            found = timings.get(run.batch or "", {})
+            own = found.get(item.revision_id)
+            if own is None or not own.passed:
+                continue
+            spread = spreads.get(run.batch or "")
+            reference = reference_in_run(found, references)
+            item.speedup = speedup_in_run(reference, own)
+            if item.speedup is None:
+                item.speedup_note = NO_REFERENCE_IN_RUN
+            elif reference.revision_id != item.revision_id:
+                item.vs_reference = _verdict(own, reference, spec.ranking_by, spread)
+            parent = found.get(item.parent_id) if item.parent_id is not None else None
+            if parent is not None and parent.passed and sorted(parent.times) == sorted(own.times):
+                item.vs_parent = _verdict(own, parent, spec.ranking_by, spread)
 
 
-def _verdict(run: Run, other: Run, ranking_by: str, spread: BlockSpread) -> str:
-    """`run` against `other` of the same batch, whose pooled block variance is `spread`."""
+def _verdict(own: BatchTiming, other: BatchTiming, ranking_by: str, spread: BlockSpread | None) -> str:
+    """`own` against `other`, both of one batch whose pooled block variance is `spread`, on the
+    shapes in `own`'s order."""
+    keys = list(own.times)
     return compare(
-        _times(run),
-        _times(other),
+        [own.times[key] for key in keys],
+        [other.times[key] for key in keys],
         ranking_by,
         spread=spread,
-        blocks=(blocks_joined(run_blocks(run)), blocks_joined(run_blocks(other))),
+        blocks=(blocks_joined(own.blocks), blocks_joined(other.blocks)),
     ).verdict
-
-
-def _comparable(a: Run, b: Run) -> bool:
-    return [(s.set_name, s.index) for s in a.shapes] == [(s.set_name, s.index) for s in b.shapes]
-
-
-def _compare(session: Session, benched: list[PlannedRevision], run_kind: str, env_key: str) -> None:
-    """Speedup and verdict against the reference, verdict against the parent's stored run of the
-    same kind and environment when it comes from the same interleaved run (batch), and the
-    timing flags of each revision."""
-    references = {item.task: item.run for item in benched if item.is_reference}
-    groups: dict[str, list[list[float]]] = {}  # batch -> its block means (scoring.block_spread)
-    for item in benched:
-        if item.run is not None and item.run.batch is not None:
-            groups.setdefault(item.run.batch, []).extend(run_blocks(item.run))
-    for item in benched:
-        run = item.run
-        if run is None:
-            continue
-        item.flags = sorted({flag for shape in run.shapes for flag in shape.timing_flags})
-        if _times(run) is None:
-            continue
-        ranking_by = load_task(item.task).ranking_by
-        spread = block_spread(groups.get(run.batch, []))
-        reference = references.get(item.task)
-        if reference is not None and _times(reference) is not None and _comparable(run, reference):
-            item.speedup = speedup(reference.score_ms, run.score_ms)
-            if not item.is_reference:
-                item.vs_reference = _verdict(run, reference, ranking_by, spread)
-        if item.parent_id is not None:
-            parent = find_run(session, item.parent_id, item.task, run_kind, env_key)
-            one_run = parent is not None and run.batch is not None and parent.batch == run.batch
-            if one_run and _times(parent) is not None and _comparable(run, parent):
-                item.vs_parent = _verdict(run, parent, ranking_by, spread)

@@ -14,6 +14,13 @@ within one interleaved run, and a verdict is never drawn across two. Then each r
 settles: its run, a worker that took the claim over, or its own worker's failure (not the
 candidate's: a failing or hostile candidate is a status in its run).
 
+A comparison is drawn within one run only. So when a timed phase evaluates anything, the
+revisions its results are compared with join every job (every interleaved run) of it: the
+task's reference and the parents of the revisions evaluated there. One evaluated in that job
+anyway is timed there as it is; one whose stored run is reused is timed again beside them, as a
+`Retiming` of that job's batch (its stored run, and so its ranked score, stays as it was).
+A revision whose parent has no timed result of its own is compared with none.
+
 What differs between phases is data (`Phase`): whether shapes are timed, the seed policy (public
 seeds, or the store's secret seed combined with the code), the run kind the store keys runs by,
 and which earlier runs estimate a revision's cost.
@@ -30,14 +37,17 @@ from sqlalchemy.orm import Session
 from harness.config import sqlite_directory
 from harness.environment import Environment
 from harness.executors import EvaluationRequest, Executor, split_jobs
+from harness.judge import JUDGE_VERSION
 from harness.sandbox.devices import default_shape_set
 from harness.sandbox.limits import SandboxLimits
-from harness.store.models import Revision, Run
+from harness.store.models import Retiming, Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
 from harness.store.runs import (
     TIME_LIMITS,
     discard_shapes,
     estimated_cost,
+    find_run,
+    judged_before,
     new_batch,
     record_run,
     record_shape,
@@ -114,6 +124,7 @@ class PlannedRevision:
     speedup: float | None = None  # reference score / score
     vs_reference: str | None = None  # scoring.compare verdict
     vs_parent: str | None = None
+    speedup_note: str | None = None  # why there is no speedup (harness.standings.NO_REFERENCE_IN_RUN)
     flags: list[str] = field(default_factory=list)
 
     @classmethod
@@ -195,15 +206,31 @@ class PhaseRun:
                     request.keep_child = True
                 requests[request.key] = request
                 claimed[request.key] = item
+            companions = self._companions(session, phase, items, claimed) if phase.timed and claimed else []
+        joined: dict[int, PlannedRevision] = {}  # a companion's request key in a job -> its item
+
+        def item_of(key: int) -> PlannedRevision:
+            return claimed[key] if key in claimed else joined[key]
+
         dispatched = evaluate_and_record(
             self.store,
             self.executor,
             self.environment,
             list(requests.values()),
             worker=self.worker,
-            on_shape=lambda key, outcome: listener.shape_done(claimed[key], outcome),
+            on_shape=lambda key, outcome: listener.shape_done(item_of(key), outcome),
             on_recorded=lambda request, evaluation: listener.recorded(claimed[request.key], evaluation),
-            on_activity=lambda key, activity: listener.activity(claimed[key], activity),
+            on_activity=lambda key, activity: listener.activity(item_of(key), activity),
+            companions=Companions(
+                phase.run_kind,
+                [(item.revision_id, request) for item, request in companions],
+                {key: item.revision_id for key, item in claimed.items()},
+                joined_as=lambda key, revision_id: joined.__setitem__(
+                    key, next(item for item, _ in companions if item.revision_id == revision_id)
+                ),
+            )
+            if companions
+            else None,
         )
         for key, item in claimed.items():
             if key in dispatched.failed:
@@ -214,10 +241,77 @@ class PhaseRun:
             if item.run is None:
                 item.busy_with = "a worker that took over"
 
+    def _companions(
+        self,
+        session: Session,
+        phase: Phase,
+        items: list[PlannedRevision],
+        claimed: dict[int, PlannedRevision],
+    ) -> list[tuple[PlannedRevision, EvaluationRequest]]:
+        """The revisions to time beside the claimed ones in every job (module docstring): the
+        task's reference and each claimed revision's parent, with a passing timed run of this
+        phase's kind in this environment, by this judge; their requests' keys are placeholders
+        (`evaluate_and_record` gives each job's its own)."""
+        evaluated = {item.revision_id for item in claimed.values()}
+        wanted: dict[int, PlannedRevision] = {}
+        for item in items:
+            if item.is_reference:
+                wanted.setdefault(item.revision_id, item)
+        for item in claimed.values():
+            if item.parent_id is not None and item.parent_id not in wanted:
+                known = next((other for other in items if other.revision_id == item.parent_id), None)
+                wanted[item.parent_id] = known or PlannedRevision.of(get_revision(session, item.parent_id))
+        companions = []
+        for revision_id, item in wanted.items():
+            run = item.run
+            if run is None and revision_id not in evaluated:
+                run = find_run(session, revision_id, item.task, phase.run_kind, self.environment.env_key)
+            stored_pass = (
+                run is not None
+                and run.status == "pass"
+                and run.score_ms is not None
+                and not judged_before(run)
+            )
+            if revision_id in evaluated or stored_pass:  # a failing or untimed one has no timing to compare
+                companions.append((item, self._request(session, phase, item, key=0)))
+        return companions
+
+    def _request(
+        self,
+        session: Session,
+        phase: Phase,
+        item: PlannedRevision,
+        *,
+        key: int,
+        cost: float | None = None,
+        resumed: list[ShapeOutcome] | None = None,
+    ) -> EvaluationRequest:
+        revision = get_revision(session, item.revision_id)
+        task = load_task(item.task)
+        secret_seed = leaderboard_seed(session, revision) if phase.seed_policy == "leaderboard" else None
+        if cost is None:
+            cost = estimated_cost(
+                session, item.revision_id, task.name, self.environment.env_key, prefer=phase.cost_sources
+            )
+        return EvaluationRequest.make(
+            key,
+            revision_code(revision),
+            revision.filename,
+            task.name,
+            device=self.environment.device,
+            limits=self.limits,
+            label=item.label,
+            mode=phase.seed_policy,
+            timed=phase.timed,
+            secret_seed=secret_seed,
+            rule=self.rule if phase.timed else None,
+            cost=cost,
+            resumed=resumed,
+        )
+
     def _claim(self, session: Session, phase: Phase, item: PlannedRevision) -> EvaluationRequest | None:
         """Reuse the stored run, or claim the key and make the item's request (its key: the run's
         id); None when there is nothing to evaluate (reused, or another worker holds the claim)."""
-        revision = get_revision(session, item.revision_id)
         task = load_task(item.task)
         shape_set = default_shape_set(self.environment.device, timed=phase.timed)
         item.shape_count = len(task.shapes(shape_set))
@@ -242,27 +336,67 @@ class PhaseRun:
             return None
         item.run_id, item.run = found.run.id, None
         resumed = []
-        if self.force:
+        if self.force or judged_before(found.run):
             discard_shapes(session, found.run)
         elif not phase.timed:
             resumed = resumable_outcomes(session, found.run, task, shape_set)
         item.resumed = len(resumed)
-        secret_seed = leaderboard_seed(session, revision) if phase.seed_policy == "leaderboard" else None
-        return EvaluationRequest.make(
-            found.run.id,
-            revision_code(revision),
-            revision.filename,
-            task.name,
-            device=self.environment.device,
-            limits=self.limits,
-            label=item.label,
-            mode=phase.seed_policy,
-            timed=phase.timed,
-            secret_seed=secret_seed,
-            rule=rule,
-            cost=cost,
-            resumed=resumed,
-        )
+        return self._request(session, phase, item, key=found.run.id, cost=cost, resumed=resumed)
+
+
+@dataclass
+class Companions:
+    """Revisions timed beside the claimed requests in every job that lacks them (the module
+    docstring): (revision id, request) each, its key replaced by a negative one per job; their
+    evaluations become `Retiming`s of the job's batch under `run_kind`. `evaluated`: the
+    revision id of each claimed request's key; `joined_as` hears (key in a job, revision id)."""
+
+    run_kind: str
+    requests: list[tuple[int, EvaluationRequest]]
+    evaluated: dict[int, int]
+    joined_as: Callable[[int, int], None] = lambda key, revision_id: None
+
+    def join(self, jobs: list[Job]) -> dict[int, int]:
+        """Each job with the companions it does not evaluate anyway, first in its order (so that
+        they are timed shape by shape beside the rest); returns key -> revision id of each added."""
+        added: dict[int, int] = {}
+        for job in jobs:
+            present = {self.evaluated.get(request.key) for request in job.requests}
+            joining = []
+            for revision_id, request in self.requests:
+                if revision_id in present:
+                    continue
+                key = -(len(added) + 1)
+                added[key] = revision_id
+                self.joined_as(key, revision_id)
+                joining.append(request.model_copy(update={"key": key}))
+            job.requests[:0] = joining
+        return added
+
+
+def retiming_of(
+    batch: str, revision_id: int, run_kind: str, env_key: str, evaluation: Evaluation
+) -> Retiming:
+    """A companion's evaluation as the Retiming of its job's batch: per timed shape its per-call
+    times and its blocks' means (scoring.block_means); its score only when it passed."""
+    from harness.scoring import block_means
+
+    shapes = [
+        {"shape": outcome.shape, "times_ms": list(outcome.times_ms), "means_ms": block_means(outcome.check)}
+        for outcome in sorted(evaluation.shapes, key=lambda outcome: (outcome.set_name, outcome.index))
+        if outcome.mean_ms is not None and outcome.times_ms
+    ]
+    return Retiming(
+        batch=batch,
+        revision_id=revision_id,
+        task=evaluation.task,
+        mode=run_kind,
+        env_key=env_key,
+        status=evaluation.status,
+        score_ms=evaluation.score_ms if evaluation.status == "pass" else None,
+        judge_version=JUDGE_VERSION,
+        shapes=shapes,
+    )
 
 
 @dataclass
@@ -283,6 +417,7 @@ def evaluate_and_record(
     on_shape: Callable[[int, ShapeOutcome], None] | None = None,
     on_recorded: Callable[[EvaluationRequest, Evaluation], None] | None = None,
     on_activity: Callable[[int, str], None] | None = None,
+    companions: Companions | None = None,
 ) -> Dispatched:
     """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
     the results as the executor hands them over (each evaluation as it ends in this process and
@@ -290,7 +425,8 @@ def evaluate_and_record(
     shapes are also kept as they land (`record_shape`; `on_shape` hears of each after that). The
     claims of a job whose worker failed that were not written yet are released (the next
     tournament does them, resuming from their kept shapes); on an interruption every claim not
-    yet written is released the same way and the exception goes on."""
+    yet written is released the same way and the exception goes on. `companions`: revisions
+    timed again beside them in every job (Companions), kept as Retimings of its batch."""
     dispatched = Dispatched()
     open_claims = {request.key for request in requests}
     keeps_shapes = {
@@ -317,6 +453,17 @@ def evaluate_and_record(
         """Called as evaluations end: a whole job's at once, or one at a time (a job of one)."""
         with store.session() as session:
             for request, evaluation in zip(job.requests, evaluations):
+                if request.key in joined:
+                    session.add(
+                        retiming_of(
+                            batch_of[request.key],
+                            joined[request.key],
+                            companions.run_kind,
+                            environment.env_key,
+                            evaluation,
+                        )
+                    )
+                    continue
                 run = record_run(
                     session,
                     request.key,
@@ -330,7 +477,8 @@ def evaluate_and_record(
         open_claims.difference_update(request.key for request in job.requests)
         if on_recorded is not None:
             for request, evaluation in zip(job.requests, evaluations):
-                on_recorded(request, evaluation)
+                if request.key not in joined:
+                    on_recorded(request, evaluation)
 
     def failed(job: Job, reason: str) -> None:
         unwritten = [request.key for request in job.requests if request.key in open_claims]
@@ -339,6 +487,7 @@ def evaluate_and_record(
             dispatched.failed[key] = reason
 
     jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots)
+    joined = companions.join(jobs) if companions is not None else {}
     batch_of = {
         request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests
     }  # one job: one interleaved run

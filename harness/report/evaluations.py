@@ -235,6 +235,8 @@ def bench_heading(item: PlannedRevision) -> Text:
         facts.append(f"import {run.compile_s or 0:.1f} s, warm-up {warmup_s:.1f} s")
     if item.speedup is not None and not item.is_reference:
         facts.append(f"{format_speedup(item.speedup)} the reference's speed ({item.vs_reference})")
+    elif item.speedup_note is not None and not item.is_reference:
+        facts.append(f"no speedup: {item.speedup_note}")
     if item.vs_parent is not None:
         facts.append(f"vs parent: {item.vs_parent}")
     if item.flags:

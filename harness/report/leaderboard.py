@@ -18,8 +18,16 @@ What it reads, and why:
 - A flagged timing (harness.timing: the parent's clock disagrees, below the physical floor) is
   never ranked: the revision is listed as `flagged` with its flags.
 - The reference (the lineage named after the task's `reference_candidate` file, for conv2d_v2
-  `conv2d_v2_reference`) is ranked like any revision, marked in the table, markdown and HTML,
-  and gives `reference_ms`, the score every speedup is measured against.
+  `conv2d_v2_reference`) is ranked like any revision, marked in the table, markdown and HTML;
+  `reference_ms` is its own score.
+- One judge per board (harness.judge): the newest judge version of the environment's runs.
+  A revision whose runs there are an older judge's is not ranked (`not_run`, the reason says
+  so); the next tournament runs it again.
+- `speedup_vs_reference` is each revision's score against the reference timed in the same
+  interleaved run as the ranked result (harness.standings: the reference's run of that batch,
+  or its retiming there), never against a timing of another run: drift between runs would move
+  it while neither score changed. A revision timed without the reference has no speedup;
+  `speedup_note` says why (`no reference in its run`), and every format shows `-` with a legend.
 
 - `vs_parent` (faster, slower, same within noise) compares timings from one interleaved run only
   (a job: `Run.batch`): the parent's run of the child's batch, or the parent timed again beside
@@ -33,7 +41,6 @@ per-call times behind `vs_parent` stay out of it.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,20 +53,20 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
+from harness.judge import JUDGE_VERSION
 from harness.report.terminal import plain_table
 from harness.report.text import escape_controls
-from harness.scoring import (
-    BlockSpread,
-    block_means,
-    block_spread,
-    blocks_joined,
-    compare,
-    rank_by_score,
-    run_blocks,
-    speedup,
+from harness.scoring import BlockSpread, block_spread, blocks_joined, compare, rank_by_score
+from harness.standings import (
+    NO_REFERENCE_IN_RUN,
+    BatchTiming,
+    batch_timings,
+    reference_in_run,
+    shape_key,
+    speedup_in_run,
 )
-from harness.store.models import Retiming, Revision, Run, ShapeResult
-from harness.store.revisions import list_revisions, reference_lineage_name
+from harness.store.models import Revision, Run, ShapeResult
+from harness.store.revisions import list_revisions, reference_lineage_name, reference_revision_ids
 from harness.tasks import load_task
 from harness.verdicts import VERDICT_WORDS, VERDICTS, Accuracy, VerdictName
 
@@ -103,12 +110,13 @@ class LeaderboardEntry(BaseModel):
     status: str
     reason: str
     score_ms: float | None
-    speedup_vs_reference: float | None
+    speedup_vs_reference: float | None  # against the reference timed in its own run
     vs_parent: str | None
     flags: list[str]
     benchmarks: list[ShapeTiming]
     verdicts: dict[VerdictName, VerdictSummary]
     accuracy: Accuracy
+    speedup_note: str | None = None  # why a scored revision has no speedup (NO_REFERENCE_IN_RUN)
 
 
 class Leaderboard(BaseModel):
@@ -122,9 +130,19 @@ class Leaderboard(BaseModel):
     mode: str | None
     reference_ms: float | None
     entries: list[LeaderboardEntry]
+    judge_version: int = JUDGE_VERSION  # the judge whose results it ranks (harness.judge)
 
     def reference_lineage(self) -> str:
         return reference_lineage_name(self.task)
+
+    def speedup_legend(self) -> str:
+        """What a `-` speedup of a ranked revision means, when one has it ("" otherwise)."""
+        if not any(entry.speedup_note for entry in self.ranked()):
+            return ""
+        return (
+            f"speedup -: {NO_REFERENCE_IN_RUN} (timed without the reference; "
+            "`harness bench --force ID` times it again beside it)"
+        )
 
     def ranked(self) -> list[LeaderboardEntry]:
         return [entry for entry in self.entries if entry.rank is not None]
@@ -139,10 +157,6 @@ class Leaderboard(BaseModel):
             for timing in entry.benchmarks:
                 seen.setdefault(shape_key(timing.shape), timing.shape)
         return list(seen.values())
-
-
-def shape_key(shape: dict[str, Any]) -> str:
-    return json.dumps(shape, sort_keys=True)
 
 
 def shape_label(shape: dict[str, Any]) -> str:
@@ -204,6 +218,8 @@ def board_title(board: Leaderboard) -> str:
         title += " [no exact answer: only GPU MODE's verdict]"
     if board.reference_ms is not None:
         title += f": reference {format_ms(board.reference_ms)} ms"
+    if board.judge_version < JUDGE_VERSION:
+        title += f" [judge version {board.judge_version}, older than this harness's: the next tournament runs them again]"
     return title
 
 
@@ -293,11 +309,26 @@ def _revision_verdicts(runs: list[Run]) -> tuple[dict[VerdictName, VerdictSummar
 
 
 def _standing(
-    revision: Revision, runs: list[Run], environment: Run | None, verdict: VerdictName, mode: str | None
+    revision: Revision,
+    runs: list[Run],
+    environment: Run | None,
+    verdict: VerdictName,
+    mode: str | None,
+    older_judge: int | None = None,
 ) -> _Standing:
+    """`older_judge`: the version of the judge that produced the revision's runs left out (older
+    than the board's), when it has such runs."""
     env_key = environment.env_key if environment is not None else ""
     if not runs:
         where = f" on {_device_label(environment)}" if environment is not None else ""
+        if older_judge is not None:
+            return _Standing(
+                revision,
+                env_key,
+                NOT_RUN,
+                f"judged by an older judge (version {older_judge}); no result of this one{where} "
+                "yet: the next tournament runs it again",
+            )
         return _Standing(revision, env_key, NOT_RUN, f"no completed run{where} yet")
     by_priority = sorted(
         runs, key=lambda run: MODE_PRIORITY.index(run.mode) if run.mode in MODE_PRIORITY else 99
@@ -363,21 +394,27 @@ def build_leaderboard(
     environment = _choose_environment(runs, task, device)
 
     runs_by_revision: dict[int, list[Run]] = defaultdict(list)
-    if environment is not None:
-        for run in runs:
-            if run.env_key == environment.env_key:
-                runs_by_revision[run.revision_id].append(run)
+    older: dict[int, int] = {}  # revision id -> the newest older judge version of its runs left out
+    env_runs = [run for run in runs if environment is not None and run.env_key == environment.env_key]
+    judge = max((run.judge_version for run in env_runs), default=JUDGE_VERSION)
+    for run in env_runs:
+        if run.judge_version == judge:
+            runs_by_revision[run.revision_id].append(run)
+        else:
+            older[run.revision_id] = max(older.get(run.revision_id, 0), run.judge_version)
     mode = _timed_mode([run for group in runs_by_revision.values() for run in group])
     standings = {
-        revision.id: _standing(revision, runs_by_revision[revision.id], environment, verdict, mode)
+        revision.id: _standing(
+            revision, runs_by_revision[revision.id], environment, verdict, mode, older.get(revision.id)
+        )
         for revision in revisions
     }
     if spec.exact_answer is None:  # its stored accurate verdict only repeats GPU MODE's
         for standing in standings.values():
             standing.verdicts = {**standing.verdicts, "accurate": NOT_CHECKED}
-    batches = _batches(session, runs, task, mode, environment.env_key if environment is not None else "")
-
+    batches = _batches(session, task, mode, environment.env_key if environment is not None else "", judge)
     reference_name = reference_lineage_name(task)
+
     reference_scores = [
         standing.score_ms
         for standing in sorted(standings.values(), key=lambda s: s.revision.number)
@@ -391,9 +428,9 @@ def build_leaderboard(
     )
     ranked = rank_by_score(rankable)
     ranked_ids = {s.revision.id for _rank, s in ranked}
-    entries = [_entry(s, rank, reference_ms, standings, batches, spec.ranking_by) for rank, s in ranked]
+    entries = [_entry(s, rank, standings, batches, spec.ranking_by) for rank, s in ranked]
     entries += [
-        _entry(s, None, reference_ms, standings, batches, spec.ranking_by)
+        _entry(s, None, standings, batches, spec.ranking_by)
         for s in standings.values()
         if s.revision.id not in ranked_ids
     ]
@@ -405,22 +442,26 @@ def build_leaderboard(
         mode=mode,
         reference_ms=reference_ms,
         entries=entries,
+        judge_version=judge,
     )
 
 
 def _entry(
     standing: _Standing,
     rank: int | None,
-    reference_ms: float | None,
     standings: dict[int, _Standing],
     batches: _Batches,
     ranking_by: str,
 ) -> LeaderboardEntry:
     revision = standing.revision
     parent = standings.get(revision.parent_id) if revision.parent_id is not None else None
-    speedup_vs_reference = (
-        speedup(reference_ms, standing.score_ms) if reference_ms is not None and standing.score_ms else None
-    )
+    speedup_vs_reference, speedup_note = None, None
+    if standing.score_ms is not None:
+        in_run = batches.timings.get(standing.batch or "", {})
+        speedup_vs_reference = speedup_in_run(
+            batches.reference.get(standing.batch or ""), in_run.get(revision.id)
+        )
+        speedup_note = NO_REFERENCE_IN_RUN if speedup_vs_reference is None else None
     return LeaderboardEntry(
         rank=rank,
         submission_id=revision.id,
@@ -447,47 +488,39 @@ def _entry(
         ],
         verdicts=standing.verdicts,
         accuracy=standing.accuracy,
+        speedup_note=speedup_note,
     )
-
-
-@dataclass
-class _Retimed:
-    """A revision timed again beside others in one run (harness.store.models.Retiming): its
-    per-call times by shape key, and how many blocks of calls they joined."""
-
-    times: dict[str, list[float]]
-    blocks: int
 
 
 @dataclass
 class _Batches:
-    """What the comparisons need of the interleaved runs of one environment and mode: each
-    batch's revisions timed again (batch, revision id), and each batch's pooled variance of a
-    block's log mean (scoring.block_spread, over every run and retiming of the batch)."""
+    """What the comparisons need of the interleaved runs of one environment and mode
+    (harness.standings): each batch's timings by revision (runs and retimings), the reference's
+    timing in it, and its pooled variance of a block's log mean (scoring.block_spread, over
+    every run and retiming of the batch)."""
 
-    retimed: dict[tuple[str, int], _Retimed]
+    timings: dict[str, dict[int, BatchTiming]]
+    reference: dict[str, BatchTiming]
     spread: dict[str, BlockSpread]
 
 
-def _batches(session: Session, runs: list[Run], task: str, mode: str | None, env_key: str) -> _Batches:
-    """The batches of `runs` (one environment's) and of the retimings in that environment and mode."""
-    rows = session.scalars(
-        select(Retiming).where(
-            Retiming.task == task, Retiming.env_key == env_key, Retiming.mode == (mode or "")
-        )
+def _batches(session: Session, task: str, mode: str | None, env_key: str, judge: int) -> _Batches:
+    """The batches of one environment and mode, by the board's judge."""
+    timings = batch_timings(session, task, mode, env_key, judge=judge)
+    references = reference_revision_ids(session, task)
+    return _Batches(
+        timings,
+        {
+            batch: reference
+            for batch, found in timings.items()
+            for reference in [reference_in_run(found, references)]
+            if reference is not None
+        },
+        {
+            batch: block_spread([group for timing in found.values() for group in timing.blocks])
+            for batch, found in timings.items()
+        },
     )
-    groups: dict[str, list[list[float]]] = defaultdict(list)
-    retimed = {}
-    for row in rows:
-        groups[row.batch] += [item.get("means_ms") or [] for item in row.shapes]
-        retimed[(row.batch, row.revision_id)] = _Retimed(
-            {shape_key(item["shape"]): item["times_ms"] for item in row.shapes},
-            blocks_joined([item.get("means_ms") or [] for item in row.shapes]),
-        )
-    for run in runs:
-        if run.batch is not None and run.mode == mode and run.env_key == env_key:
-            groups[run.batch] += run_blocks(run)
-    return _Batches(retimed, {batch: block_spread(found) for batch, found in groups.items()})
 
 
 def _compare_with_parent(
@@ -503,27 +536,21 @@ def _compare_with_parent(
     either has no timings or they were timed on different shapes."""
     if parent is None or not standing.timed_shapes or standing.batch is None:
         return None
-    if parent.batch == standing.batch and parent.timed_shapes:
-        parent_times = {shape_key(shape.shape): shape.times_ms for shape in parent.timed_shapes}
-        parent_blocks = blocks_joined([block_means(shape.check) for shape in parent.timed_shapes])
-    elif (standing.batch, parent.revision.id) in batches.retimed:
-        found = batches.retimed[(standing.batch, parent.revision.id)]
-        parent_times, parent_blocks = found.times, found.blocks
-    else:
+    found = batches.timings.get(standing.batch, {})
+    own, other = found.get(standing.revision.id), found.get(parent.revision.id)
+    if own is None or other is None or not own.times or not other.times:
         return None
-    own_keys = [shape_key(shape.shape) for shape in standing.timed_shapes]
-    if not parent_times or sorted(own_keys) != sorted(parent_times):
+    keys = [shape_key(shape.shape) for shape in standing.timed_shapes]
+    if sorted(keys) != sorted(other.times) or sorted(keys) != sorted(own.times):
         return None
-    own_times = [shape.times_ms for shape in standing.timed_shapes]
-    if not all(own_times) or not all(parent_times.values()):
+    if not all(own.times[key] for key in keys) or not all(other.times.values()):
         return None
-    parent_in_order = [parent_times[key] for key in own_keys]
     return compare(
-        own_times,
-        parent_in_order,
+        [own.times[key] for key in keys],
+        [other.times[key] for key in keys],
         ranking_by,
         spread=batches.spread.get(standing.batch),
-        blocks=(blocks_joined([block_means(shape.check) for shape in standing.timed_shapes]), parent_blocks),
+        blocks=(blocks_joined(own.blocks), blocks_joined(other.blocks)),
     ).verdict
 
 
@@ -550,6 +577,8 @@ def leaderboard_renderable(
     parts: list[Table | Text] = [Text(escape_controls(title))]
     if board.ranked():
         parts.append(_ranked_table(board, wide=wide, width=width))
+        if board.speedup_legend():
+            parts.append(Text(board.speedup_legend()))
     else:
         parts.append(Text("no revision has a score here yet"))
     for entry, label, reason in verdict_notes(board):

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, ForeignKey, LargeBinary, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from harness.judge import JUDGE_VERSION
 from harness.verdicts import Accuracy, Verdict, Verdicts
 
 
@@ -140,6 +141,9 @@ class Run(Base):
     task: Mapped[str] = mapped_column(String(100))
     # the task's files it was judged by (TaskVersion.version; 1 for a built-in task)
     task_version: Mapped[int] = mapped_column(default=1, server_default="1")
+    # the judge that produced it (harness.judge.JUDGE_VERSION; 1 for rows written before it was
+    # kept): an older judge's result is never ranked beside a newer one, and is run again
+    judge_version: Mapped[int] = mapped_column(default=JUDGE_VERSION, server_default="1")
     mode: Mapped[str] = mapped_column(
         String(20)
     )  # the run kind: test | test-leaderboard | benchmark | leaderboard
@@ -251,6 +255,7 @@ class Retiming(Base):
     env_key: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(30))
     score_ms: Mapped[float | None]
+    judge_version: Mapped[int] = mapped_column(default=JUDGE_VERSION, server_default="1")  # as Run's
     # [{"shape": {...}, "times_ms": [...]}, ...] per timed shape, in the run's order
     shapes: Mapped[list[Any]] = mapped_column(default=list)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -252,3 +252,15 @@ def reference_revision_id(session: Session, task: str) -> int | None:
         .order_by(Revision.number.desc())
         .limit(1)
     )
+
+
+def reference_revision_ids(session: Session, task: str) -> list[int]:
+    """Every revision of the task's reference lineage, oldest first."""
+    return list(
+        session.scalars(
+            select(Revision.id)
+            .join(Revision.lineage)
+            .where(Lineage.name == reference_lineage_name(task), Revision.task == task)
+            .order_by(Revision.number)
+        )
+    )

@@ -26,6 +26,10 @@ of waiting for it, and `record_run` locks the row before it checks that the clai
 Run kinds (the `mode` column) are written by the plan (harness.plan.phases): `test` (public
 seeds) and `test-leaderboard` (secret seeds, checks only) by the checked phase; `benchmark` and
 `leaderboard` by the timed ones.
+
+Every run records the judge that produced it (`judge_version`, harness.judge.JUDGE_VERSION,
+written by `record_run`); a run of an older judge is not reused (`reuse_or_claim` claims it
+again) and none of its kept shapes is resumed.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from harness.environment import Environment, process_is_gone
+from harness.judge import JUDGE_VERSION
 from harness.store.models import Run, ShapeResult, utcnow
 from harness.tasks import load_task
 from harness.verdicts import VERDICTS
@@ -203,6 +208,12 @@ def timed_out_under_shorter_limits(run: Run, limits: dict[str, float] | None) ->
     )
 
 
+def judged_before(run: Run) -> bool:
+    """Whether `run` was judged by an older judge than this harness's (harness.judge): its result
+    is not reused, nor ranked beside the current judge's."""
+    return (run.judge_version or 1) < JUDGE_VERSION
+
+
 def covers_shapes(run: Run, task: TaskSpec, shape_set: str) -> bool:
     """Whether a stored run covers exactly the task's current shapes of `shape_set` and was judged
     with both verdicts (a changed task file, or a run from before the verdicts, is stale)."""
@@ -234,14 +245,15 @@ def reuse_or_claim(
     force: bool,
     limits: dict[str, float] | None = None,
 ) -> ReuseOrClaim:
-    """The finished run for this key when it covers the task's current shapes (unless `force`, or
-    it timed out under a shorter time limit than `limits`); otherwise a claim for `worker`
+    """The finished run for this key when it covers the task's current shapes (unless `force`, it
+    timed out under a shorter time limit than `limits`, or an older judge produced it); otherwise a claim for `worker`
     (replacing a stale or forced result); or, when another worker holds the key, who does. Commit
     before doing the claimed work."""
     existing = find_run(session, revision_id, task.name, mode, environment.env_key)
     if (
         existing is not None
         and not force
+        and not judged_before(existing)
         and covers_shapes(existing, task, shape_set)
         and not timed_out_under_shorter_limits(existing, limits)
     ):
@@ -393,8 +405,8 @@ def record_shape(session: Session, run_id: int, worker: str, outcome: ShapeOutco
 def resumable_outcomes(session: Session, run: Run, task: TaskSpec, shape_set: str) -> list[ShapeOutcome]:
     """The shapes a claimed run kept from an interrupted evaluation (`record_shape`) that still
     stand: of the task's current shapes of `shape_set`, with a status an evaluation goes on after,
-    judged with both verdicts. [] for a done run (a forced one is evaluated whole)."""
-    if run.state != "claimed":
+    judged with both verdicts by this judge. [] for a done run (a forced one is evaluated whole)."""
+    if run.state != "claimed" or judged_before(run):
         return []
     current = {i: {**s.parameters, "seed": s.seed} for i, s in enumerate(task.shapes(shape_set))}
     results = session.scalars(
@@ -411,10 +423,12 @@ def resumable_outcomes(session: Session, run: Run, task: TaskSpec, shape_set: st
 
 
 def discard_shapes(session: Session, run: Run) -> None:
-    """Drop the shapes an interrupted evaluation kept in a claimed run (a forced run starts over);
-    a done run's shapes are its result, left to `record_run`."""
+    """Drop the shapes an interrupted evaluation kept in a claimed run (a forced run, or one of an
+    older judge, starts over under this judge); a done run's shapes are its result, left to
+    `record_run`."""
     if run.state == "claimed":
         session.execute(delete(ShapeResult).where(ShapeResult.run_id == run.id))
+        run.judge_version = JUDGE_VERSION
 
 
 def new_batch() -> str:
@@ -450,6 +464,7 @@ def record_run(
     run.wall_s = evaluation.wall_s
     run.score_ms = score_ms
     run.batch = batch
+    run.judge_version = JUDGE_VERSION
     run.details = {
         "filename": evaluation.filename,
         "code_sha256": evaluation.code_sha256,

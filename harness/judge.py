@@ -1,0 +1,17 @@
+"""The judge's version: one number for what a stored score and verdict mean (torch-free, read by
+the store, the plan and the reports).
+
+Bump JUDGE_VERSION whenever a change to the judge changes what a result means (how inputs are
+made, what is checked, how calls are timed or a score computed), and add a line below. Every run
+and retiming records the version that produced it (`Run.judge_version`); a result of an older
+judge is never ranked beside a newer one (harness.report.leaderboard ranks the newest version of
+an environment only) and counts as missing for the plan, so the next tournament runs it again
+(harness.store.runs.reuse_or_claim).
+
+1. Every result recorded before the judge kept its version (db/migrations 0006).
+2. Issue 28: speedups drawn within one run; the judge records its version.
+"""
+
+from __future__ import annotations
+
+JUDGE_VERSION = 2
