@@ -326,6 +326,17 @@ def _config_kwargs(config: object) -> dict[str, str]:
     return {key: str(value) for key, value in kwargs.items()}
 
 
+def _is_autotuner(obj: object, autotuner: type) -> bool:
+    """Whether a live object is a Triton Autotuner, by its real type: `isinstance` asks the
+    object for `__class__`, which a weak proxy whose referent is gone answers with
+    ReferenceError (torch.compile keeps such proxies) and any object may answer with an
+    exception of its own. An object that raises on inspection is not a tuner."""
+    try:
+        return issubclass(type(obj), autotuner)
+    except Exception:  # noqa: BLE001 - a type with a hostile or broken __subclasscheck__
+        return False
+
+
 class Autotuners:
     """Every `triton.runtime.autotuner.Autotuner` alive in the process, found through the garbage
     collector (kernels may be module globals, class attributes or closures), with their
@@ -339,12 +350,16 @@ class Autotuners:
         module = sys.modules.get("triton.runtime.autotuner")
         if module is None:
             return
-        with warnings.catch_warnings():  # isinstance() on some lazy objects warns (deprecations)
+        with warnings.catch_warnings():  # inspecting some lazy objects warns (deprecations)
             warnings.simplefilter("ignore")
-            found = [obj for obj in gc.get_objects() if isinstance(obj, module.Autotuner)]
+            found = [obj for obj in gc.get_objects() if _is_autotuner(obj, module.Autotuner)]
         for obj in found:
             if id(obj) not in self.originals:
-                self.originals[id(obj)] = list(obj.configs)
+                try:
+                    configs = list(obj.configs)
+                except Exception:  # noqa: BLE001, S112 - not a tuner this can force
+                    continue
+                self.originals[id(obj)] = configs
                 self.tuners.append(obj)
 
     @staticmethod
@@ -563,7 +578,7 @@ class Worker:
             self.called = True
         reply.autotuners = self.autotuners.describe()
         reply.autotune_config = self.autotuners.chosen()
-        reply.output = self.export_tensor(result, self.io_dir / f"output-{request.id}.bin")
+        reply.output = self.export_tensor(self.resolved(result), self.io_dir / f"output-{request.id}.bin")
         reply.inputs = [self.describe(data[index]) for index in counted]
         reply.inputs_changed = [self.changed_elements(before[index], data[index]) for index in counted]
         del before
@@ -574,6 +589,15 @@ class Worker:
         self.fill_output_buffer(data)
         self.synchronize()
         return reply
+
+    def resolved(self, result: object) -> object:
+        """The returned tensor with its lazy negation and conjugation applied (`torch._neg_view`,
+        `conj()`: a view whose bytes are not its values), so that its bytes can be exported;
+        anything else as it is. A new tensor only for such a view (the NaN fill afterwards still
+        reaches the returned one's storage)."""
+        if type(result) is self.torch.Tensor and (result.is_neg() or result.is_conj()):
+            return result.resolve_neg().resolve_conj()
+        return result
 
     def aliases_input(self, result: object, data: tuple) -> bool:
         """Whether the returned tensor shares its storage with an input."""
@@ -626,7 +650,7 @@ class Worker:
 
         def after_call(index: int, data: tuple, result: object) -> None:
             done = CallDone(token=self.hello.token, id=request.id, index=index)
-            done.output = self.export_timed(result, request, index)
+            done.output = self.export_timed(self.resolved(result), request, index)
             done.output_aliases_input = self.aliases_input(result, data)
             if done.output.exact_tensor and not done.output_aliases_input and result.is_floating_point():
                 result.fill_(float("nan"))
