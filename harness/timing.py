@@ -59,10 +59,9 @@ review:
    at least once, and after the L2 flush that read comes from device memory. The output is not
    counted: it can still sit in the L2 cache when the call ends.
 
-Leaderboard mode is the caller's choice of `make_inputs` (fresh inputs from a new seed for every
-call; benchmark mode: one seed per shape whose inputs the candidate gets only when it is timed);
-`after_call` hands every timed call's output to the checker, in every mode. Both run outside the
-timed region, inside the parent's bracket.
+The inputs are the caller's `make_inputs` (in the sandbox: fresh inputs from a new seed for every
+timed call, in every mode); `after_call` hands every timed call's output to the checker. Both run
+outside the timed region, inside the parent's bracket.
 """
 
 from __future__ import annotations

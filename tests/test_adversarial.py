@@ -341,6 +341,8 @@ TIMING_CHEATS = {
     ("replaces_timing_loop_with_calls.py", "leaderboard"): "flagged",
     ("fills_with_the_answer.py", "test"): "flagged",
     ("fills_with_the_answer.py", "leaderboard"): "flagged",
+    # issue 28: answers kept from earlier calls, in benchmark mode (every timed call has a fresh seed)
+    ("memoizes_by_shape.py", "test"): ("wrong_answer", "timed output check: call "),
 }
 
 
@@ -385,6 +387,8 @@ def timing_cheats() -> dict[tuple[str, str], Evaluation]:
         (REFERENCE.name, "test"),
         (REFERENCE.name, "leaderboard"),
         ("precomputes_public_seeds.py", "test"),
+        ("memoizes_by_fingerprint.py", "test"),
+        ("memoizes_by_pointer.py", "test"),
     ]
     evaluators = _timing_cheat_evaluators(
         "cpu", cheats, limits=SandboxLimits.from_settings(**QUICK), rule=RULE
@@ -450,6 +454,29 @@ def test_precomputed_public_outputs_gain_nothing(timing_cheats):
     for shape in evaluation.shapes:
         assert shape.check["passed"] is True and shape.min_ms > 10.0, (shape.index, shape.times_ms)
         assert shape.timing_flags == []
+
+
+def test_a_memoizer_keyed_on_sampled_values_never_answers_a_timed_call_from_memory(timing_cheats):
+    """Its check's inputs come back in the warm-up (a hit there), but every timed call has inputs
+    of a fresh seed: each misses and takes the slow path, so no timed call is under 10 ms."""
+    evaluation = timing_cheats["memoizes_by_fingerprint.py", "test"]
+    assert evaluation.status == "pass", evaluation.reason
+    for shape in evaluation.shapes:
+        assert shape.min_ms > 10.0, (shape.index, shape.times_ms)
+    assert "fingerprint memo: miss" in evaluation.log_tail
+
+
+def test_a_memoizer_keyed_on_the_inputs_address_gains_nothing(timing_cheats):
+    """Where a timed call's inputs land at an address it has seen (the allocator decides: some
+    runs, some shapes), its kept answer is checked against the fresh seed's reference and fails;
+    every timed call that passed took the slow path (no answer came from memory)."""
+    evaluation = timing_cheats["memoizes_by_pointer.py", "test"]
+    if evaluation.status != "pass":
+        assert evaluation.status == "wrong_answer", evaluation.reason
+        assert evaluation.score_ms is None
+    for shape in evaluation.shapes:
+        if shape.status == "pass":
+            assert shape.min_ms > 10.0, (shape.index, shape.times_ms)
 
 
 @pytest.mark.parametrize("mode", ["test", "leaderboard"])
@@ -545,6 +572,8 @@ def test_timing_cheats_fail_or_are_flagged_on_cuda():
         (REFERENCE.name, "test"),
         (REFERENCE.name, "leaderboard"),
         ("precomputes_public_seeds.py", "test"),
+        ("memoizes_by_fingerprint.py", "test"),
+        ("memoizes_by_pointer.py", "test"),
     ]
     limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=120.0)
     evaluators = _timing_cheat_evaluators("cuda", cheats, task=CUDA_TASK, limits=limits, rule=CUDA_RULE)

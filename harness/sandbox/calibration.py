@@ -8,9 +8,8 @@ messages). A `Calibrator` measures that part per shape and mode in a sandboxed c
 whose candidate is the harness's: a no-op that returns its output buffer untouched. It runs only
 harness code, so a candidate cannot make it slower to hide work in the difference; it is timed
 like any candidate (every other child stopped), on inputs of the shape made as the candidate's
-are (the task's generate_input, in the parent: warm-up on one seed, then one seed for every timed
-call or a fresh one per call), and the shortest bracket of its timed calls is the shape's
-harness cost.
+are (the task's generate_input, in the parent: warm-up on one seed, then a fresh seed per timed
+call), and the shortest bracket of its timed calls is the shape's harness cost.
 
 The export and the NaN fill of the returned tensor grow with its bytes. A candidate whose timed
 outputs are not the buffer's dtype and shape (GPU MODE's prefix sum reference answers in float64
@@ -106,7 +105,7 @@ def calibrated_kind(task: TaskSpec, data: tuple, outputs: Iterable[TensorInfo]) 
 class Calibrator:
     """One child running `noop_candidate`, started on first use (or with `spawn`, so that it
     starts beside the candidates' children), and one per other kind of output asked for
-    (`returning_candidate`); `harness_ms` is kept per shape, mode and kind of output."""
+    (`returning_candidate`); `harness_ms` is kept per shape and kind of output."""
 
     def __init__(self, task: TaskSpec, *, device: str, limits: SandboxLimits) -> None:
         self.task, self.device, self.limits = task, device, limits
@@ -114,8 +113,7 @@ class Calibrator:
         self.children: dict[Returned, ChildProcess] = {}  # the others, by kind of output
         self.spawned = False
         self.ready: dict[int, Ready] = {}  # by id() of the child
-        self.harness_ms_by_shape: dict[tuple[str, bool, Returned | None], float] = {}
-        self.timed_seeds: dict[str, int] = {}
+        self.harness_ms_by_shape: dict[tuple[str, Returned | None], float] = {}
 
     def _child(self, code: bytes) -> ChildProcess:
         return ChildProcess(
@@ -137,31 +135,20 @@ class Calibrator:
             self.spawned = True
             self.child.spawn()
 
-    def timed_seed(self, shape: Shape) -> int:
-        """The secret seed of `shape`'s timed calls in benchmark mode: drawn once per shape and
-        run, for every revision timed beside this calibrator, so that the parent computes the
-        reference (and the exact answer, where needed) of those calls once, not once per revision.
-        A child never learns it: it gets the inputs only when its own timed calls begin, after
-        its checks."""
-        return self.timed_seeds.setdefault(json.dumps(shape.parameters, sort_keys=True), secrets.randbits(63))
-
-    def harness_ms(
-        self, shape: Shape, leaderboard: bool, output_bytes: int = 0, returns: Returned | None = None
-    ) -> float:
+    def harness_ms(self, shape: Shape, output_bytes: int = 0, returns: Returned | None = None) -> float:
         """The shortest parent's bracket of a no-op timed call of `shape`, with a fresh seed per
-        call (`leaderboard`) or one seed for the shape, as the candidate's calls will have; the
-        no-op returns the output buffer, or with `returns` a tensor of that dtype and shape."""
-        key = (json.dumps(shape.parameters, sort_keys=True), leaderboard, returns)
+        call as the candidate's calls have; the no-op returns the output buffer, or with
+        `returns` a tensor of that dtype and shape."""
+        key = (json.dumps(shape.parameters, sort_keys=True), returns)
         if key not in self.harness_ms_by_shape:
-            self.harness_ms_by_shape[key] = self._measure(shape, leaderboard, output_bytes, returns)
+            self.harness_ms_by_shape[key] = self._measure(shape, output_bytes, returns)
         return self.harness_ms_by_shape[key]
 
     def _inputs(self, shape: Shape, seed: int) -> tuple:
         """The task's inputs of `shape` for `seed`, made as the candidates' are (no reference)."""
         return generate_inputs(load_reference(self.task), shape.parameters, seed, self.device)
 
-    def _measure(self, shape: Shape, leaderboard: bool, output_bytes: int, returns: Returned | None) -> float:
-        timed_data = None if leaderboard else self._inputs(shape, secrets.randbits(63))
+    def _measure(self, shape: Shape, output_bytes: int, returns: Returned | None) -> float:
         if returns is None:
             self.spawn()
             child = self.child
@@ -182,9 +169,7 @@ class Calibrator:
                 self.ready[id(child)] = ready
             timed = child.time(
                 warmup_data=self._inputs(shape, secrets.randbits(63)),
-                inputs_for=lambda index: (
-                    self._inputs(shape, secrets.randbits(63)) if leaderboard else timed_data
-                ),
+                inputs_for=lambda index: self._inputs(shape, secrets.randbits(63)),
                 rule=CALIBRATION_RULE,
                 warmup_calls=CALIBRATION_WARMUP_CALLS,
                 warmup_s=0.0,

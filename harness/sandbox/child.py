@@ -616,8 +616,9 @@ class Worker:
         The shared output buffer is mapped (and registered with CUDA) first, and the warm-up
         calls run on the inputs handed over with the request, without a message each. Before each
         timed call the child asks the parent for that call's inputs and rebuilds them on its
-        device, outside the timed region; when the parent says they are the call before's
-        (benchmark mode) the same tensors serve again, as GPU MODE does. The output buffer is NaN
+        device, outside the timed region (the parent draws a fresh seed for every timed call, in
+        every mode; were it to say they are the call before's, the same tensors would serve
+        again). The output buffer is NaN
         before each call; every timed call's output goes to the shared buffer or a file for the
         parent to check and is then overwritten with NaN, and a `CallDone` tells the parent that
         the call is over (its deadline is per call, and its clock brackets each call from handing

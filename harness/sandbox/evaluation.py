@@ -257,11 +257,11 @@ class Evaluator:
         evaluations = [ev.finish() for ev in evaluators]
 
     `timed`: after a shape passes its check it is warmed up and timed (harness.timing) in the same
-    child, as long as every shape before it passed. Test mode times every call on the inputs of
-    one seed per shape and run (GPU MODE's benchmark); leaderboard mode makes each call's inputs
-    from a fresh secret seed, handed to the child (as bytes) only when it asks for that call;
-    every timed call's output is checked here, so that a candidate that caches or replays
-    outputs fails. `passes` (default: `TIMING_PASSES` when timed): each shape is timed in that
+    child, as long as every shape before it passed. In every mode each timed call's inputs come
+    from a fresh secret seed, handed to the child (as bytes) only when it asks for that call
+    (`_time_shape`), and every timed call's output is checked here, so that a candidate that
+    caches or replays outputs fails; the modes differ in the checks' seeds (public in test
+    mode, combined with the secret seed in leaderboard mode). `passes` (default: `TIMING_PASSES` when timed): each shape is timed in that
     many blocks of calls (`time_again`; evaluate_in_groups interleaves them), each under its
     share of `rule` (harness.timing, method 5.).
     """
@@ -613,24 +613,22 @@ class Evaluator:
         fail it (an exception, implausible times, a timed output that is wrong or missing).
 
         The warm-up runs on the check's inputs (the candidate has seen them; warm-up outputs are
-        not checked); a later pass (`later`, `time_again`: `WARMUP_AGAIN`) in benchmark mode warms
-        up on the run's timed inputs instead, which its child holds from the first pass, so that
-        nothing is handed over again (the candidate timed them there). Every timed output is
-        checked against the reference of its seed, in every mode. Benchmark mode times every call
-        on the run's secret seed for the shape (`Calibrator.timed_seed`: so that nothing the
-        candidate computed at import or in its check helps, and the reference of those calls is
-        computed once per run), its inputs handed over once, at the first timed call; leaderboard
-        mode draws a fresh seed per call, and hands over each call's inputs when the child asks
-        for that call."""
+        not checked; a later pass, `time_again`, warms up with `WARMUP_AGAIN`). Every timed call,
+        in every mode, gets inputs from a fresh secret seed drawn for that call, handed over when
+        the child asks for that call (its inputs and reference made before the parent's bracket
+        opens), and its output is checked against the reference of that seed: no timed call runs
+        on inputs the candidate has seen, so a candidate that keys kept answers on the inputs'
+        values, their address or their shape gains nothing (its timed calls miss or fail). The
+        modes differ only in the seeds of the checks (public in benchmark mode, combined with the
+        secret seed in leaderboard mode) and in the name of a failed timed check."""
         leaderboard = self.mode == "leaderboard"
-        run_seed = self._calibrator().timed_seed(shape)
         seeds: dict[int, int] = {}
         problems: list[str] = []
         checked = 0
 
         def inputs_for(index: int) -> tuple:
             """The inputs of timed call `index`, made with its reference before the call."""
-            seed = seeds.setdefault(index, secrets.randbits(63) if leaderboard else run_seed)
+            seed = seeds.setdefault(index, secrets.randbits(63))
             return self._timed_case_for(shape, seed).data
 
         outputs: list[TensorInfo] = []  # what the child said of each timed output
@@ -654,8 +652,6 @@ class Evaluator:
         output_bytes = check_case.expected.nbytes
         warmup_calls, warmup_s = WARMUP_AGAIN if later else WARMUP[self.device]
         warmup_data = check_case.data
-        if later and not leaderboard:
-            warmup_data = self._timed_case_for(shape, run_seed).data
         timed = self.child.time(
             warmup_data=warmup_data,
             inputs_for=inputs_for,
@@ -686,7 +682,7 @@ class Evaluator:
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
             calibrated = calibrated_kind(self.task, check_case.data, outputs)
-            harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes, calibrated)
+            harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated)
             flags += self._parent_timing_flags(shape, times, parent_ms, harness_ms)
             stats = BenchmarkStats.from_times(
                 times, device=self.device, compile_s=reply.compile_s, flags=flags
@@ -737,25 +733,15 @@ class Evaluator:
         return read_tensor(child.io_fd, child.timed_output_name(done.id, done.index), done.output, device)
 
     def _timed_case_for(self, shape: Shape, seed: int) -> checking.ReferenceCase:
-        """The inputs and reference of a timed call's seed: made once per seed (benchmark mode's
-        calls share one; the run's seed for this shape gives every revision timed in the run one
-        case), the previous one freed first."""
+        """The inputs and reference of a timed call's seed (a seed per call: a case of this
+        evaluator's own, not the shared cache of the checks' cases), the previous one freed
+        first; the exact answer only when a check asks for it."""
         key = (json.dumps(shape.parameters, sort_keys=True), seed)
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
-            if self.mode == "leaderboard":  # a seed per call: a case of this evaluator's own
-                case = checking.make_reference_case(
-                    self.reference,
-                    shape,
-                    seed,
-                    self.device,
-                    exact_now=False,
-                    exact_answer=self.task.exact_answer,
-                )
-            else:
-                case = checking.reference_case(
-                    self.task, self.reference, shape, seed, self.device, exact_now=False
-                )
+            case = checking.make_reference_case(
+                self.reference, shape, seed, self.device, exact_now=False, exact_answer=self.task.exact_answer
+            )
             self._timed_case = (key, case)
         return self._timed_case[1]
 
@@ -763,9 +749,9 @@ class Evaluator:
         self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone
     ) -> str | None:
         """Why a timed call's output is not the answer for its seed, or None; its verdicts are
-        folded into the shape's. The fp32 reference is computed once per seed (benchmark mode's
-        calls share one), with the call's inputs, and the exact answer only where GPU MODE's check
-        fails (no accuracy figures), to keep the check cheap."""
+        folded into the shape's. The fp32 reference is computed with the call's inputs, before
+        the call, and the exact answer only where GPU MODE's check fails (no accuracy figures), to
+        keep the check cheap."""
         if seed is None:
             return "an output for a call whose inputs were never sent"
         case = self._timed_case_for(shape, seed)
