@@ -60,7 +60,7 @@ from harness.timing import (
     TIMING_PASSES,
     BenchmarkStats,
     StoppingRule,
-    host_clock_disagrees,
+    host_clock_verdict,
     physical_floor_ms,
 )
 from harness.verdicts import Verdict, Verdicts
@@ -573,14 +573,25 @@ class Evaluator:
                 self.stopped = True
             return outcome
         passes.append(_pass_of(again))
-        joined = [time for item in passes for time in item["times_ms"]]
-        flags = sorted({flag for item in passes for flag in item["flags"]})
+        # the parent's clock judges every pass's calls at once (harness.timing.host_clock_verdict),
+        # against the least of the shape's calibrations (a later pass calibrates once more)
+        verdict = host_clock_verdict(
+            [time for item in passes for time in item["reported_ms"]],
+            [bracket for item in passes for bracket in item["parent_ms"]],
+            min(item["harness_ms"] for item in passes),
+        )
+        flags = {flag for item in passes for flag in item["flags"] if flag != HOST_CLOCK_MISMATCH}
+        flags |= {HOST_CLOCK_MISMATCH} if verdict.flagged else set()
         _fill_timing(
             outcome,
             BenchmarkStats.from_times(
-                joined, device=self.device, compile_s=outcome.compile_s or 0.0, flags=flags
+                verdict.times_ms, device=self.device, compile_s=outcome.compile_s or 0.0, flags=sorted(flags)
             ),
         )
+        outcome.check["timing"]["joined"] = {
+            "hidden_ms": round(verdict.hidden_ms, 4),
+            "spread_ms": round(verdict.spread_ms, 4),
+        }
         outcome.verdicts = again.verdicts
         return outcome
 
@@ -682,10 +693,12 @@ class Evaluator:
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
             calibrated = calibrated_kind(self.task, check_case.data, outputs)
-            harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated)
-            flags += self._parent_timing_flags(shape, times, parent_ms, harness_ms)
+            harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated, again=later)
+            verdict = host_clock_verdict(times, parent_ms, harness_ms)
+            flags += [HOST_CLOCK_MISMATCH] if verdict.flagged else []
+            flags += self._physical_floor_flags(times)
             stats = BenchmarkStats.from_times(
-                times, device=self.device, compile_s=reply.compile_s, flags=flags
+                verdict.times_ms, device=self.device, compile_s=reply.compile_s, flags=flags
             )
             _fill_timing(outcome, stats)
             outcome.check["timing"] = {
@@ -694,6 +707,12 @@ class Evaluator:
                 "flags": stats.flags,
                 "parent_ms": [round(ms, 4) for ms in parent_ms],
                 "harness_ms": round(harness_ms, 4),
+                # the times as the child reported them; the work every bracket held beyond its
+                # reported call and harness_ms, added to each call's time, and the calls' spread
+                # (harness.timing.host_clock_verdict; "joined": the same over every pass's calls)
+                "reported_ms": list(times),
+                "hidden_ms": round(verdict.hidden_ms, 4),
+                "spread_ms": round(verdict.spread_ms, 4),
                 # what the harness's no-op returned when calibrating: None, the output buffer
                 "calibrated_output": None if calibrated is None else [calibrated[0], list(calibrated[1])],
             }
@@ -708,13 +727,10 @@ class Evaluator:
             )
         return self.calibrator
 
-    def _parent_timing_flags(
-        self, shape: Shape, times: list[float], parent_ms: list[float], harness_ms: float
-    ) -> list[str]:
-        """Flags from the parent's own clock and the shape's physical floor (harness.timing)."""
+    def _physical_floor_flags(self, times: list[float]) -> list[str]:
+        """`below_physical_floor` when the fastest reported call beats the shape's floor
+        (harness.timing)."""
         flags = []
-        if host_clock_disagrees(times, parent_ms, harness_ms):
-            flags.append(HOST_CLOCK_MISMATCH)
         data = self._timed_case[1].data if self._timed_case is not None else ()  # the timed calls' inputs
         input_bytes = sum(
             getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data)
@@ -782,11 +798,17 @@ def _fill_timing(outcome: ShapeOutcome, stats: BenchmarkStats) -> None:
 
 
 def _pass_of(outcome: ShapeOutcome) -> dict:
-    """One timing pass of a shape, as `Evaluator.time_again` keeps it."""
+    """One timing pass of a shape, as `Evaluator.time_again` keeps it: its scored times, mean and
+    flags, and what the parent's clock judges (the reported times, the brackets, the harness's
+    cost), so that the verdict can be made again over every pass's calls."""
+    timing = outcome.check.get("timing", {})
     return {
         "times_ms": list(outcome.times_ms),
         "mean_ms": outcome.mean_ms,
         "flags": list(outcome.timing_flags),
+        "reported_ms": list(timing.get("reported_ms", outcome.times_ms)),
+        "parent_ms": list(timing.get("parent_ms", [])),
+        "harness_ms": timing.get("harness_ms", 0.0),
     }
 
 
