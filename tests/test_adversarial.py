@@ -679,6 +679,7 @@ def test_timing_cheats_fail_or_are_flagged_on_cuda():
                     s.timing_flags,
                     s.check.get("timing", {}).get("harness_ms"),
                     min(s.check.get("timing", {}).get("parent_ms", [0])),
+                    s.check.get("timing", {}).get("joined"),
                 )
                 for s in evaluation.shapes
             ],
