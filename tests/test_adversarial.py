@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import statistics
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -171,8 +174,10 @@ def test_replaced_timers_are_flagged_by_the_parents_clock(timed):
     evaluation = timed["patches_timers.py"]
     assert evaluation.status == "pass", "every output is right; only the times lie"
     for shape in evaluation.shapes:
-        assert shape.mean_ms < 0.01, "the child reports the fake clock's time"
-        assert HOST_CLOCK_MISMATCH in shape.timing_flags and BELOW_PHYSICAL_FLOOR in shape.timing_flags
+        assert max(shape.check["timing"]["reported_ms"]) < 0.01, "the child reports the fake clock's time"
+        assert BELOW_PHYSICAL_FLOOR in shape.timing_flags
+        # flagged, or (the brackets too widely spread by load for the flag) scored by them: 20 ms
+        assert HOST_CLOCK_MISMATCH in shape.timing_flags or shape.min_ms > 20.0, shape.check["timing"]
 
 
 def test_an_honest_candidate_is_not_flagged_by_the_parents_clock(timed):
@@ -225,8 +230,9 @@ def test_the_parent_side_timing_checks_on_numbers():
     assert host_clock_disagrees([0.001, 0.001], [20.3, 20.5])
     assert not host_clock_disagrees([], [20.0])
     assert not host_clock_disagrees([0.1, 0.1], [20.3, 20.5], harness_ms=20.0), "the harness's own cost"
-    assert host_clock_disagrees([0.1, 0.1], [22.3, 22.5], harness_ms=20.0), "2.2 ms of work left unreported"
+    assert host_clock_disagrees([0.1, 0.1], [27.3, 27.5], harness_ms=20.0), "7.2 ms of work left unreported"
     assert host_clock_disagrees([5.0, 1.0], [4.0, 20.0]), "a call reported longer than its whole bracket"
+    assert not host_clock_disagrees([0.1] * 4, [0.5, 30.0, 12.0, 0.45], harness_ms=0.3), "load on most calls"
 
 
 def test_a_timer_cheat_benched_into_the_store_shows_its_flag_on_the_leaderboard(tmp_path):
@@ -331,6 +337,7 @@ def test_a_fake_clock_cannot_stretch_the_warm_up_past_the_parents_deadline(monke
 
 SECRET = 987654321
 # (file, mode) -> what becomes of it: a status and a text its reason contains, or "flagged"
+# (host_clock_mismatch, or scored by the parent's brackets: `_assert_timing_cheat_outcome`)
 TIMING_CHEATS = {
     ("computes_when_checked.py", "test"): ("wrong_answer", "timed output check: call "),
     ("replaces_timing_loop.py", "test"): (
@@ -341,6 +348,8 @@ TIMING_CHEATS = {
     ("replaces_timing_loop_with_calls.py", "leaderboard"): "flagged",
     ("fills_with_the_answer.py", "test"): "flagged",
     ("fills_with_the_answer.py", "leaderboard"): "flagged",
+    # issue 28: answers kept from earlier calls, in benchmark mode (every timed call has a fresh seed)
+    ("memoizes_by_shape.py", "test"): ("wrong_answer", "timed output check: call "),
 }
 
 
@@ -385,6 +394,8 @@ def timing_cheats() -> dict[tuple[str, str], Evaluation]:
         (REFERENCE.name, "test"),
         (REFERENCE.name, "leaderboard"),
         ("precomputes_public_seeds.py", "test"),
+        ("memoizes_by_fingerprint.py", "test"),
+        ("memoizes_by_pointer.py", "test"),
     ]
     evaluators = _timing_cheat_evaluators(
         "cpu", cheats, limits=SandboxLimits.from_settings(**QUICK), rule=RULE
@@ -396,9 +407,11 @@ def timing_cheats() -> dict[tuple[str, str], Evaluation]:
 
 def _assert_timing_cheat_outcome(expected, evaluation: Evaluation, where) -> None:
     if expected == "flagged":
+        # flagged (never ranked), or, where a loaded host spread its calls' brackets too widely
+        # for the flag, scored by the brackets: every call holds its 10 ms of hidden work
         assert evaluation.status == "pass", (where, evaluation.reason)
         for shape in evaluation.shapes:
-            assert HOST_CLOCK_MISMATCH in shape.timing_flags, (
+            assert HOST_CLOCK_MISMATCH in shape.timing_flags or shape.min_ms > 10.0, (
                 where,
                 shape.index,
                 shape.times_ms,
@@ -431,15 +444,18 @@ def test_a_replaced_timing_loop_is_caught_by_the_parents_clock(timing_cheats):
     for mode in ("test", "leaderboard"):
         for shape in timing_cheats["replaces_timing_loop_with_calls.py", mode].shapes:
             timing = shape.check["timing"]
-            assert shape.times_ms == [0.0005] * 4  # two blocks of 2 (at most 5 calls: 2 each)
+            assert timing["reported_ms"] == [0.0005] * 2  # the first of two blocks of 2 calls
             assert min(timing["parent_ms"]) - timing["harness_ms"] > 10.0, (mode, timing)
+            assert min(shape.times_ms) > 10.0, "scored with the work every bracket held"
 
 
 def test_work_in_the_nan_fill_counts_against_the_candidate(timing_cheats):
     """The fill runs before the timer in the child, but inside the parent's bracket."""
     for mode in ("test", "leaderboard"):
         for shape in timing_cheats["fills_with_the_answer.py", mode].shapes:
-            assert shape.max_ms < 1.0 and min(shape.check["timing"]["parent_ms"]) > 10.0, (mode, shape.check)
+            timing = shape.check["timing"]
+            assert max(timing["reported_ms"]) < 1.0 and min(timing["parent_ms"]) > 10.0, (mode, timing)
+            assert shape.min_ms > 10.0, "scored with the work every bracket held"
 
 
 def test_precomputed_public_outputs_gain_nothing(timing_cheats):
@@ -452,6 +468,81 @@ def test_precomputed_public_outputs_gain_nothing(timing_cheats):
         assert shape.timing_flags == []
 
 
+def test_a_memoizer_keyed_on_sampled_values_never_answers_a_timed_call_from_memory(timing_cheats):
+    """Its check's inputs come back in the warm-up (a hit there), but every timed call has inputs
+    of a fresh seed: each misses and takes the slow path, so no timed call is under 10 ms."""
+    evaluation = timing_cheats["memoizes_by_fingerprint.py", "test"]
+    assert evaluation.status == "pass", evaluation.reason
+    for shape in evaluation.shapes:
+        assert shape.min_ms > 10.0, (shape.index, shape.times_ms)
+    assert "fingerprint memo: miss" in evaluation.log_tail
+
+
+def test_a_memoizer_keyed_on_the_inputs_address_gains_nothing(timing_cheats):
+    """Where a timed call's inputs land at an address it has seen (the allocator decides: some
+    runs, some shapes), its kept answer is checked against the fresh seed's reference and fails;
+    every timed call that passed took the slow path (no answer came from memory)."""
+    evaluation = timing_cheats["memoizes_by_pointer.py", "test"]
+    if evaluation.status != "pass":
+        assert evaluation.status == "wrong_answer", evaluation.reason
+        assert evaluation.score_ms is None
+    for shape in evaluation.shapes:
+        if shape.status == "pass" and shape.min_ms is not None:  # timed: every shape before passed
+            assert shape.min_ms > 10.0, (shape.index, shape.times_ms)
+
+
+FILL_CASES = [
+    ("computes_in_the_fill.py", "test"),
+    ("computes_in_the_fill.py", "leaderboard"),
+    (REFERENCE.name, "test"),
+    (REFERENCE.name, "leaderboard"),
+]
+
+
+@pytest.fixture(scope="module")
+def fill_cheat() -> dict[tuple[str, str], Evaluation]:
+    """The computation hidden in the NaN fill beside the honest reference, interleaved, with 10
+    calls a pass (sub-millisecond calls: the quietest of them shows what every bracket holds)."""
+    evaluators = _timing_cheat_evaluators(
+        "cpu",
+        FILL_CASES,
+        limits=SandboxLimits.from_settings(**QUICK),
+        rule=StoppingRule(min_runs=20, max_runs=20, budget_s=5.0),
+    )
+    return dict(zip(FILL_CASES, evaluate_interleaved(evaluators)))
+
+
+@pytest.mark.parametrize("mode", ["test", "leaderboard"])
+def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_cheat, mode):
+    """Issue 28: the convolution inside the child's NaN fill (before the child's timer, no sleep)
+    reported ~0.001 ms a call, 75x the reference on the CPU. The work is in every bracket: the
+    least excess of the shape's brackets over the reported calls and the calibrated harness cost
+    is added to every call, so the shape is scored about as its honest compute. Judged on the
+    shapes whose convolution takes the reference over 0.1 ms by its own clock (below that,
+    smoke[0]'s 0.03 ms of work is at the method's resolution on this machine: the score's floor,
+    0.02 ms, and the calibration's own error): the cheat's geometric mean over them, against the
+    reference's reported compute. Before the change it was under 1/50 of it; a third leaves
+    room for a loaded host, whose calibration a burst can inflate on one shape."""
+    evaluation = fill_cheat["computes_in_the_fill.py", mode]
+    reference = fill_cheat[REFERENCE.name, mode]
+    assert evaluation.status == reference.status == "pass", (evaluation.reason, reference.reason)
+    cheat_ms, honest_ms, hidden = [], [], []
+    for shape, honest in zip(evaluation.shapes, reference.shapes):
+        timing = shape.check["timing"]
+        assert max(timing["reported_ms"]) < 0.01, (shape.index, timing)
+        honest_reported = statistics.median(honest.check["timing"]["reported_ms"])
+        if honest_reported >= 0.1:  # the reference's own clock: its compute, without harness cost
+            cheat_ms.append(shape.mean_ms)
+            honest_ms.append(honest_reported)
+            hidden.append(timing["joined"]["hidden_ms"])
+    assert len(cheat_ms) >= 2, [shape.check["timing"] for shape in reference.shapes]
+    assert any(hidden), hidden
+    assert statistics.geometric_mean(cheat_ms) > statistics.geometric_mean(honest_ms) / 3, (
+        cheat_ms,
+        honest_ms,
+    )
+
+
 @pytest.mark.parametrize("mode", ["test", "leaderboard"])
 def test_the_honest_reference_is_not_flagged_beside_the_cheats(timing_cheats, mode):
     evaluation = timing_cheats[REFERENCE.name, mode]
@@ -459,6 +550,30 @@ def test_the_honest_reference_is_not_flagged_beside_the_cheats(timing_cheats, mo
     assert [shape.timing_flags for shape in evaluation.shapes] == [[]] * len(TASK.smoke), [
         shape.check["timing"] for shape in evaluation.shapes
     ]
+
+
+def test_the_honest_reference_is_not_flagged_while_both_cores_are_busy():
+    """Issue 28: on a busy 2-core machine the honest reference was flagged `host_clock_mismatch`
+    (one shortest bracket against a calibration made moments earlier). Two busy loops run beside
+    it here, one per core of the CI machine, while it is timed in both modes."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        evaluators = _timing_cheat_evaluators(
+            "cpu",
+            [(REFERENCE.name, "test"), (REFERENCE.name, "leaderboard")],
+            limits=SandboxLimits.from_settings(**QUICK),
+            rule=RULE,
+        )
+        evaluations = evaluate_interleaved(evaluators)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    for evaluation in evaluations:
+        assert evaluation.status == "pass", evaluation.reason
+        assert [shape.timing_flags for shape in evaluation.shapes] == [[]] * len(TASK.smoke), [
+            shape.check["timing"] for shape in evaluation.shapes
+        ]
 
 
 def _spinner_gaps(log: str) -> list[tuple[str, float, float]]:
@@ -545,6 +660,8 @@ def test_timing_cheats_fail_or_are_flagged_on_cuda():
         (REFERENCE.name, "test"),
         (REFERENCE.name, "leaderboard"),
         ("precomputes_public_seeds.py", "test"),
+        ("memoizes_by_fingerprint.py", "test"),
+        ("memoizes_by_pointer.py", "test"),
     ]
     limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=120.0)
     evaluators = _timing_cheat_evaluators("cuda", cheats, task=CUDA_TASK, limits=limits, rule=CUDA_RULE)
@@ -562,6 +679,7 @@ def test_timing_cheats_fail_or_are_flagged_on_cuda():
                     s.timing_flags,
                     s.check.get("timing", {}).get("harness_ms"),
                     min(s.check.get("timing", {}).get("parent_ms", [0])),
+                    s.check.get("timing", {}).get("joined"),
                 )
                 for s in evaluation.shapes
             ],

@@ -19,7 +19,14 @@ from harness.sandbox.evaluation import Evaluator, evaluate, evaluate_interleaved
 from harness.sandbox.limits import SandboxLimits
 from harness.scoring import score
 from harness.tasks import load_task
-from harness.timing import TIMING_MISMATCH, BenchmarkStats, StoppingRule, left_work_flagged, time_calls
+from harness.timing import (
+    TIMING_MISMATCH,
+    BenchmarkStats,
+    StoppingRule,
+    host_clock_verdict,
+    left_work_flagged,
+    time_calls,
+)
 
 
 def test_statistics_of_a_known_sample():
@@ -194,6 +201,13 @@ QUICK_RULE = StoppingRule(max_runs=5, budget_s=0.2)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+def _joined(shape) -> list[float]:
+    """A shape's times as both blocks' reported calls joined, each raised by the work the
+    parent's brackets held beyond them over both blocks (harness.timing.host_clock_verdict)."""
+    hidden = shape.check["timing"]["joined"]["hidden_ms"]
+    return [t + hidden for block in shape.check["passes"] for t in block["reported_ms"]]
+
+
 def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
     evaluation = evaluate(
         TINY_TRITON_CONV, "tiny.py", load_task("conv2d_v2"), device="cpu", timed=True, rule=QUICK_RULE
@@ -205,9 +219,7 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
         assert shape.status == "pass"
         # two blocks of calls (harness.timing, method 5.), each under half the rule: 2 of at most 5
         assert [len(block["times_ms"]) for block in shape.check["passes"]] == [2, 2]
-        assert shape.runs == 4 and shape.times_ms == [
-            t for block in shape.check["passes"] for t in block["times_ms"]
-        ]
+        assert shape.runs == 4 and shape.times_ms == pytest.approx(_joined(shape), abs=1e-3)
         assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
         assert shape.min_ms == min(shape.times_ms) and shape.max_ms == max(shape.times_ms)
         assert shape.check["timing"]["device"] == "cpu"
@@ -240,7 +252,7 @@ def test_every_timed_shape_is_timed_in_two_blocks_the_second_in_reverse_order():
         for shape in evaluation.shapes:
             first, second = shape.check["passes"]
             assert len(first["times_ms"]) == len(second["times_ms"]) == per_block
-            assert shape.times_ms == first["times_ms"] + second["times_ms"]
+            assert shape.times_ms == pytest.approx(_joined(shape), abs=1e-3)
             assert shape.runs == len(shape.times_ms)
             assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
             assert first["mean_ms"] == pytest.approx(statistics.fmean(first["times_ms"]))
@@ -564,3 +576,19 @@ def test_bench_rejects_bad_input_without_writing(
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert message in result.stderr
     assert dump_store(store_url) == before
+
+
+def test_the_host_clock_adds_work_hidden_in_every_bracket_and_ignores_load_on_some():
+    """Issue 28: the verdict is over all of a shape's calls. Work in every bracket beyond the
+    reported call and the harness's cost (a computation in the NaN fill) is added to every call;
+    load that lengthens some brackets is not; a lie far beyond noise is flagged."""
+    honest = host_clock_verdict([0.2, 0.21, 0.2, 0.19], [0.55, 9.0, 0.51, 25.0], harness_ms=0.3)
+    assert (honest.flagged, honest.hidden_ms, honest.times_ms) == (False, 0.0, [0.2, 0.21, 0.2, 0.19])
+    hidden = host_clock_verdict([0.001] * 4, [0.45, 3.0, 0.48, 0.46], harness_ms=0.3)
+    assert not hidden.flagged and hidden.hidden_ms == pytest.approx(0.149)
+    assert hidden.times_ms == pytest.approx([0.15] * 4), "scored by the bracket: its honest time"
+    lie = host_clock_verdict([0.001] * 4, [10.4, 10.5, 12.0, 10.3], harness_ms=0.3)
+    assert lie.flagged and min(lie.times_ms) > 9.9
+    calibrated_high = host_clock_verdict([0.2] * 3, [0.3, 0.31, 0.4], harness_ms=0.5)
+    assert calibrated_high.times_ms == [0.2] * 3, "a report is never lowered"
+    assert host_clock_verdict([1.0, 2.0], [0.9, 5.0]).flagged, "a call longer than its whole bracket"

@@ -1,16 +1,21 @@
 """The harness's own cost of a timed call, per shape, measured where no candidate can touch it.
 
-The parent brackets every timed call on its own clock (harness.timing, step 5): from starting to
+The parent brackets every timed call on its own clock (harness.timing, step 6): from starting to
 hand over the call's inputs to hearing that its output is in the shared buffer or its file. Part
 of that bracket is the harness's own work (the parent writing the inputs into the child's inputs
 memory, the child rebuilding them on its device, the NaN fill, the L2 flush, the export, the
-messages). A `Calibrator` measures that part per shape and mode in a sandboxed child of its own
-whose candidate is the harness's: a no-op that returns its output buffer untouched. It runs only
-harness code, so a candidate cannot make it slower to hide work in the difference; it is timed
-like any candidate (every other child stopped), on inputs of the shape made as the candidate's
-are (the task's generate_input, in the parent: warm-up on one seed, then one seed for every timed
-call or a fresh one per call), and the shortest bracket of its timed calls is the shape's
-harness cost.
+messages). A `Calibrator` measures that part per shape in a sandboxed child of its own whose
+candidate is the harness's: on a GPU the task's own reference, its answer returned in the output
+buffer (`noop_candidate`: so that what an honest call leaves behind is in the calibration too;
+not yet run on a GPU), on the CPU a bare no-op (`bare_noop_candidate`; issue 28: with the
+reference there, the calibration's harness share ran longer than that of a candidate hiding the
+convolution in the NaN fill, and let it through on a smoke shape; with the bare no-op an honest
+CPU candidate's brackets run 0.3-0.6 ms longer than the calibration's, which its score then
+carries). It runs only harness code (and the task's reference), so a candidate cannot make it
+slower to hide work in the difference, and its own clock of each call is trusted; it is timed like any candidate (every other child stopped), on inputs of the shape
+made as the candidate's are (the task's generate_input, in the parent: warm-up on one seed, then
+a fresh seed per timed call), and the least of its timed calls' brackets less the call as its
+child clocked it is the shape's harness cost.
 
 The export and the NaN fill of the returned tensor grow with its bytes. A candidate whose timed
 outputs are not the buffer's dtype and shape (GPU MODE's prefix sum reference answers in float64
@@ -39,7 +44,7 @@ from harness.tasks.spec import generate_inputs
 from harness.timing import StoppingRule
 from harness.wire import TensorInfo
 
-CALIBRATION_RULE = StoppingRule(min_runs=5, max_runs=5)
+CALIBRATION_RULE = StoppingRule(min_runs=10, max_runs=10)  # its least bracket less its call
 CALIBRATION_WARMUP_CALLS = 2  # the first export allocates its pinned buffer
 
 
@@ -50,8 +55,26 @@ def _returned_index(task: TaskSpec) -> int:
 
 
 def noop_candidate(task: TaskSpec) -> bytes:
-    """The harness's no-op candidate for `task`: it returns the output buffer (or, for a task
-    without one, its first input) as it finds it."""
+    """The harness's calibration candidate for `task`: it runs the task's own reference
+    (`ref_kernel`, from the reference.py beside every submission) and returns its answer in the
+    output buffer (a copy) when it has the buffer's shape, else as it is. So the calibrated calls
+    do what an honest candidate's do around the call (thread pools woken, caches churned, an
+    output of the buffer's kind exported and NaN-filled) on harness code only, and the child's
+    own clock of each call is trusted: the harness's cost is each bracket less that clock."""
+    code = f"from reference import ref_kernel\ndef {task.entry_point}(data):\n    result = ref_kernel(data)\n"
+    if task.output_index is not None:
+        code += (
+            f"    buffer = data[{task.output_index}]\n"
+            "    if getattr(result, 'shape', None) == buffer.shape and result.dtype == buffer.dtype:\n"
+            "        return buffer.copy_(result)\n"
+        )
+    return (code + "    return result\n").encode()
+
+
+def bare_noop_candidate(task: TaskSpec) -> bytes:
+    """The fallback when the task's reference cannot serve as the calibration candidate (it fails
+    to import or to run in a child): returns the output buffer (or, for a task without one, its
+    first input) as it finds it."""
     return f"def {task.entry_point}(data):\n    return data[{_returned_index(task)}]\n".encode()
 
 
@@ -106,16 +129,21 @@ def calibrated_kind(task: TaskSpec, data: tuple, outputs: Iterable[TensorInfo]) 
 class Calibrator:
     """One child running `noop_candidate`, started on first use (or with `spawn`, so that it
     starts beside the candidates' children), and one per other kind of output asked for
-    (`returning_candidate`); `harness_ms` is kept per shape, mode and kind of output."""
+    (`returning_candidate`); `harness_ms` is kept per shape and kind of output."""
 
     def __init__(self, task: TaskSpec, *, device: str, limits: SandboxLimits) -> None:
         self.task, self.device, self.limits = task, device, limits
-        self.child = self._child(noop_candidate(task))
+        # on the CPU the bare no-op: with the reference as the calibration candidate, its child's
+        # harness share ran longer than a candidate's that hides the convolution in the NaN fill,
+        # and let that work through on a smoke shape in both modes (issue 28); with the bare
+        # no-op an honest CPU candidate pays the 0.3-0.6 ms its own threads add around a call
+        self.bare = device == "cpu"  # else the task's reference; bare again if that fails
+        self.child = self._child(bare_noop_candidate(task) if self.bare else noop_candidate(task))
         self.children: dict[Returned, ChildProcess] = {}  # the others, by kind of output
         self.spawned = False
         self.ready: dict[int, Ready] = {}  # by id() of the child
-        self.harness_ms_by_shape: dict[tuple[str, bool, Returned | None], float] = {}
-        self.timed_seeds: dict[str, int] = {}
+        self.harness_ms_by_shape: dict[tuple[str, Returned | None], float] = {}
+        self.measured_again: set[tuple[str, Returned | None]] = set()
 
     def _child(self, code: bytes) -> ChildProcess:
         return ChildProcess(
@@ -137,31 +165,40 @@ class Calibrator:
             self.spawned = True
             self.child.spawn()
 
-    def timed_seed(self, shape: Shape) -> int:
-        """The secret seed of `shape`'s timed calls in benchmark mode: drawn once per shape and
-        run, for every revision timed beside this calibrator, so that the parent computes the
-        reference (and the exact answer, where needed) of those calls once, not once per revision.
-        A child never learns it: it gets the inputs only when its own timed calls begin, after
-        its checks."""
-        return self.timed_seeds.setdefault(json.dumps(shape.parameters, sort_keys=True), secrets.randbits(63))
-
     def harness_ms(
-        self, shape: Shape, leaderboard: bool, output_bytes: int = 0, returns: Returned | None = None
+        self, shape: Shape, output_bytes: int = 0, returns: Returned | None = None, again: bool = False
     ) -> float:
-        """The shortest parent's bracket of a no-op timed call of `shape`, with a fresh seed per
-        call (`leaderboard`) or one seed for the shape, as the candidate's calls will have; the
-        no-op returns the output buffer, or with `returns` a tensor of that dtype and shape."""
-        key = (json.dumps(shape.parameters, sort_keys=True), leaderboard, returns)
+        """The least parent's bracket, less the call, of a calibration call of `shape` (the
+        task's reference, `noop_candidate`; with `returns` a no-op returning a tensor of that
+        dtype and shape), with a fresh seed per call as the candidate's calls have."""
+        key = (json.dumps(shape.parameters, sort_keys=True), returns)
         if key not in self.harness_ms_by_shape:
-            self.harness_ms_by_shape[key] = self._measure(shape, leaderboard, output_bytes, returns)
+            self.harness_ms_by_shape[key] = self._measure(shape, output_bytes, returns)
+        elif again and key not in self.measured_again:
+            # a later pass measures once more, at another moment, and keeps the lesser: a load
+            # burst during one calibration would otherwise hide that much of every candidate's work
+            self.measured_again.add(key)
+            again_ms = self._measure(shape, output_bytes, returns)
+            self.harness_ms_by_shape[key] = min(self.harness_ms_by_shape[key], again_ms)
         return self.harness_ms_by_shape[key]
 
     def _inputs(self, shape: Shape, seed: int) -> tuple:
         """The task's inputs of `shape` for `seed`, made as the candidates' are (no reference)."""
         return generate_inputs(load_reference(self.task), shape.parameters, seed, self.device)
 
-    def _measure(self, shape: Shape, leaderboard: bool, output_bytes: int, returns: Returned | None) -> float:
-        timed_data = None if leaderboard else self._inputs(shape, secrets.randbits(63))
+    def _measure(self, shape: Shape, output_bytes: int, returns: Returned | None) -> float:
+        try:
+            return self._measure_once(shape, output_bytes, returns)
+        except HarnessError:
+            if returns is not None or self.bare:
+                raise
+        # the task's reference did not run in the calibration child: a bare no-op instead
+        self.child.close()
+        self.bare, self.spawned = True, False
+        self.child = self._child(bare_noop_candidate(self.task))
+        return self._measure_once(shape, output_bytes, returns)
+
+    def _measure_once(self, shape: Shape, output_bytes: int, returns: Returned | None) -> float:
         if returns is None:
             self.spawn()
             child = self.child
@@ -182,9 +219,7 @@ class Calibrator:
                 self.ready[id(child)] = ready
             timed = child.time(
                 warmup_data=self._inputs(shape, secrets.randbits(63)),
-                inputs_for=lambda index: (
-                    self._inputs(shape, secrets.randbits(63)) if leaderboard else timed_data
-                ),
+                inputs_for=lambda index: self._inputs(shape, secrets.randbits(63)),
                 rule=CALIBRATION_RULE,
                 warmup_calls=CALIBRATION_WARMUP_CALLS,
                 warmup_s=0.0,
@@ -197,7 +232,11 @@ class Calibrator:
             raise HarnessError(f"the harness's calibration child failed: {failure.reason}") from None
         if timed.reply.error is not None or not timed.call_wall_ms:
             raise HarnessError(f"the harness's calibration child failed: {timed.reply.error}")
-        return min(timed.call_wall_ms.values())
+        # the bracket less the call as the calibration child clocked it (harness code only)
+        return min(
+            max(bracket - reported, 0.0)
+            for bracket, reported in zip(timed.call_wall_ms.values(), timed.reply.times_ms)
+        )
 
     def close(self) -> None:
         for child in [self.child, *self.children.values()]:

@@ -442,6 +442,17 @@ def _config_kwargs(config: object) -> dict[str, str]:
     return {key: str(value) for key, value in kwargs.items()}
 
 
+def _is_autotuner(obj: object, autotuner: type) -> bool:
+    """Whether a live object is a Triton Autotuner, by its real type: `isinstance` asks the
+    object for `__class__`, which a weak proxy whose referent is gone answers with
+    ReferenceError (torch.compile keeps such proxies) and any object may answer with an
+    exception of its own. An object that raises on inspection is not a tuner."""
+    try:
+        return issubclass(type(obj), autotuner)
+    except Exception:  # noqa: BLE001 - a type with a hostile or broken __subclasscheck__
+        return False
+
+
 class Autotuners:
     """Every `triton.runtime.autotuner.Autotuner` alive in the process, found through the garbage
     collector (kernels may be module globals, class attributes or closures), with their
@@ -455,12 +466,16 @@ class Autotuners:
         module = sys.modules.get("triton.runtime.autotuner")
         if module is None:
             return
-        with warnings.catch_warnings():  # isinstance() on some lazy objects warns (deprecations)
+        with warnings.catch_warnings():  # inspecting some lazy objects warns (deprecations)
             warnings.simplefilter("ignore")
-            found = [obj for obj in gc.get_objects() if isinstance(obj, module.Autotuner)]
+            found = [obj for obj in gc.get_objects() if _is_autotuner(obj, module.Autotuner)]
         for obj in found:
             if id(obj) not in self.originals:
-                self.originals[id(obj)] = list(obj.configs)
+                try:
+                    configs = list(obj.configs)
+                except Exception:  # noqa: BLE001, S112 - not a tuner this can force
+                    continue
+                self.originals[id(obj)] = configs
                 self.tuners.append(obj)
 
     @staticmethod
@@ -679,7 +694,7 @@ class Worker:
             self.called = True
         reply.autotuners = self.autotuners.describe()
         reply.autotune_config = self.autotuners.chosen()
-        reply.output = self.export_tensor(result, self.io_dir / f"output-{request.id}.bin")
+        reply.output = self.export_tensor(self.resolved(result), self.io_dir / f"output-{request.id}.bin")
         reply.inputs = [self.describe(data[index]) for index in counted]
         reply.inputs_changed = [self.changed_elements(before[index], data[index]) for index in counted]
         del before
@@ -690,6 +705,15 @@ class Worker:
         self.fill_output_buffer(data)
         self.synchronize()
         return reply
+
+    def resolved(self, result: object) -> object:
+        """The returned tensor with its lazy negation and conjugation applied (`torch._neg_view`,
+        `conj()`: a view whose bytes are not its values), so that its bytes can be exported;
+        anything else as it is. A new tensor only for such a view (the NaN fill afterwards still
+        reaches the returned one's storage)."""
+        if type(result) is self.torch.Tensor and (result.is_neg() or result.is_conj()):
+            return result.resolve_neg().resolve_conj()
+        return result
 
     def aliases_input(self, result: object, data: tuple) -> bool:
         """Whether the returned tensor shares its storage with an input."""
@@ -708,8 +732,9 @@ class Worker:
         The shared output buffer is mapped (and registered with CUDA) first, and the warm-up
         calls run on the inputs handed over with the request, without a message each. Before each
         timed call the child asks the parent for that call's inputs and rebuilds them on its
-        device, outside the timed region; when the parent says they are the call before's
-        (benchmark mode) the same tensors serve again, as GPU MODE does. The output buffer is NaN
+        device, outside the timed region (the parent draws a fresh seed for every timed call, in
+        every mode; were it to say they are the call before's, the same tensors would serve
+        again). The output buffer is NaN
         before each call; every timed call's output goes to the shared buffer or a file for the
         parent to check and is then overwritten with NaN, and a `CallDone` tells the parent that
         the call is over (its deadline is per call, and its clock brackets each call from handing
@@ -742,7 +767,7 @@ class Worker:
 
         def after_call(index: int, data: tuple, result: object) -> None:
             done = CallDone(token=self.hello.token, id=request.id, index=index)
-            done.output = self.export_timed(result, request, index)
+            done.output = self.export_timed(self.resolved(result), request, index)
             done.output_aliases_input = self.aliases_input(result, data)
             if done.output.exact_tensor and not done.output_aliases_input and result.is_floating_point():
                 result.fill_(float("nan"))

@@ -61,7 +61,7 @@ from harness.timing import (
     TIMING_PASSES,
     BenchmarkStats,
     StoppingRule,
-    host_clock_disagrees,
+    host_clock_verdict,
     physical_floor_ms,
 )
 from harness.verdicts import Verdict, Verdicts
@@ -261,11 +261,11 @@ class Evaluator:
         evaluations = [ev.finish() for ev in evaluators]
 
     `timed`: after a shape passes its check it is warmed up and timed (harness.timing) in the same
-    child, as long as every shape before it passed. Test mode times every call on the inputs of
-    one seed per shape and run (GPU MODE's benchmark); leaderboard mode makes each call's inputs
-    from a fresh secret seed, handed to the child (as bytes) only when it asks for that call;
-    every timed call's output is checked here, so that a candidate that caches or replays
-    outputs fails. `passes` (default: `TIMING_PASSES` when timed): each shape is timed in that
+    child, as long as every shape before it passed. In every mode each timed call's inputs come
+    from a fresh secret seed, handed to the child (as bytes) only when it asks for that call
+    (`_time_shape`), and every timed call's output is checked here, so that a candidate that
+    caches or replays outputs fails; the modes differ in the checks' seeds (public in test
+    mode, combined with the secret seed in leaderboard mode). `passes` (default: `TIMING_PASSES` when timed): each shape is timed in that
     many blocks of calls (`time_again`; evaluate_in_groups interleaves them), each under its
     share of `rule` (harness.timing, method 5.).
     """
@@ -591,14 +591,25 @@ class Evaluator:
                 self.stopped = True
             return outcome
         passes.append(_pass_of(again))
-        joined = [time for item in passes for time in item["times_ms"]]
-        flags = sorted({flag for item in passes for flag in item["flags"]})
+        # the parent's clock judges every pass's calls at once (harness.timing.host_clock_verdict),
+        # against the least of the shape's calibrations (a later pass calibrates once more)
+        verdict = host_clock_verdict(
+            [time for item in passes for time in item["reported_ms"]],
+            [bracket for item in passes for bracket in item["parent_ms"]],
+            min(item["harness_ms"] for item in passes),
+        )
+        flags = {flag for item in passes for flag in item["flags"] if flag != HOST_CLOCK_MISMATCH}
+        flags |= {HOST_CLOCK_MISMATCH} if verdict.flagged else set()
         _fill_timing(
             outcome,
             BenchmarkStats.from_times(
-                joined, device=self.device, compile_s=outcome.compile_s or 0.0, flags=flags
+                verdict.times_ms, device=self.device, compile_s=outcome.compile_s or 0.0, flags=sorted(flags)
             ),
         )
+        outcome.check["timing"]["joined"] = {
+            "hidden_ms": round(verdict.hidden_ms, 4),
+            "spread_ms": round(verdict.spread_ms, 4),
+        }
         outcome.verdicts = again.verdicts
         return outcome
 
@@ -657,24 +668,22 @@ class Evaluator:
         fail it (an exception, implausible times, a timed output that is wrong or missing).
 
         The warm-up runs on the check's inputs (the candidate has seen them; warm-up outputs are
-        not checked); a later pass (`later`, `time_again`: `WARMUP_AGAIN`) in benchmark mode warms
-        up on the run's timed inputs instead, which its child holds from the first pass, so that
-        nothing is handed over again (the candidate timed them there). Every timed output is
-        checked against the reference of its seed, in every mode. Benchmark mode times every call
-        on the run's secret seed for the shape (`Calibrator.timed_seed`: so that nothing the
-        candidate computed at import or in its check helps, and the reference of those calls is
-        computed once per run), its inputs handed over once, at the first timed call; leaderboard
-        mode draws a fresh seed per call, and hands over each call's inputs when the child asks
-        for that call."""
+        not checked; a later pass, `time_again`, warms up with `WARMUP_AGAIN`). Every timed call,
+        in every mode, gets inputs from a fresh secret seed drawn for that call, handed over when
+        the child asks for that call (its inputs and reference made before the parent's bracket
+        opens), and its output is checked against the reference of that seed: no timed call runs
+        on inputs the candidate has seen, so a candidate that keys kept answers on the inputs'
+        values, their address or their shape gains nothing (its timed calls miss or fail). The
+        modes differ only in the seeds of the checks (public in benchmark mode, combined with the
+        secret seed in leaderboard mode) and in the name of a failed timed check."""
         leaderboard = self.mode == "leaderboard"
-        run_seed = self._calibrator().timed_seed(shape)
         seeds: dict[int, int] = {}
         problems: list[str] = []
         checked = 0
 
         def inputs_for(index: int) -> tuple:
             """The inputs of timed call `index`, made with its reference before the call."""
-            seed = seeds.setdefault(index, secrets.randbits(63) if leaderboard else run_seed)
+            seed = seeds.setdefault(index, secrets.randbits(63))
             return self._timed_case_for(shape, seed).data
 
         outputs: list[TensorInfo] = []  # what the child said of each timed output
@@ -698,8 +707,6 @@ class Evaluator:
         output_bytes = check_case.expected.nbytes
         warmup_calls, warmup_s = WARMUP_AGAIN if later else WARMUP[self.device]
         warmup_data = check_case.data
-        if later and not leaderboard:
-            warmup_data = self._timed_case_for(shape, run_seed).data
         timed = self.child.time(
             warmup_data=warmup_data,
             inputs_for=inputs_for,
@@ -730,10 +737,12 @@ class Evaluator:
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
             calibrated = calibrated_kind(self.task, check_case.data, outputs)
-            harness_ms = self._calibrator().harness_ms(shape, leaderboard, output_bytes, calibrated)
-            flags += self._parent_timing_flags(shape, times, parent_ms, harness_ms)
+            harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated, again=later)
+            verdict = host_clock_verdict(times, parent_ms, harness_ms)
+            flags += [HOST_CLOCK_MISMATCH] if verdict.flagged else []
+            flags += self._physical_floor_flags(times)
             stats = BenchmarkStats.from_times(
-                times, device=self.device, compile_s=reply.compile_s, flags=flags
+                verdict.times_ms, device=self.device, compile_s=reply.compile_s, flags=flags
             )
             _fill_timing(outcome, stats)
             outcome.check["timing"] = {
@@ -742,6 +751,12 @@ class Evaluator:
                 "flags": stats.flags,
                 "parent_ms": [round(ms, 4) for ms in parent_ms],
                 "harness_ms": round(harness_ms, 4),
+                # the times as the child reported them; the work every bracket held beyond its
+                # reported call and harness_ms, added to each call's time, and the calls' spread
+                # (harness.timing.host_clock_verdict; "joined": the same over every pass's calls)
+                "reported_ms": list(times),
+                "hidden_ms": round(verdict.hidden_ms, 4),
+                "spread_ms": round(verdict.spread_ms, 4),
                 # what the harness's no-op returned when calibrating: None, the output buffer
                 "calibrated_output": None if calibrated is None else [calibrated[0], list(calibrated[1])],
             }
@@ -756,13 +771,10 @@ class Evaluator:
             )
         return self.calibrator
 
-    def _parent_timing_flags(
-        self, shape: Shape, times: list[float], parent_ms: list[float], harness_ms: float
-    ) -> list[str]:
-        """Flags from the parent's own clock and the shape's physical floor (harness.timing)."""
+    def _physical_floor_flags(self, times: list[float]) -> list[str]:
+        """`below_physical_floor` when the fastest reported call beats the shape's floor
+        (harness.timing)."""
         flags = []
-        if host_clock_disagrees(times, parent_ms, harness_ms):
-            flags.append(HOST_CLOCK_MISMATCH)
         data = self._timed_case[1].data if self._timed_case is not None else ()  # the timed calls' inputs
         input_bytes = sum(
             getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data)
@@ -781,25 +793,15 @@ class Evaluator:
         return read_tensor(child.io_fd, child.timed_output_name(done.id, done.index), done.output, device)
 
     def _timed_case_for(self, shape: Shape, seed: int) -> checking.ReferenceCase:
-        """The inputs and reference of a timed call's seed: made once per seed (benchmark mode's
-        calls share one; the run's seed for this shape gives every revision timed in the run one
-        case), the previous one freed first."""
+        """The inputs and reference of a timed call's seed (a seed per call: a case of this
+        evaluator's own, not the shared cache of the checks' cases), the previous one freed
+        first; the exact answer only when a check asks for it."""
         key = (json.dumps(shape.parameters, sort_keys=True), seed)
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
-            if self.mode == "leaderboard":  # a seed per call: a case of this evaluator's own
-                case = checking.make_reference_case(
-                    self.reference,
-                    shape,
-                    seed,
-                    self.device,
-                    exact_now=False,
-                    exact_answer=self.task.exact_answer,
-                )
-            else:
-                case = checking.reference_case(
-                    self.task, self.reference, shape, seed, self.device, exact_now=False
-                )
+            case = checking.make_reference_case(
+                self.reference, shape, seed, self.device, exact_now=False, exact_answer=self.task.exact_answer
+            )
             self._timed_case = (key, case)
         return self._timed_case[1]
 
@@ -807,9 +809,9 @@ class Evaluator:
         self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone
     ) -> str | None:
         """Why a timed call's output is not the answer for its seed, or None; its verdicts are
-        folded into the shape's. The fp32 reference is computed once per seed (benchmark mode's
-        calls share one), with the call's inputs, and the exact answer only where GPU MODE's check
-        fails (no accuracy figures), to keep the check cheap."""
+        folded into the shape's. The fp32 reference is computed with the call's inputs, before
+        the call, and the exact answer only where GPU MODE's check fails (no accuracy figures), to
+        keep the check cheap."""
         if seed is None:
             return "an output for a call whose inputs were never sent"
         case = self._timed_case_for(shape, seed)
@@ -840,11 +842,17 @@ def _fill_timing(outcome: ShapeOutcome, stats: BenchmarkStats) -> None:
 
 
 def _pass_of(outcome: ShapeOutcome) -> dict:
-    """One timing pass of a shape, as `Evaluator.time_again` keeps it."""
+    """One timing pass of a shape, as `Evaluator.time_again` keeps it: its scored times, mean and
+    flags, and what the parent's clock judges (the reported times, the brackets, the harness's
+    cost), so that the verdict can be made again over every pass's calls."""
+    timing = outcome.check.get("timing", {})
     return {
         "times_ms": list(outcome.times_ms),
         "mean_ms": outcome.mean_ms,
         "flags": list(outcome.timing_flags),
+        "reported_ms": list(timing.get("reported_ms", outcome.times_ms)),
+        "parent_ms": list(timing.get("parent_ms", [])),
+        "harness_ms": timing.get("harness_ms", 0.0),
     }
 
 
