@@ -1,7 +1,8 @@
 """The honest corpus (issue 28): candidates in tests/honest/ written the ways users write
 kernels that run on the CPU (torch.compile in its two modes, a fresh tensor instead of the
 buffer, an odd but correct layout, a lazily negated view, Triton autotune through the
-interpreter, threads joined before return), each checked and timed in the real sandbox on the
+interpreter, threads joined before return; a CUDA graph and two CUDA streams joined before return,
+which take a plain path on the CPU), each checked and timed in the real sandbox on the
 conv2d task's smoke shapes. A judge that fails or flags any of them is wrong: each must `pass`
 on every shape with no timing flag, in benchmark mode (the default) and in leaderboard mode.
 
@@ -31,23 +32,30 @@ LEADERBOARD = ["fresh_tensor.py", "negative_view.py", "odd_strides.py", "joined_
 CASES = [(name, "test") for name in NAMES] + [(name, "leaderboard") for name in LEADERBOARD]
 
 
-@pytest.fixture(scope="module")
-def honest() -> dict[tuple[str, str], Evaluation]:
+def evaluate_corpus(
+    device: str, cases: list[tuple[str, str]], shape_set: str | None = None
+) -> dict[tuple[str, str], Evaluation]:
     evaluators = [
         Evaluator(
             (HONEST / name).read_bytes(),
             name,
             TASK,
-            device="cpu",
+            device=device,
+            shape_set=shape_set,
             mode=mode,
             timed=True,
             secret_seed=SECRET if mode == "leaderboard" else None,
             limits=SandboxLimits.from_settings(**LIMITS),
             rule=RULE,
         )
-        for name, mode in CASES
+        for name, mode in cases
     ]
-    return dict(zip(CASES, evaluate_interleaved(evaluators, group_size=4)))
+    return dict(zip(cases, evaluate_interleaved(evaluators, group_size=4)))
+
+
+@pytest.fixture(scope="module")
+def honest() -> dict[tuple[str, str], Evaluation]:
+    return evaluate_corpus("cpu", CASES)
 
 
 def test_the_corpus_holds_every_style():
@@ -59,6 +67,8 @@ def test_the_corpus_holds_every_style():
         "negative_view.py",
         "triton_autotune.py",
         "joined_threads.py",
+        "cuda_graph.py",
+        "two_streams.py",
     }
 
 
@@ -69,3 +79,21 @@ def test_an_honest_candidate_passes_unflagged(honest, name, mode):
     assert evaluation.score_ms is not None
     for shape in evaluation.shapes:
         assert shape.status == "pass" and shape.timing_flags == [], (shape.index, shape.check.get("timing"))
+
+
+def test_every_honest_candidate_passes_unflagged_on_cuda():
+    """The whole corpus on the GPU, both modes (the CUDA graph and the two streams take their CUDA
+    paths there), on the test shapes."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    cases = [(name, mode) for name in NAMES for mode in ("test", "leaderboard")]
+    results = evaluate_corpus("cuda", cases, shape_set="tests")
+    problems = []
+    for (name, mode), evaluation in results.items():
+        flags = [(shape.index, shape.timing_flags) for shape in evaluation.shapes if shape.timing_flags]
+        print(f"honest on cuda: {name} {mode}: {evaluation.status} {evaluation.score_ms} ms flags={flags}")
+        if evaluation.status != "pass" or flags:
+            problems.append((name, mode, evaluation.status, evaluation.reason, flags))
+    assert not problems, problems

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Issues 28 and 33 on one lent H200, after the wheel prelude:
+#   bash benchmarks/h200_sandbox_judge.sh board     # hostile + honest + reference, leaderboard mode
+#   bash benchmarks/h200_sandbox_judge.sh seeds,tests
+# board: the task's reference, the hostile set (memoizers, work in the NaN fill, the GPU memory hog,
+#   spinners in sessions, terminal writers, the store reader) and the honest corpus (tests/honest/:
+#   torch.compile, a CUDA graph, two streams, fresh tensors, odd strides, a negated view, Triton
+#   autotune, threads), one `harness tournament --mode leaderboard` (test, benchmark and leaderboard
+#   phases) on a fresh store, run twice (the second must reuse everything), then the leaderboard.
+# isolation: tests/test_isolation.py in this machine's container (cgroup v2 only).
+# seeds: benchmarks/tournament_overhead.py, the six seeds in benchmark mode (scores and overhead).
+# tests: the CUDA tests of the judge (timing cheats, spinners, hidden work, the honest corpus).
+set -uo pipefail
+parts=",${1:-board},"
+want() { [[ $parts == *",$1,"* ]]; }
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+if want isolation; then
+  echo "== tests/test_isolation.py (this container)"
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -rA tests/test_isolation.py > "$OUT/isolation.log" 2>&1
+  echo "exit $?"; grep -E "^(PASSED|FAILED|SKIPPED|ERROR)|passed|failed" "$OUT/isolation.log" | cut -c1-220
+fi
+if want board; then
+  echo "== board: reference + hostile + honest, leaderboard mode, --budget ${BUDGET:-0.5}"
+  export HARNESS_DB="sqlite:////tmp/board/board.sqlite" HARNESS_CACHE_DIR=/tmp/board/cache
+  rm -rf /tmp/board && mkdir -p /tmp/board
+  python3 -m harness register candidates/conv2d_v2_reference.py > /dev/null
+  for f in tests/adversarial/{memoizes_by_fingerprint,memoizes_by_pointer,memoizes_by_shape,computes_in_the_fill,fills_with_the_answer,holds_device_memory,spins_in_sessions,opens_terminals,reads_secrets}.py tests/honest/*.py; do
+    python3 -m harness register "$f" --lineage "$(basename "$f" .py)" > /dev/null || echo "register failed: $f"
+  done
+  for attempt in 1 2; do
+    start=$(date +%s.%N)
+    COLUMNS=240 timeout "${BOARD_TIMEOUT:-480}" python3 -m harness tournament --device cuda --mode leaderboard \
+      --budget "${BUDGET:-0.5}" > "$OUT/board-$attempt.log" 2>&1
+    echo "tournament $attempt: exit $? in $(echo "$(date +%s.%N) - $start" | bc) s"
+  done
+  COLUMNS=240 python3 -m harness leaderboard --device cuda --wide > "$OUT/board-leaderboard.txt" 2>&1
+  python3 -m harness leaderboard --device cuda --format json --out "$OUT/board.json"
+  grep -v "━" "$OUT/board-leaderboard.txt" | cut -c1-240
+  echo "left in /dev/shm: $(ls /dev/shm | grep -c harness || true); harness cgroups left: $(find /sys/fs/cgroup -maxdepth 3 -name 'harness-*' | wc -l)"
+  cp /tmp/board/board.sqlite "$OUT/"
+fi
+if want seeds; then
+  echo "== seeds: benchmark mode, --budget 1, fresh caches (benchmarks/tournament_overhead.py)"
+  rm -rf /tmp/seeds-cache
+  timeout 330 python3 benchmarks/tournament_overhead.py --device cuda --mode benchmark --budget 1 --steps first \
+    --cache-dir /tmp/seeds-cache --out "$OUT/seeds" > "$OUT/seeds.log" 2>&1
+  echo "exit $?"; tail -40 "$OUT/seeds.log" | cut -c1-220
+fi
+if want tests; then
+  echo "== CUDA tests of the judge"
+  timeout 240 python3 -m pytest -q -rA -s -p no:cacheprovider tests/test_adversarial.py tests/test_timing.py \
+    tests/test_honest.py -k "timing_cheats or spinners or cuda or hidden" > "$OUT/cuda-tests.log" 2>&1
+  echo "exit $?"
+  grep -E "honest on cuda|timing cheat on cuda|^(PASSED|FAILED|SKIPPED|ERROR)|passed|failed" "$OUT/cuda-tests.log" | cut -c1-240
+fi
