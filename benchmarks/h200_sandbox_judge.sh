@@ -2,7 +2,7 @@
 # Issues 28 and 33 on one lent H200, after the wheel prelude:
 #   bash benchmarks/h200_sandbox_judge.sh board     # hostile + honest + reference, leaderboard mode
 #   bash benchmarks/h200_sandbox_judge.sh seeds,tests
-# board: the task's reference, the hostile set (memoizers, work in the NaN fill, the GPU memory hog,
+# board: (MODE, BUDGET, ATTEMPTS, CANDIDATES, BOARD_TIMEOUT pick another run) the task's reference, the hostile set (memoizers, work in the NaN fill, the GPU memory hog,
 #   spinners in sessions, terminal writers, the store reader) and the honest corpus (tests/honest/:
 #   torch.compile, a CUDA graph, two streams, fresh tensors, odd strides, a negated view, Triton
 #   autotune, threads), one `harness tournament --mode leaderboard` (test, benchmark and leaderboard
@@ -26,14 +26,17 @@ if want board; then
   export HARNESS_DB="sqlite:////tmp/board/board.sqlite" HARNESS_CACHE_DIR=/tmp/board/cache
   rm -rf /tmp/board && mkdir -p /tmp/board
   python3 -m harness register candidates/conv2d_v2_reference.py > /dev/null
-  for f in tests/adversarial/{memoizes_by_fingerprint,memoizes_by_pointer,memoizes_by_shape,computes_in_the_fill,fills_with_the_answer,holds_device_memory,spins_in_sessions,opens_terminals,reads_secrets}.py tests/honest/*.py; do
+  hostile="memoizes_by_fingerprint memoizes_by_pointer memoizes_by_shape computes_in_the_fill fills_with_the_answer"
+  hostile="$hostile holds_device_memory spins_in_sessions opens_terminals reads_secrets"
+  default=$(for name in $hostile; do echo "tests/adversarial/$name.py"; done; ls tests/honest/*.py)
+  for f in ${CANDIDATES:-$default}; do
     python3 -m harness register "$f" --lineage "$(basename "$f" .py)" > /dev/null || echo "register failed: $f"
   done
-  for attempt in 1 2; do
-    start=$(date +%s.%N)
-    COLUMNS=240 timeout "${BOARD_TIMEOUT:-480}" python3 -m harness tournament --device cuda --mode leaderboard \
+  for attempt in $(seq "${ATTEMPTS:-2}"); do
+    start=$SECONDS
+    COLUMNS=240 timeout "${BOARD_TIMEOUT:-480}" python3 -m harness tournament --device cuda --mode "${MODE:-leaderboard}" \
       --budget "${BUDGET:-0.5}" > "$OUT/board-$attempt.log" 2>&1
-    echo "tournament $attempt: exit $? in $(echo "$(date +%s.%N) - $start" | bc) s"
+    echo "tournament $attempt: exit $? in $((SECONDS - start)) s"
   done
   COLUMNS=240 python3 -m harness leaderboard --device cuda --wide > "$OUT/board-leaderboard.txt" 2>&1
   python3 -m harness leaderboard --device cuda --format json --out "$OUT/board.json"

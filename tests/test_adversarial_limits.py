@@ -432,3 +432,19 @@ def test_the_parents_comparison_in_chunks_gives_the_same_verdicts(monkeypatch, f
             chunked = checking.compare_output(output, case, rtol=TASK.rtol, atol=TASK.atol, figures=figures)
         assert close(whole.model_dump(), chunked.model_dump()), (whole, chunked)
         assert torch.isfinite(output).all() == (whole.not_finite == 0)
+
+
+def test_a_revision_out_of_memory_beside_others_is_retried_alone(tmp_path, run_cli):
+    """Issue 33, item 4: a revision that runs out of memory while others are checked beside it
+    (on a GPU their memory is one) is evaluated again alone, after the rest, before its failure
+    counts. `starved_once.py` fails its first evaluation with CUDA's out-of-memory words and
+    passes every later one: `harness test` of it beside the reference ends with both passing."""
+    for name in ("reference", "starved"):
+        path = REFERENCE if name == "reference" else ADVERSARIAL / "starved_once.py"
+        registered = run_cli("register", path, "--lineage", name)
+        assert registered.returncode == 0, registered.stderr
+    environment = {"HARNESS_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "250"}
+    checked = run_cli("test", "1", "2", "--device", "cpu", env=environment, timeout=600)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert re.search(r"starved r1\s+pass", checked.stdout), checked.stdout
+    assert list((tmp_path / "cache").rglob("starved-once")), "its first evaluation ran out of memory"

@@ -289,6 +289,22 @@ class Evaluator:
         resumed: list[ShapeOutcome] | None = None,
         passes: int | None = None,
     ) -> None:
+        # what `again` needs to make a fresh evaluator of the same candidate
+        self.arguments = {
+            "code": code,
+            "filename": filename,
+            "task": task,
+            "device": device,
+            "mode": mode,
+            "timed": timed,
+            "shape_set": shape_set,
+            "secret_seed": secret_seed,
+            "limits": limits,
+            "rule": rule,
+            "keep_child": keep_child,
+            "pool": pool,
+            "passes": passes,
+        }
         device = resolve_device(device)
         if passes is None:
             passes = TIMING_PASSES if timed else 1
@@ -388,6 +404,13 @@ class Evaluator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def again(self) -> Evaluator:
+        """A fresh evaluator of the same candidate, settings and calibrator (a new child), to
+        evaluate it again alone (`retry_alone`)."""
+        fresh = Evaluator(**self.arguments, calibrator=self.calibrator)
+        fresh.on_activity = self.on_activity
+        return fresh
 
     def close(self) -> None:
         """Stop the child and remove its files (also when it never started), unless it was kept
@@ -935,6 +958,74 @@ def side_by_side_count(evaluators: list[Evaluator], parallel: int | None = None)
     return count
 
 
+MEMORY_WORDS = (  # CUDA's allocator, cuDNN's and cuBLAS's workspaces, the driver, the CPU's
+    "out of memory",
+    "OutOfMemoryError",
+    "ALLOC_FAILED",
+    "cudaErrorMemoryAllocation",
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "can't allocate memory",
+    "MemoryError",
+)
+
+
+def ran_out_of_memory(evaluation: Evaluation) -> bool:
+    """Whether a failed evaluation failed for want of memory (its reason or the end of its log
+    says so). The children checked together share one GPU's memory, and the host's, so such a
+    failure may be a neighbour's doing. (A child killed at its own limit, `memory_bytes`, says
+    so in other words and is not retried.)"""
+    if evaluation.status in ("pass", "unsupported", "not_run"):
+        return False
+    text = f"{evaluation.reason or ''}\n{evaluation.log_tail[-4000:]}"
+    return any(words in text for words in MEMORY_WORDS)
+
+
+def retry_alone(
+    evaluators: list[Evaluator],
+    evaluations: list[Evaluation],
+    on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None,
+) -> list[Evaluation]:
+    """Issue 33, item 4: a candidate that holds the GPU's memory starves the children checked or
+    timed beside it. Each evaluation that ran out of memory while others shared the GPU is
+    evaluated again alone, after the rest: every kept or early child of the pool stopped first
+    (a kept child holds its memory), one fresh child at a time. Only what fails alone counts; its
+    reason says it was retried. Returns the evaluations, the retried ones replaced."""
+    if len(evaluators) < 2:
+        return evaluations
+    retried = [i for i, evaluation in enumerate(evaluations) if ran_out_of_memory(evaluation)]
+    if not retried:
+        return evaluations
+    evaluations = list(evaluations)
+    for evaluator in evaluators:
+        evaluator.pool.close_waiting()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()  # the parent's own cached blocks too
+    for i in retried:
+        fresh = evaluators[i].again()
+        with fresh:
+            fresh.begin_now()
+            if fresh.start():
+                for index in range(fresh.shape_count):
+                    if fresh.stopped:
+                        break
+                    outcomes = [fresh.run_shape(index)]
+                    for _ in range(1, fresh.passes if fresh.timed else 1):
+                        outcomes.append(fresh.time_again(index))
+                    for outcome in outcomes:
+                        if outcome is not None and on_shape is not None:
+                            on_shape(evaluators[i], outcome)
+            fresh.release_child()
+            evaluation = fresh.finish()
+        note = "retried alone: it ran out of memory beside other children, "
+        if evaluation.status == "pass":
+            note += "and passed alone"
+        else:
+            evaluation.reason = f"{evaluation.reason} (alone too: {note.removesuffix(', ')})"
+        evaluation.log_tail = f"[harness] {note}\n{evaluation.log_tail}"[-LOG_TAIL_CHARS:]
+        evaluations[i] = evaluation
+    return evaluations
+
+
 def evaluate_in_groups(
     evaluators: list[Evaluator],
     on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None,
@@ -987,8 +1078,29 @@ def evaluate_in_groups(
                 evaluator.release_child()
             for evaluator in group:
                 evaluations.append(evaluator.finish())
-                if on_evaluation is not None:
+                if on_evaluation is not None and not held_back(evaluators, evaluations[-1]):
                     on_evaluation(evaluator, evaluations[-1])
+        return _after_retries(evaluators, evaluations, on_shape, on_evaluation)
+
+
+def held_back(evaluators: list[Evaluator], evaluation: Evaluation) -> bool:
+    """Whether an evaluation waits for `retry_alone` before anyone hears of it."""
+    return len(evaluators) > 1 and ran_out_of_memory(evaluation)
+
+
+def _after_retries(
+    evaluators: list[Evaluator],
+    evaluations: list[Evaluation],
+    on_shape: Callable[[Evaluator, ShapeOutcome], None] | None,
+    on_evaluation: Callable[[Evaluator, Evaluation], None] | None,
+) -> list[Evaluation]:
+    """The evaluations with those held back (`held_back`) evaluated again alone, each handed to
+    `on_evaluation` once it is final."""
+    held = [i for i, evaluation in enumerate(evaluations) if held_back(evaluators, evaluation)]
+    evaluations = retry_alone(evaluators, evaluations, on_shape)
+    if on_evaluation is not None:
+        for i in held:
+            on_evaluation(evaluators[i], evaluations[i])
     return evaluations
 
 
@@ -1072,7 +1184,7 @@ def evaluate_side_by_side(
                         on_shape(evaluator, payload)
                     continue
                 results[id(evaluator)] = payload
-                if on_evaluation is not None:
+                if on_evaluation is not None and not held_back(evaluators, payload):
                     on_evaluation(evaluator, payload)
         except BaseException:
             interrupted.set()
@@ -1086,7 +1198,8 @@ def evaluate_side_by_side(
             for evaluator in evaluators:
                 evaluator.close()
             raise
-    return [results[id(evaluator)] for evaluator in evaluators]
+        evaluations = [results[id(evaluator)] for evaluator in evaluators]
+        return _after_retries(evaluators, evaluations, on_shape, on_evaluation)
 
 
 def start_evaluators(evaluators: list[Evaluator]) -> list[bool]:
