@@ -966,6 +966,8 @@ MEMORY_WORDS = (  # CUDA's allocator, cuDNN's and cuBLAS's workspaces, the drive
     "CUDA_ERROR_OUT_OF_MEMORY",
     "can't allocate memory",
     "MemoryError",
+    # a CUDA context that cannot be made while a neighbour holds the GPU's memory (seen on the H200)
+    "cudaErrorDevicesUnavailable",
 )
 
 
@@ -1016,11 +1018,9 @@ def retry_alone(
                             on_shape(evaluators[i], outcome)
             fresh.release_child()
             evaluation = fresh.finish()
-        note = "retried alone: it ran out of memory beside other children, "
-        if evaluation.status == "pass":
-            note += "and passed alone"
-        else:
-            evaluation.reason = f"{evaluation.reason} (alone too: {note.removesuffix(', ')})"
+        note = "evaluated again alone: it had run out of memory beside other children"
+        if evaluation.status != "pass":
+            evaluation.reason = f"{evaluation.reason} ({note})"
         evaluation.log_tail = f"[harness] {note}\n{evaluation.log_tail}"[-LOG_TAIL_CHARS:]
         evaluations[i] = evaluation
     return evaluations
