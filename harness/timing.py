@@ -81,6 +81,12 @@ MISMATCH_MARGIN_REL = 0.05
 TIMING_MISMATCH = "timing_mismatch"
 HOST_FLOOR_MS = 0.02  # hidden work under this (plus HOST_FLOOR_REL of the call) is not added
 HOST_FLOOR_REL = 0.05
+# ... plus this share of the harness's calibrated cost: the cost (inputs copied onto the device,
+# the output exported) varies from one candidate's calls to another's by a share of itself. On
+# the H200 (2026-12-02) honest seeds and the champion had 0.4-1.0 ms of excess over calibrated
+# costs of 2.2-5.8 ms, which the floor without this term charged to their scores (up to 19% of a
+# shape's time); on the CPU the cost is a tenth of a millisecond and the term next to nothing.
+HOST_FLOOR_HARNESS_REL = 0.3
 HOST_MARGIN_MS = 5.0  # hidden work over this (plus HOST_MARGIN_REL of the call) is flagged
 HOST_MARGIN_REL = 1.0
 HOST_SPREAD_FACTOR = 3.0  # ... plus this many times the calls' own spread
@@ -251,8 +257,9 @@ def host_clock_verdict(
     in every bracket. So the least excess, `hidden_ms = max(0, min_i d_i)`, estimates the hidden
     work from below, with the calls' noise taken out as far as the quietest call allows.
 
-    Score: when `hidden_ms` exceeds `HOST_FLOOR_MS + HOST_FLOOR_REL * median(times_ms)` (clock
-    granularity, the calibration's own error), it is added to every call's time: the shape is
+    Score: when `hidden_ms` exceeds `HOST_FLOOR_MS + HOST_FLOOR_REL * median(times_ms) +
+    HOST_FLOOR_HARNESS_REL * harness_ms` (clock granularity, the calibration's own error, the
+    harness cost's variation between candidates), it is added to every call's time: the shape is
     scored by the brackets less the harness's cost, never by less than the child reported. (No
     allowance for the calls' spread here: on a loaded 2-core host a quarter of 20 sub-millisecond
     calls were delayed by over a millisecond, and such an allowance let a computation hidden in
@@ -273,7 +280,7 @@ def host_clock_verdict(
     flagged = hidden > HOST_MARGIN_MS + HOST_MARGIN_REL * middle + HOST_SPREAD_FACTOR * spread or any(
         reported > bracket + HOST_SLACK_MS for reported, bracket in calls
     )
-    if hidden <= HOST_FLOOR_MS + HOST_FLOOR_REL * middle:
+    if hidden <= HOST_FLOOR_MS + HOST_FLOOR_REL * middle + HOST_FLOOR_HARNESS_REL * harness_ms:
         return HostClockVerdict(times, 0.0, spread, flagged)
     return HostClockVerdict([t + hidden for t in times], hidden, spread, flagged)
 
