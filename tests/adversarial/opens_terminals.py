@@ -4,8 +4,11 @@ fails (runtime_error) naming each one it could open for writing, and each /dev e
 candidate needs; it passes when there is none."""
 import os
 
+import torch
 import torch.nn.functional as F
 from task import input_t, output_t
+
+torch.backends.cudnn.allow_tf32 = False  # its kernel is right on a GPU too
 
 NEEDED = {"null", "zero", "full", "random", "urandom", "shm", "pts", "mqueue", "fd", "stdin", "stdout"}
 NEEDED |= {"stderr", "ptmx"}

@@ -4,8 +4,11 @@ Every process it makes is named "session-spinner" (its comm). Its own kernel is 
 
 import os
 
+import torch
 import torch.nn.functional as F
 from task import input_t, output_t
+
+torch.backends.cudnn.allow_tf32 = False  # its kernel is right on a GPU too
 
 for _ in range(8):
     if os.fork() == 0:
