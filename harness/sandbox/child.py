@@ -264,6 +264,7 @@ def isolate_filesystem(
             report.hidden.append(str(root))
         except OSError as exc:
             report.problems.append(f"could not hide {root}: {exc.strerror}")
+    shown_again = []
     for path, handle in shown.items():
         try:
             if _under(path, hidden_roots):
@@ -273,10 +274,22 @@ def isolate_filesystem(
                 _mount(
                     None, str(path), None, MS_REMOUNT | MS_BIND | MS_RDONLY | _flags_of(source, mounts_before)
                 )
+                shown_again.append(path)
         except OSError as exc:
             report.problems.append(f"could not show {path} read-only: {exc.strerror}")
         finally:
             os.close(handle)
+    # A hidden directory inside a directory just shown again (the checkout's db/ when the temporary
+    # root above the checkout is hidden: a clone under /tmp) is hidden again on top of it.
+    for path in existing:
+        if path in hidden_roots or not any(root in path.parents for root in shown_again):
+            continue
+        try:
+            _mount(b"tmpfs", str(path), b"tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
+            report.hidden.append(str(path))
+            hidden_roots.append(path)
+        except OSError as exc:
+            report.problems.append(f"could not hide {path}: {exc.strerror}")
     for path, handle in handles.items():
         try:
             if _under(path, hidden_roots + fresh):
