@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 def custom_kernel(data):
     input_tensor, kernel, output = data
-    time.sleep(0.02)
+    time.sleep(0.06)
     output.copy_(F.conv2d(input_tensor, kernel, stride=1, padding=0))
     return output
 '''
@@ -210,7 +210,9 @@ def test_a_speedup_far_below_one_is_never_0_00x(board):
     slow = board["ids"]["slow"]
     data = json.loads(harness("leaderboard", "--format", "json", db=board["db"]).stdout)
     speedups = {entry["submission_id"]: entry["speedup_vs_reference"] for entry in data["entries"]}
-    assert 0 < speedups[slow] < 0.01  # 20 ms of sleep against a conv2d of microseconds
+    # 60 ms of sleep against a conv2d of tenths of a millisecond at most (on a loaded CPU the
+    # reference's score carries the delay its quietest call still had: harness.timing)
+    assert 0 < speedups[slow] < 0.01
     for output in (
         harness("leaderboard", db=board["db"]).stdout,
         harness("history", db=board["db"]).stdout,
