@@ -1003,21 +1003,14 @@ def retry_alone(
     if torch.cuda.is_initialized():
         torch.cuda.empty_cache()  # the parent's own cached blocks too
     for i in retried:
-        fresh = evaluators[i].again()
-        with fresh:
-            fresh.begin_now()
-            if fresh.start():
-                for index in range(fresh.shape_count):
-                    if fresh.stopped:
-                        break
-                    outcomes = [fresh.run_shape(index)]
-                    for _ in range(1, fresh.passes if fresh.timed else 1):
-                        outcomes.append(fresh.time_again(index))
-                    for outcome in outcomes:
-                        if outcome is not None and on_shape is not None:
-                            on_shape(evaluators[i], outcome)
-            fresh.release_child()
-            evaluation = fresh.finish()
+        original = evaluators[i]
+
+        def heard(_fresh: Evaluator, outcome: ShapeOutcome, original: Evaluator = original) -> None:
+            if on_shape is not None:
+                on_shape(original, outcome)
+
+        # one evaluator alone: the same protocol as any group (start, shapes, passes, finish)
+        (evaluation,) = evaluate_in_groups([original.again()], heard)
         note = "evaluated again alone: it had run out of memory beside other children"
         if evaluation.status != "pass":
             evaluation.reason = f"{evaluation.reason} ({note})"
