@@ -491,6 +491,9 @@ def test_a_memoizer_keyed_on_the_inputs_address_gains_nothing(timing_cheats):
             assert shape.min_ms > 10.0, (shape.index, shape.times_ms)
 
 
+# GPU MODE's first two test shapes as the smoke set: every call of the reference does 3-7 million
+# multiply-adds, over 0.1 ms on any CPU this runs on (the smoke shapes' 0.03 ms are not, on a fast one).
+FILL_TASK = TASK.model_copy(update={"smoke": TASK.tests[:2]})
 FILL_CASES = [
     ("computes_in_the_fill.py", "test"),
     ("computes_in_the_fill.py", "leaderboard"),
@@ -506,6 +509,7 @@ def fill_cheat() -> dict[tuple[str, str], Evaluation]:
     evaluators = _timing_cheat_evaluators(
         "cpu",
         FILL_CASES,
+        task=FILL_TASK,
         limits=SandboxLimits.from_settings(**QUICK),
         rule=StoppingRule(min_runs=20, max_runs=20, budget_s=5.0),
     )
@@ -517,11 +521,11 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
     """Issue 28: the convolution inside the child's NaN fill (before the child's timer, no sleep)
     reported ~0.001 ms a call, 75x the reference on the CPU. The work is in every bracket: the
     least excess of the shape's brackets over the reported calls and the calibrated harness cost
-    is added to every call, so the shape is scored about as its honest compute. Judged on the
-    shapes whose convolution takes the reference over 0.1 ms by its own clock (below that,
-    smoke[0]'s 0.03 ms of work is at the method's resolution on this machine: the score's floor,
-    0.02 ms, and the calibration's own error): the cheat's geometric mean over them, against the
-    reference's reported compute. Before the change it was under 1/50 of it; a third leaves
+    is added to every call, so the shape is scored about as its honest compute. Judged on shapes
+    whose convolution takes the reference over 0.1 ms by its own clock (below that, the smoke
+    shapes' 0.03 ms of work is at the method's resolution: the score's floor, 0.02 ms, and the
+    calibration's own error; CI's faster CPU took one of them under it): the cheat's geometric
+    mean over them, against the reference's reported compute. Before the change it was under 1/50 of it; a third leaves
     room for a loaded host, whose calibration a burst can inflate on one shape."""
     evaluation = fill_cheat["computes_in_the_fill.py", mode]
     reference = fill_cheat[REFERENCE.name, mode]
@@ -535,7 +539,7 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
             cheat_ms.append(shape.mean_ms)
             honest_ms.append(honest_reported)
             hidden.append(timing["joined"]["hidden_ms"])
-    assert len(cheat_ms) >= 2, [shape.check["timing"] for shape in reference.shapes]
+    assert len(cheat_ms) == len(FILL_TASK.smoke), [s.check["timing"] for s in reference.shapes]
     assert any(hidden), hidden
     assert statistics.geometric_mean(cheat_ms) > statistics.geometric_mean(honest_ms) / 3, (
         cheat_ms,
