@@ -19,7 +19,7 @@ from conftest import rows
 from test_evolve_loop import TINY, harness
 
 from harness.evolve.experiment import ExperimentSettings, replay_parent_choices
-from harness.evolve.judging import evaluate_children, pack_families
+from harness.evolve.judging import evaluate_children
 from harness.store.session import open_store
 
 SLEEPY = Path(__file__).parent / "proposers" / "sleepy.py"
@@ -385,16 +385,6 @@ def test_children_evaluated_on_one_worker_per_gpu(store, tmp_path: Path):
     assert "parallel 2, gpus 2" in story.stdout
 
 
-def test_families_pack_into_jobs_spread_over_workers_first():
-    family = lambda name, size: [f"{name}{index}" for index in range(size)]
-    a, b, c, d = family("a", 3), family("b", 4), family("c", 3), family("d", 10)
-    assert pack_families([a, b, c], slots=1, group=16) == [a + b + c]
-    assert pack_families([a, b, c], slots=2, group=16) == [a + c, b]
-    assert pack_families([a, b, d], slots=1, group=16) == [a + b, d]  # a family is never split
-    assert pack_families([d, d], slots=1, group=8) == [d, d]
-    assert pack_families([], slots=2) == []
-
-
 def test_the_families_of_one_batch_are_timed_in_one_run_each_beside_its_own_parent(store):
     """Two children of two parents that arrive together: one interleaved job, one run (batch), each
     child compared with its own parent re-timed there."""
@@ -433,6 +423,11 @@ def test_the_families_of_one_batch_are_timed_in_one_run_each_beside_its_own_pare
     finally:
         opened.close()
     assert sorted(landed) == sorted(children)
+    for child in children:  # the limits it ran under: a timeout under shorter ones is not final
+        (details,) = rows(db, "select details from runs where revision_id = ? and mode = 'benchmark'", child)[
+            0
+        ]
+        assert json.loads(details)["limits"]["call_timeout_s"] > 0, details
     batches = {
         rows(db, "select batch from runs where revision_id = ? and mode = 'benchmark'", child)[0][0]
         for child in children

@@ -331,6 +331,13 @@ def test_jobs_are_shared_out_by_estimated_cost_and_keep_the_request_order():
     even = split_jobs("cpu", "key", [r.model_copy(update={"cost": 1.0}) for r in requests[:5]], 2)
     assert [[r.key for r in job.requests] for job in even] == [[0, 2, 4], [1, 3]]
     assert len(split_jobs("cpu", "key", requests[:1], 4)) == 1
+    # A family (the children of one parent) shares one job, whatever the costs.
+    family = {1: "p", 4: "p", 9: "q", 10: "q"}
+    grouped = split_jobs("cpu", "key", requests, slots=3, family_of=family)
+    assert len(grouped) == 3
+    job_of = {request.key: index for index, job in enumerate(grouped) for request in job.requests}
+    assert job_of[1] == job_of[4] and job_of[9] == job_of[10]
+    assert sorted(job_of) == list(range(len(costs)))
 
 
 def test_a_ray_answer_that_does_not_decode_is_an_error():

@@ -27,6 +27,8 @@ FORBIDDEN = {
     "harness.executors": ("harness.store", "harness.report", "harness.plan"),
     "harness.store": ("harness.sandbox", "harness.executors", "harness.plan"),
     "harness.wire": ("harness.store", "harness.sandbox", "torch"),
+    # evolution reaches the executors and the sandbox only through the plan (one planner)
+    "harness.evolve": ("harness.sandbox", "harness.executors"),
 }
 
 

@@ -223,6 +223,8 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
         assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
         assert shape.min_ms == min(shape.times_ms) and shape.max_ms == max(shape.times_ms)
         assert shape.check["timing"]["device"] == "cpu"
+        # the store keeps check["timing"]["flags"]: the verdict over both blocks, not the first's
+        assert shape.check["timing"]["flags"] == sorted(shape.timing_flags)
         assert shape.compile_s is not None and shape.compile_s > 0
     assert evaluation.score_ms == pytest.approx(score([s.mean_ms for s in evaluation.shapes], "geom"))
 

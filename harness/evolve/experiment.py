@@ -171,7 +171,7 @@ def create_experiment(
         raise HarnessError(f"--budget must be positive, not {budget_s:g}")
     make_proposer(proposer, proposer_timeout_s)  # an unknown builtin or a missing command fails here
     if gpus is not None:
-        from harness.executors import make_executor
+        from harness.plan import make_executor
 
         make_executor(
             gpus=gpus, device=device
@@ -188,7 +188,7 @@ def create_experiment(
             if not lineage_row.revisions:
                 raise HarnessError(f"lineage {lineage!r} has no revisions")
             task = lineage_row.revisions[-1].task
-        from harness.sandbox.evaluation import resolve_device  # imports torch: after the cheap checks
+        from harness.plan import resolve_device  # after the cheap checks
 
         settings = ExperimentSettings(
             task=task,
@@ -314,7 +314,7 @@ class _Loop:
     # --- the main thread ---------------------------------------------------------------------
 
     def run(self) -> tuple[str, str]:
-        from harness.executors import make_executor
+        from harness.plan import make_executor
 
         self.executor = (
             make_executor(gpus=self.settings.gpus, device=self.settings.device)

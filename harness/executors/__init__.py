@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel
@@ -242,16 +242,31 @@ def run_job(
     )
 
 
-def split_jobs(device: str, env_key: str, requests: list[EvaluationRequest], slots: int) -> list[Job]:
-    """At most `slots` jobs of near-equal estimated cost: the costliest request first, each to the
-    job with the least so far (longest processing time first); each job keeps the requests' order."""
-    count = max(1, min(slots, len(requests)))
+def split_jobs(
+    device: str,
+    env_key: str,
+    requests: list[EvaluationRequest],
+    slots: int,
+    family_of: Mapping[int, object] | None = None,
+) -> list[Job]:
+    """At most `slots` jobs of near-equal estimated cost: the costliest first, each to the job with
+    the least so far (longest processing time first); each job keeps the requests' order.
+    `family_of` (request key -> family): the requests of one family go to one job together (a
+    timed phase's children of one parent, compared with it in one interleaved run); a request
+    without one is a family of its own."""
+    families: dict[object, list[int]] = {}
+    for index, request in enumerate(requests):
+        family = (family_of or {}).get(request.key, ("alone", index))
+        families.setdefault(family, []).append(index)
+    blocks = list(families.values())
+    cost = [sum(requests[i].cost for i in block) for block in blocks]
+    count = max(1, min(slots, len(blocks)))
     totals = [0.0] * count
     assigned: list[list[int]] = [[] for _ in range(count)]
-    for index in sorted(range(len(requests)), key=lambda i: (-requests[i].cost, i)):
+    for block in sorted(range(len(blocks)), key=lambda b: (-cost[b], blocks[b][0])):
         job = min(range(count), key=lambda j: (totals[j], j))
-        totals[job] += requests[index].cost
-        assigned[job].append(index)
+        totals[job] += cost[block]
+        assigned[job].extend(blocks[block])
     return [
         Job(device=device, env_key=env_key, requests=[requests[i] for i in sorted(indices)])
         for indices in assigned

@@ -5,3 +5,10 @@ revisions; `checks` is `harness test`, `bench` is `harness bench`, and `tourname
 phases in turn over every revision of a task. The plan is the only writer of results; what the
 executors and the sandbox run knows nothing of the store.
 """
+
+from harness.executors import Executor, make_executor
+from harness.sandbox.devices import resolve_device
+
+# what callers that hand the plan its executor and device need (evolve, cli): they reach the
+# executors and the sandbox through the plan only
+__all__ = ["Executor", "make_executor", "resolve_device"]

@@ -15,8 +15,8 @@ settles: its run, a worker that took the claim over, or its own worker's failure
 candidate's: a failing or hostile candidate is a status in its run).
 
 A comparison is drawn within one run only. So when a timed phase evaluates anything, the
-revisions its results are compared with join every job (every interleaved run) of it: the
-task's reference and the parents of the revisions evaluated there. One evaluated in that job
+revisions its results are compared with join its jobs (interleaved runs): the task's reference
+every job, each parent the jobs of its children (a parent's children share one job). One evaluated in that job
 anyway is timed there as it is; one whose stored run is reused is timed again beside them, as a
 `Retiming` of that job's batch (its stored run, and so its ranked score, stays as it was).
 A revision whose parent has no timed result of its own is compared with none.
@@ -151,6 +151,9 @@ class PhaseListener:
     # what a revision's evaluation does now (building, checking, timing, waiting, done), where told
     activity: Callable[[PlannedRevision, str], None] = lambda item, activity: None
     worker_failed: Callable[[PlannedRevision], None] = lambda item: None
+    # the claimed revisions of one job (one interleaved run), once every evaluation of it, the
+    # companions' included, is written or its worker failed (in that order)
+    job_recorded: Callable[[list[PlannedRevision]], None] = lambda items: None
 
 
 def store_limits(store: Store, limits: SandboxLimits) -> SandboxLimits:
@@ -221,10 +224,23 @@ class PhaseRun:
             on_shape=lambda key, outcome: listener.shape_done(item_of(key), outcome),
             on_recorded=lambda request, evaluation: listener.recorded(claimed[request.key], evaluation),
             on_activity=lambda key, activity: listener.activity(item_of(key), activity),
+            on_job_recorded=lambda keys: listener.job_recorded([claimed[key] for key in keys]),
+            family_of={
+                key: item.parent_id
+                for key, item in claimed.items()
+                if phase.timed and item.parent_id is not None
+            },
             companions=Companions(
                 phase.run_kind,
                 [(item.revision_id, request) for item, request in companions],
                 {key: item.revision_id for key, item in claimed.items()},
+                needed_by={
+                    item.revision_id: {
+                        key for key, other in claimed.items() if other.parent_id == item.revision_id
+                    }
+                    for item, _ in companions
+                    if not item.is_reference
+                },
                 joined_as=lambda key, revision_id: joined.__setitem__(
                     key, next(item for item, _ in companions if item.revision_id == revision_id)
                 ),
@@ -346,26 +362,33 @@ class PhaseRun:
 
 @dataclass
 class Companions:
-    """Revisions timed beside the claimed requests in every job that lacks them (the module
-    docstring): (revision id, request) each, its key replaced by a negative one per job; their
+    """Revisions timed beside the claimed requests in the jobs that lack and need them (the
+    module docstring): (revision id, request) each, its key replaced by a negative one per job; their
     evaluations become `Retiming`s of the job's batch under `run_kind`. `evaluated`: the
     revision id of each claimed request's key; `joined_as` hears (key in a job, revision id)."""
 
     run_kind: str
     requests: list[tuple[int, EvaluationRequest]]
     evaluated: dict[int, int]
+    # companion revision id -> the claimed keys it is compared with (a parent: its children's);
+    # one not here (the reference) joins every job
+    needed_by: dict[int, set[int]] = field(default_factory=dict)
     joined_as: Callable[[int, int], None] = lambda key, revision_id: None
 
     def join(self, jobs: list[Job]) -> dict[int, int]:
-        """Each job with the companions it does not evaluate anyway, first in its order (so that
-        they are timed shape by shape beside the rest); returns key -> revision id of each added."""
+        """Each job with the companions it does not evaluate anyway and compares with (the
+        reference, the parents of its revisions), first in its order (so that they are timed
+        shape by shape beside the rest); returns key -> revision id of each added."""
         added: dict[int, int] = {}
         for job in jobs:
             present = {self.evaluated.get(request.key) for request in job.requests}
+            keys = {request.key for request in job.requests}
             joining = []
             for revision_id, request in self.requests:
                 if revision_id in present:
                     continue
+                if revision_id in self.needed_by and not self.needed_by[revision_id] & keys:
+                    continue  # a parent of none of this job's revisions
                 key = -(len(added) + 1)
                 added[key] = revision_id
                 self.joined_as(key, revision_id)
@@ -417,7 +440,9 @@ def evaluate_and_record(
     on_shape: Callable[[int, ShapeOutcome], None] | None = None,
     on_recorded: Callable[[EvaluationRequest, Evaluation], None] | None = None,
     on_activity: Callable[[int, str], None] | None = None,
+    on_job_recorded: Callable[[list[int]], None] | None = None,
     companions: Companions | None = None,
+    family_of: dict[int, object] | None = None,
 ) -> Dispatched:
     """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
     the results as the executor hands them over (each evaluation as it ends in this process and
@@ -426,7 +451,10 @@ def evaluate_and_record(
     claims of a job whose worker failed that were not written yet are released (the next
     tournament does them, resuming from their kept shapes); on an interruption every claim not
     yet written is released the same way and the exception goes on. `companions`: revisions
-    timed again beside them in every job (Companions), kept as Retimings of its batch."""
+    timed again beside them in every job (Companions), kept as Retimings of its batch.
+    `family_of` (claimed key -> family, its parent): a family's requests share one job.
+    `on_job_recorded` hears the claimed keys of each job (one interleaved run) once all of its
+    evaluations are written or failed: its comparisons can be drawn."""
     dispatched = Dispatched()
     open_claims = {request.key for request in requests}
     keeps_shapes = {
@@ -479,18 +507,34 @@ def evaluate_and_record(
             for request, evaluation in zip(job.requests, evaluations):
                 if request.key not in joined:
                     on_recorded(request, evaluation)
+        settled(job)
 
     def failed(job: Job, reason: str) -> None:
         unwritten = [request.key for request in job.requests if request.key in open_claims]
         release(unwritten)  # those of its evaluations that ended were written as they ended
         for key in unwritten:
             dispatched.failed[key] = reason
+        settled(job)
 
-    jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots)
+    def settled(job: Job) -> None:
+        """The evaluations of `job` (a whole job, or one of its requests) are written or failed:
+        tell `on_job_recorded` of each job of `jobs` none of whose requests is left."""
+        for request in job.requests:
+            pending[batch_of[request.key]].discard(request.key)
+        for batch in {batch_of[request.key] for request in job.requests}:
+            if not pending[batch] and batch not in told:
+                told.add(batch)
+                if on_job_recorded is not None:
+                    on_job_recorded([key for key in keys_of[batch] if key not in joined])
+
+    jobs = split_jobs(environment.device, environment.env_key, requests, executor.slots, family_of)
     joined = companions.join(jobs) if companions is not None else {}
     batch_of = {
         request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests
     }  # one job: one interleaved run
+    keys_of = {batch_of[job.requests[0].key]: [request.key for request in job.requests] for job in jobs}
+    pending = {batch: set(keys) for batch, keys in keys_of.items()}
+    told: set[str] = set()
     try:
         executor.run(jobs, shape_done, done, failed, on_activity=on_activity)
     except BaseException:

@@ -20,7 +20,9 @@ compared within one run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from harness.config import get_settings
 from harness.environment import Environment
@@ -28,7 +30,7 @@ from harness.errors import HarnessError
 from harness.executors import Executor, InProcess
 from harness.plan.bench import run_bench, with_references
 from harness.plan.checks import run_checks
-from harness.plan.phases import PhaseRun, PlannedRevision, store_limits
+from harness.plan.phases import PhaseListener, PhaseRun, PlannedRevision, store_limits
 from harness.sandbox.devices import default_shape_set
 from harness.sandbox.limits import SandboxLimits
 from harness.store.revisions import get_revision, list_revisions
@@ -36,6 +38,9 @@ from harness.store.runs import worker_name
 from harness.store.session import Store
 from harness.tasks import load_task
 from harness.timing import StoppingRule
+
+if TYPE_CHECKING:
+    from harness.wire import ShapeOutcome
 
 PHASES = {
     "test": ("test",),
@@ -183,3 +188,83 @@ def _count(outcome: PhaseResult, item: PlannedRevision) -> None:
         outcome.resumed_shapes += item.resumed
     if item.run.status == "pass" and item.revision_id not in outcome.passed:
         outcome.passed.append(item.revision_id)
+
+
+def run_children(
+    store: Store,
+    children: list[tuple[int, int]],
+    *,
+    task: str,
+    device: str | None,
+    rule: StoppingRule,
+    landed: Callable[[list[int]], None],
+    progress: Callable[[int, str], None] = lambda revision_id, state: None,
+    executor: Executor | None = None,
+) -> None:
+    """An experiment's (child, parent) pairs (harness.evolve.judging): the test phase over the
+    children, then the timed phase (`benchmark`) over those that passed, each beside its parent
+    and the task's reference (harness.plan.phases: the same claims, limits and records as a
+    tournament's; a parent's children share one job). `landed` hears the children whose
+    evaluation is complete: the failing ones after the checks, the others as the job that timed
+    them is recorded (their parent's timing there included), or as found stored; `progress`
+    hears (child id, what its evaluation does now)."""
+    child_ids = [child for child, _ in children]
+    parent_of = dict(children)
+    for child in child_ids:
+        progress(child, "checking")
+    with store.session() as session:
+        label_of = {}
+        for child in child_ids:
+            revision = get_revision(session, child)
+            label_of[f"{revision.lineage.name} r{revision.number}"] = child
+
+    class CheckProgress(TournamentProgress):
+        def step(self, description: str, advance: int = 1) -> None:
+            for label, child in label_of.items():
+                if description.startswith(label):
+                    progress(child, f"checking: {description[len(label) :].lstrip(': ')}")
+
+    own_executor = executor is None
+    executor = executor or InProcess()
+    items: list[PlannedRevision] = []
+    try:
+        checked = run_tournament(
+            store,
+            task=task,
+            device=device,
+            mode="test",
+            only=child_ids,
+            executor=executor,
+            progress=CheckProgress(),
+        )
+        passed = [child for child in child_ids if checked.phases and child in checked.phases[0].passed]
+        landed([child for child in child_ids if child not in passed])
+        if not passed:
+            return
+        limits = store_limits(store, SandboxLimits.from_settings())
+        plan = PhaseRun(store, executor, checked.environment, limits, worker_name(), rule=rule)
+        with store.session() as session:
+            items = with_references(session, passed)
+        for item in items:
+            item.parent_id = parent_of.get(item.revision_id, item.parent_id)
+
+        def children_of(found: list[PlannedRevision]) -> list[int]:
+            return [item.revision_id for item in found if item.revision_id in parent_of]
+
+        def shape_done(item: PlannedRevision, outcome: ShapeOutcome) -> None:
+            timing = f" {outcome.mean_ms:.4g} ms" if outcome.mean_ms is not None else ""
+            state = f"{outcome.set_name}[{outcome.index}] {outcome.status}{timing}"
+            progress(item.revision_id, f"timing beside its parent: {state}")
+
+        listener = PhaseListener(
+            not_dispatched=lambda item: landed(children_of([item])),  # stored already, or busy elsewhere
+            shape_done=shape_done,
+            job_recorded=lambda found: landed(children_of(found)),
+        )
+        run_bench(plan, items, "benchmark", listener=listener)
+    finally:
+        if own_executor:
+            executor.close()
+    failures = [item.busy_with for item in items if item.failed]
+    if failures:
+        raise HarnessError(f"timing the children beside their parents failed: {failures[0]}")

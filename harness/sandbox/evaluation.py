@@ -629,6 +629,7 @@ class Evaluator:
                 verdict.times_ms, device=self.device, compile_s=outcome.compile_s or 0.0, flags=sorted(flags)
             ),
         )
+        outcome.check["timing"]["flags"] = sorted(flags)  # what the store keeps (ShapeResult.timing_flags)
         outcome.check["timing"]["joined"] = {
             "hidden_ms": round(verdict.hidden_ms, 4),
             "spread_ms": round(verdict.spread_ms, 4),
