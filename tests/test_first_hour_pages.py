@@ -476,7 +476,8 @@ def _text_boxes(svg: str) -> list[tuple[str, tuple[float, float, float, float]]]
     """Every text of the chart but the axis titles and the legend, as the box it takes at its
     font's size (12 px, LABEL_CHAR_PX per character)."""
     boxes = []
-    found = re.findall(r'<text x="([\d.-]+)" y="([\d.-]+)"([^>]*)>(.*?)</text>', svg, re.DOTALL)
+    plot = svg.split('<g class="legend"')[0]  # the legend is laid out apart, right of the plot
+    found = re.findall(r'<text x="([\d.-]+)" y="([\d.-]+)"([^>]*)>(.*?)</text>', plot, re.DOTALL)
     for x, y, attrs, body in found:
         if "axis-title" in attrs or "legend-label" in attrs:
             continue

@@ -16,9 +16,9 @@ The context every template gets (built by `prompt_context`):
 - `parent`: id, lineage, number, author, message, filename, entry_point, flags, code (the exact
   text), fence (a backtick fence longer than any run of backticks in the code);
 - `timing`: where the evaluation's times come from: device (the leaderboard's, or the one asked
-  for; None before anything is timed), on_cpu, method (how that device times, in words),
-  shape_set (`smoke` on the CPU, `benchmarks` on a GPU) and shapes (the labels of the shapes
-  timed there; on a GPU the task's benchmarks);
+  for; None before anything is timed), timed (whether anything was timed there), on_cpu,
+  method (how that device times, in words), shape_set (`smoke` on the CPU, `benchmarks` on a
+  GPU) and shapes (the labels of the shapes timed there, else of the set the device times);
 - `evaluation`: the parent's standing on the leaderboard of one environment: device, status
   (`pass`, a failure status, or `not_run`), reason, score_ms, reference_ms, speedup, vs_parent,
   shapes (label, mean_ms, err_ms, reference_ms, speedup per benchmark shape), failures
@@ -208,19 +208,19 @@ def prompt_context(
 
 def _timing(task: TaskSpec, board: Leaderboard | None, device: str | None) -> dict[str, Any]:
     """Where the evaluation's times come from: the device (None: nothing timed yet, and no
-    device asked for), whether it is the CPU, how it times, and the shapes it timed (the board's,
-    else those the device times: smoke shapes on the CPU, benchmark shapes on a GPU)."""
+    device asked for), whether it is the CPU, how it times, and the shapes it timed (the board's;
+    with nothing timed, those the device times: smoke shapes on the CPU, benchmarks on a GPU)."""
     name = board.device if board is not None else None
     on_cpu = "cpu" in name.casefold() if name is not None else device == "cpu"
     timed = [shape_label(shape) for shape in board.shapes()] if board is not None else []
-    if not timed and (name is not None or device is not None):
-        timed = [shape.label() for shape in (task.smoke if on_cpu else task.benchmarks)]
+    shapes = timed or [shape.label() for shape in (task.smoke if on_cpu else task.benchmarks)]
     return {
         "device": name or device,
+        "timed": bool(timed),
         "on_cpu": on_cpu,
         "method": TIMING_METHODS["cpu" if on_cpu else "cuda"],
         "shape_set": "smoke" if on_cpu else "benchmarks",
-        "shapes": timed,
+        "shapes": shapes,
     }
 
 
