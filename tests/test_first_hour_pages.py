@@ -207,8 +207,8 @@ def test_lineages_and_parents_stay_within_their_task_and_conflicts_are_refused(t
             "error: lineage 'correct' holds revisions of task vectoradd, not matmul",
         ),
         (
-            register(edited, "--lineage", "vector_branch", "--parent", again_id),
-            f"error: parent {again_id} is in lineage 'correct', not 'vector_branch'",
+            register(edited, "--lineage", "correct-matmul", "--parent", again_id),
+            "error: lineage 'correct-matmul' holds revisions of task matmul, not vectoradd",
         ),
     ]
     for done, start in cases:

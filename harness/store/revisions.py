@@ -241,11 +241,6 @@ def _place(
             raise HarnessError(
                 f"lineage {lineage!r} holds revisions of task {held}, not {task}: name another lineage"
             )
-        if row is not None and parent is not None and parent.lineage_id != row.id:
-            raise HarnessError(
-                f"parent {parent.id} is in lineage {parent.lineage.name!r}, not {lineage!r}: leave out "
-                "--lineage to continue its lineage, or name a new one to branch from it"
-            )
         return lineage, row, task or held or DEFAULT_TASK
     if parent is not None:
         return parent.lineage.name, parent.lineage, task
