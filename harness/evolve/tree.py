@@ -31,6 +31,7 @@ from harness.evolve.story import summarize_experiment
 from harness.report.diff import DiffLine, diff_lines
 from harness.report.history import diff_inputs
 from harness.report.leaderboard import format_ms
+from harness.scoring import FASTER, SAME, SLOWER
 from harness.store.models import ExperimentStep
 from harness.store.revisions import get_revision
 
@@ -44,7 +45,6 @@ FAILED_COLOUR = "#d73027"
 NO_CHILD_COLOUR = "#9e9e9e"
 NOT_RUN_COLOUR = "#ffffff"
 ROOT_COLOUR = "#9ecae1"
-FASTER, SLOWER, SAME = "faster", "slower", "same within noise"  # harness.scoring's verdicts
 COMPARISON_COLOURS = {FASTER: "#1a9850", SAME: "#f2f0e6", SLOWER: "#f46d43"}
 
 
