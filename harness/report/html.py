@@ -380,7 +380,11 @@ def build_chart(board: Leaderboard, width: int = 1100, height: int = 440) -> Cha
         top=top,
         bottom=bottom,
         log_scale=log_scale,
-        x_ticks=[ChartTick(x_of(n), f"r{n}") for n in range(1, max_revision + 1) if n == 1 or n % every == 0],
+        x_ticks=[
+            ChartTick(x_of(n), f"r{n}")
+            for n in range(1, max_revision + 1)
+            if n == 1 or (n % every == 0 and n > every)
+        ],
         y_ticks=[ChartTick(y_of(value), f"{value:g}") for value in y_tick_values if y_low <= value <= y_high],
         series=series,
         unranked=unranked,
