@@ -134,7 +134,11 @@ def register(
     message: Annotated[str, typer.Option("--message", "-m", help="What changed.")] = "",
     author: Annotated[str, typer.Option(help="A person's or an agent's name.")] = "",
     task: Annotated[
-        str | None, typer.Option(help="Task (default: the #!POPCORN leaderboard directive, else conv2d_v2).")
+        str | None,
+        typer.Option(
+            help="Task (default: the #!POPCORN leaderboard directive, else the parent's or the lineage's, "
+            "else conv2d_v2); a lineage holds one task."
+        ),
     ] = None,
     db: DbOption = None,
 ) -> None:

@@ -186,12 +186,56 @@ def _board(run_cli) -> dict[int, dict]:
     return {entry["submission_id"]: entry for entry in json.loads(result.stdout)["entries"]}
 
 
+def _record_alone(store_url: str, revision_id: int) -> None:
+    """A passing benchmark run of this machine's CPU environment on the task's smoke shapes, in a
+    batch of its own: a revision timed without the reference (as a harness before issue 30
+    timed it on a store without one; `bench` now registers the reference and times it beside)."""
+    from harness.environment import probe_environment
+    from harness.tasks import load_task
+    from harness.verdicts import Verdict, Verdicts
+
+    store = open_store(store_url)
+    try:
+        with store.session() as session:
+            run = claim_run(
+                session, revision_id, TASK, "benchmark", probe_environment("cpu"), worker="w", ttl_s=600
+            )
+            outcomes = []
+            for index, shape in enumerate(load_task(TASK).smoke):
+                times = _times(1.0)
+                outcomes.append(
+                    ShapeOutcome(
+                        set_name="smoke",
+                        index=index,
+                        shape=shape.model_dump(),
+                        status="pass",
+                        passed=True,
+                        times_ms=times,
+                        runs=len(times),
+                        mean_ms=statistics.fmean(times),
+                        err_ms=statistics.stdev(times) / len(times) ** 0.5,
+                        verdicts=Verdicts(gpumode=Verdict(status="pass"), accurate=Verdict(status="pass")),
+                    )
+                )
+            evaluation = Evaluation(
+                status="pass", task=TASK, filename="alone.py", code_sha256="", device="cpu",
+                mode="benchmark", shape_set="smoke", shapes=outcomes,
+            )  # fmt: skip
+            score_ms = score([outcome.mean_ms for outcome in outcomes])
+            assert record_run(session, run.id, "w", evaluation, score_ms=score_ms, batch="alone-batch")
+    finally:
+        store.close()
+
+
 def test_bench_times_the_reference_and_the_parent_in_the_same_run(tmp_path, run_cli, store_url):
     alone = _register(run_cli, store_url, _copy(tmp_path, "alone"), "--lineage", "copy")
-    assert _bench(run_cli, alone)[alone]["speedup_vs_reference"] is None  # no reference registered
+    _record_alone(store_url, alone)
     shown = run_cli("bench", alone, *BUDGET)  # its stored result, compared within its own run
     assert shown.returncode == 0 and "no speedup: no reference in its run" in shown.stdout, shown.stdout
+    # that bench found no reference in the store: it registered the task's and timed it
+    assert "had no reference in the store: registered its reference candidate" in shown.stderr
     reference = _register(run_cli, store_url, REFERENCE_FILE, "--lineage", "conv2d_v2_reference")
+    assert rows(store_url, "select count(*) from revisions")[0][0] == 2  # the same bytes: unchanged
     _bench(run_cli, reference)
     # The reference's stored result made 3x slower: a speedup taken from it would read ~3x.
     with sqlite3.connect(store_url.removeprefix("sqlite:///")) as connection:

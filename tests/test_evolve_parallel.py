@@ -179,11 +179,13 @@ def assert_tree_page(text: str, root: int, children: list[int]) -> None:
     for revision in (root, *children):
         assert f"node-r{revision}" in parser.ids and f"panel-r{revision}" in parser.ids
     assert text.count('class="edge') == len(children)  # one edge parent -> child per child
-    # the best path is marked: from the root to the fastest revision (the root itself, when none
-    # of its children beat it on this noisy CPU)
-    best = int(text.split('fastest in the tree: <a href="#panel-r')[1].split('"')[0])
-    assert best in (root, *children) and 'class="node best"' in text
-    assert ('class="edge best"' in text) == (best != root)
+    # a best path only where a child was faster than its parent beyond noise (issue 30): from the
+    # root to the fastest revision reached by steps faster or the same within noise
+    if "no child was faster than its parent beyond noise: no best path" in text:
+        assert 'class="node best"' not in text and 'class="edge best"' not in text
+    else:
+        best = int(text.split('best path: to <a href="#panel-r')[1].split('"')[0])
+        assert best in children and 'class="node best"' in text and 'class="edge best"' in text
     assert "diff against its parent" in text and "prompt summary (improve)" in text
 
 

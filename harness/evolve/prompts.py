@@ -15,6 +15,10 @@ The context every template gets (built by `prompt_context`):
   (shape labels such as `size=128 kernelsize=8 channels=64 batch=4`);
 - `parent`: id, lineage, number, author, message, filename, entry_point, flags, code (the exact
   text), fence (a backtick fence longer than any run of backticks in the code);
+- `timing`: where the evaluation's times come from: device (the leaderboard's, or the one asked
+  for; None before anything is timed), timed (whether anything was timed there), on_cpu,
+  method (how that device times, in words), shape_set (`smoke` on the CPU, `benchmarks` on a
+  GPU) and shapes (the labels of the shapes timed there, else of the set the device times);
 - `evaluation`: the parent's standing on the leaderboard of one environment: device, status
   (`pass`, a failure status, or `not_run`), reason, score_ms, reference_ms, speedup, vs_parent,
   shapes (label, mean_ms, err_ms, reference_ms, speedup per benchmark shape), failures
@@ -58,7 +62,7 @@ from harness.report.leaderboard import (
 from harness.report.text import escape_template_value
 from harness.store.models import Revision, Run
 from harness.store.revisions import revision_code
-from harness.tasks import load_task
+from harness.tasks import TaskSpec, load_task
 from harness.verdicts import VERDICT_WORDS
 
 TEMPLATE_SUFFIX = ".j2"
@@ -73,9 +77,16 @@ VERDICT_RULES = {  # harness.verdicts, in words
     ),
 }
 SCORE_RULES = {  # harness.scoring's `ranking_by` choices, in words
-    "geom": "the geometric mean over the benchmark shapes of the per-shape mean times",
-    "mean": "the arithmetic mean over the benchmark shapes of the per-shape mean times",
-    "last": "the mean time of the last benchmark shape",
+    "geom": "the geometric mean over the timed shapes of the per-shape mean times",
+    "mean": "the arithmetic mean over the timed shapes of the per-shape mean times",
+    "last": "the mean time of the last timed shape",
+}
+TIMING_METHODS = {  # harness.timing's method on each kind of device, in words
+    "cuda": "timed with CUDA events after a warm-up, with the L2 cache flushed before every call",
+    "cpu": (
+        "timed on the CPU with the host clock after a warm-up (no GPU in this run: a Triton kernel "
+        "runs through the Triton interpreter, so these times say little about its speed on a GPU)"
+    ),
 }
 
 
@@ -187,10 +198,29 @@ def prompt_context(
             "tests": [shape.label() for shape in task.tests],
         },
         "parent": _revision_facts(revision),
+        "timing": _timing(task, board, device),
         "evaluation": _evaluation(session, revision, board, device),
         "leaderboard": [
             _board_row(entry, board) for entry in (board.ranked()[:leaderboard_size] if board else [])
         ],
+    }
+
+
+def _timing(task: TaskSpec, board: Leaderboard | None, device: str | None) -> dict[str, Any]:
+    """Where the evaluation's times come from: the device (None: nothing timed yet, and no
+    device asked for), whether it is the CPU, how it times, and the shapes it timed (the board's;
+    with nothing timed, those the device times: smoke shapes on the CPU, benchmarks on a GPU)."""
+    name = board.device if board is not None else None
+    on_cpu = "cpu" in name.casefold() if name is not None else device == "cpu"
+    timed = [shape_label(shape) for shape in board.shapes()] if board is not None else []
+    shapes = timed or [shape.label() for shape in (task.smoke if on_cpu else task.benchmarks)]
+    return {
+        "device": name or device,
+        "timed": bool(timed),
+        "on_cpu": on_cpu,
+        "method": TIMING_METHODS["cpu" if on_cpu else "cuda"],
+        "shape_set": "smoke" if on_cpu else "benchmarks",
+        "shapes": shapes,
     }
 
 

@@ -3,12 +3,17 @@ experiment's revisions (inline SVG and CSS, a few lines of inline script, no ext
 
 Nodes: the revisions the experiment started from, every child it registered, and, as small grey
 squares, the steps that produced no child (the proposer failed, the edit did not apply, nothing
-new), each under its parent. Edges go parent -> child. A node's colour is its score on the
-experiment's device (green for the best, through yellow to orange for the slowest passing
-one, on a log scale), red when it fails, white when it has no result. The best path (from the
-root to the fastest passing revision) is drawn thick and gold. Clicking a node opens its panel
-below the tree: the step's template, parent and proposer, the prompt's summary, the outcome,
-the diff against the parent (coloured), and the prompt, reply and proposer stderr folded.
+new), each under its parent. Edges go parent -> child. Scores are the experiment's own: a
+child's from the interleaved run that timed it beside its parent, a root's from the first such
+run it was timed in as a parent (never a leaderboard score from another run: drift between runs
+is no difference). A child's colour is its comparison with its parent in that run, noise
+included (harness.scoring): green faster, pale same within noise, orange slower; red when it
+fails, white when it has no result or no comparison; a root is blue. The best path (drawn thick
+and gold) leads from a root to the fastest revision reached by steps that were each faster or
+the same within noise, at least one faster; when no step was faster there is none. Clicking a
+node opens its panel below the tree: the step's template, parent and proposer, the prompt's
+summary, the outcome, the diff against the parent (coloured), and the prompt, reply and proposer
+stderr folded.
 
 Layout (computed here): depth = distance from the root, leaves one slot apart in the order of
 a depth-first walk (children by id), a parent centred over its children.
@@ -16,7 +21,6 @@ a depth-first walk (children by id), a parent centred over its children.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
@@ -27,6 +31,7 @@ from harness.evolve.story import summarize_experiment
 from harness.report.diff import DiffLine, diff_lines
 from harness.report.history import diff_inputs
 from harness.report.leaderboard import format_ms
+from harness.scoring import FASTER, SAME, SLOWER
 from harness.store.models import ExperimentStep
 from harness.store.revisions import get_revision
 
@@ -39,8 +44,8 @@ PROMPT_SUMMARY_LINES = 8
 FAILED_COLOUR = "#d73027"
 NO_CHILD_COLOUR = "#9e9e9e"
 NOT_RUN_COLOUR = "#ffffff"
-BEST_COLOUR, SLOWEST_COLOUR = (26, 152, 80), (244, 109, 67)  # green, through yellow, to orange
-MIDDLE_COLOUR = (254, 224, 139)
+ROOT_COLOUR = "#9ecae1"
+COMPARISON_COLOURS = {FASTER: "#1a9850", SAME: "#f2f0e6", SLOWER: "#f46d43"}
 
 
 @dataclass
@@ -58,6 +63,7 @@ class TreeNode:
     children: list[TreeNode] = field(default_factory=list)
     x: float = 0.0
     y: float = 0.0
+    vs_parent: str | None = None  # against its parent in the run that timed both (children)
     colour: str = NOT_RUN_COLOUR
     on_best_path: bool = False
 
@@ -68,7 +74,9 @@ class TreeNode:
     @property
     def title(self) -> str:
         score = f", {format_ms(self.score_ms)} ms" if self.score_ms is not None else ""
-        return f"{self.label}: {self.status}{score}"
+        compared = f", {self.vs_parent} than its parent" if self.vs_parent in (FASTER, SLOWER) else ""
+        compared = f", {SAME} of its parent" if self.vs_parent == SAME else compared
+        return f"{self.label}: {self.status}{score}{compared}"
 
 
 @dataclass
@@ -97,12 +105,25 @@ def build_tree(session: Session, experiment_id: int) -> ExperimentTree:
         revision = get_revision(session, revision_id)
         standing = standings.get(revision_id)
         step = steps_by_child.get(revision_id)
+        status = standing.status if standing is not None else "not_run"
+        if step is not None and step.finished_at is not None:
+            status, score = step.status, step.score_ms  # its own step's run
+        else:  # a root: its score where the experiment timed it beside a child
+            score = next(
+                (
+                    s.parent_score_ms
+                    for s in experiment.steps
+                    if s.parent_id == revision_id and s.parent_score_ms
+                ),
+                None,
+            )
         node = TreeNode(
             key=key,
             label=f"submission {revision_id} ({revision.lineage.name} r{revision.number})",
             parent_key=None,
-            status=standing.status if standing is not None else "not_run",
-            score_ms=standing.score_ms if standing is not None and standing.status == "pass" else None,
+            status=status,
+            score_ms=score if status == "pass" else None,
+            vs_parent=step.vs_parent if step is not None else None,
             revision_id=revision_id,
             step=step,
             outcome=describe_outcome(step) if step is not None and step.finished_at is not None else "",
@@ -179,34 +200,39 @@ def _layout(roots: list[TreeNode]) -> int:
 
 
 def _colour(nodes: list[TreeNode]) -> TreeNode | None:
-    """Fill each node's colour; mark the best path; return the best node."""
-    scored = [node for node in nodes if node.score_ms is not None and node.score_ms > 0]
-    low = min((math.log(node.score_ms) for node in scored), default=0.0)
-    high = max((math.log(node.score_ms) for node in scored), default=0.0)
+    """Fill each node's colour from its comparison with its parent; mark the best path (module
+    docstring); return the best node (None: no step was faster than its parent)."""
+    by_key = {node.key: node for node in nodes}
     for node in nodes:
         if node.is_step:
             node.colour = NO_CHILD_COLOUR
-        elif node.score_ms is not None and node.score_ms > 0:
-            share = (math.log(node.score_ms) - low) / (high - low) if high > low else 0.0
-            node.colour = _gradient(share)
         elif node.status not in ("pass", "not_run"):
             node.colour = FAILED_COLOUR
-    best = min(scored, key=lambda node: (node.score_ms, node.revision_id), default=None)
-    by_key = {node.key: node for node in nodes}
-    walk = best
-    while walk is not None:
-        walk.on_best_path = True
-        walk = by_key.get(walk.parent_key) if walk.parent_key else None
+        elif node.step is None:
+            node.colour = ROOT_COLOUR
+        elif node.status == "pass":
+            node.colour = COMPARISON_COLOURS.get(node.vs_parent or "", NOT_RUN_COLOUR)
+
+    def path(node: TreeNode) -> list[TreeNode]:
+        walk: list[TreeNode] = []
+        while node is not None:
+            walk.append(node)
+            node = by_key.get(node.parent_key) if node.parent_key else None
+        return walk
+
+    def improved(node: TreeNode) -> bool:
+        steps = [item for item in path(node) if item.step is not None]
+        return (
+            node.score_ms is not None
+            and all(item.vs_parent in (FASTER, SAME) for item in steps)
+            and any(item.vs_parent == FASTER for item in steps)
+        )
+
+    candidates = [node for node in nodes if not node.is_step and improved(node)]
+    best = min(candidates, key=lambda node: (node.score_ms, node.revision_id), default=None)
+    for node in path(best) if best is not None else []:
+        node.on_best_path = True
     return best
-
-
-def _gradient(share: float) -> str:
-    if share <= 0.5:
-        start, end, t = BEST_COLOUR, MIDDLE_COLOUR, share * 2
-    else:
-        start, end, t = MIDDLE_COLOUR, SLOWEST_COLOUR, (share - 0.5) * 2
-    red, green, blue = (round(a + (b - a) * t) for a, b in zip(start, end))
-    return f"#{red:02x}{green:02x}{blue:02x}"
 
 
 def render_experiment_html(session: Session, experiment_id: int) -> str:
@@ -226,5 +252,14 @@ def render_experiment_html(session: Session, experiment_id: int) -> str:
             by_key={node.key: node for node in tree.nodes},
             radius=RADIUS_PX,
             format_ms=format_ms,
+            colours={
+                "faster": COMPARISON_COLOURS[FASTER],
+                "same": COMPARISON_COLOURS[SAME],
+                "slower": COMPARISON_COLOURS[SLOWER],
+                "failed": FAILED_COLOUR,
+                "not_run": NOT_RUN_COLOUR,
+                "root": ROOT_COLOUR,
+                "no_child": NO_CHILD_COLOUR,
+            },
         )
     )

@@ -39,6 +39,7 @@ from harness.standings import (
 from harness.store.revisions import get_revision, reference_revision_id, reference_revision_ids
 from harness.store.runs import worker_name
 from harness.store.session import Store
+from harness.store.tasks import register_missing_reference
 from harness.tasks import load_task
 from harness.timing import StoppingRule, ms_text
 
@@ -67,7 +68,7 @@ def bench_revisions(
     if not revision_ids:
         raise HarnessError("no revision to bench")
     with store.session() as session:
-        benched = with_references(session, revision_ids)
+        benched = with_references(session, revision_ids, progress)
     environment = environment or executor.probe(device)
     limits = store_limits(store, limits or SandboxLimits.from_settings())
     rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
@@ -108,9 +109,13 @@ def run_bench(
         _compare(session, benched, TIMED_PHASES[mode].run_kind, plan.environment.env_key)
 
 
-def with_references(session: Session, revision_ids: list[int]) -> list[PlannedRevision]:
+def with_references(
+    session: Session, revision_ids: list[int], notice: Callable[[str], None] | None = None
+) -> list[PlannedRevision]:
     """The revisions asked for, then each task's reference revision (the latest of its lineage)
-    when it is registered and not asked for already."""
+    when not asked for already. A store without it (fresh, before `harness seed`) gets the
+    task's reference candidate registered first (harness.store.tasks.register_missing_reference),
+    and `notice` hears one line saying so; a task without one is timed without a reference."""
     benched: list[PlannedRevision] = []
     for revision_id in dict.fromkeys(revision_ids):
         revision = get_revision(session, revision_id)
@@ -119,7 +124,16 @@ def with_references(session: Session, revision_ids: list[int]) -> list[PlannedRe
     for task in dict.fromkeys(item.task for item in benched):
         reference = reference_revision_id(session, task)
         if reference is None:
-            continue
+            registered = register_missing_reference(session, task)
+            if registered is None:
+                continue
+            reference = registered.revision.id
+            if notice is not None:
+                notice(
+                    f"task {task} had no reference in the store: registered its reference candidate as "
+                    f"submission {reference} ({registered.revision.lineage.name} r{registered.revision.number}) "
+                    "to time it beside them"
+                )
         existing = next((item for item in benched if item.revision_id == reference), None)
         if existing is not None:
             existing.is_reference = True

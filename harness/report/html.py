@@ -126,10 +126,12 @@ class ChartPoint:
     y: float
     label: str
     title: str
-    # Where its label goes (place_labels): an offset from the point and the text's anchor.
+    # Where its label goes (place_labels): an offset from the point and the text's anchor;
+    # `label_shown` False when no free spot was found (the point's title still names it).
     label_dx: float = 8.0
     label_dy: float = -8.0
     label_anchor: str = "start"
+    label_shown: bool = True
 
 
 @dataclass
@@ -150,27 +152,46 @@ LABEL_SPOTS = ((8, -8, "start"), (8, 16, "start"), (-8, -8, "end"), (-8, 16, "en
 
 
 def _label_box(point: ChartPoint, dx: float, dy: float, anchor: str) -> tuple[float, float, float, float]:
-    width = LABEL_CHAR_PX * len(point.label)
-    x = point.x + dx - (width if anchor == "end" else 0)
-    baseline = point.y + dy
-    return x, baseline - LABEL_HEIGHT_PX + 3, x + width, baseline + 3
+    return text_box(point.x + dx, point.y + dy, point.label, anchor)
 
 
 def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def place_labels(points: list[ChartPoint], edges: list[tuple[ChartPoint, ChartPoint]]) -> None:
-    """Give each point a label position that overlaps no other label, no point and no line
-    (greedy, in order of x then y: the first free spot of LABEL_SPOTS, then those moved away step
-    by step; a spot that is never free falls back to the first)."""
-    taken = [(p.x - 6, p.y - 6, p.x + 6, p.y + 6) for p in points]
-    for start, end in edges:  # a line as small boxes along it
+Box = tuple[float, float, float, float]  # left, top, right, bottom in px
+
+
+def text_box(x: float, baseline: float, text: str, anchor: str, char_px: float = LABEL_CHAR_PX) -> Box:
+    """The box a line of text takes (generous: LABEL_CHAR_PX per character, 2 px either side)."""
+    width = char_px * len(text) + 4
+    left = x - 2 - (width - 4 if anchor == "end" else (width - 4) / 2 if anchor == "middle" else 0)
+    return left, baseline - LABEL_HEIGHT_PX + 3, left + width, baseline + 3
+
+
+def _inside(box: Box, bounds: Box) -> bool:
+    return bounds[0] <= box[0] and box[2] <= bounds[2] and bounds[1] <= box[1] and box[3] <= bounds[3]
+
+
+def _marks(points: list[ChartPoint], edges: list[tuple[ChartPoint, ChartPoint]]) -> list[Box]:
+    """The boxes the points and the lines between them take (a line as small boxes along it)."""
+    boxes = [(p.x - 6, p.y - 6, p.x + 6, p.y + 6) for p in points]
+    for start, end in edges:
         steps = max(1, int(math.hypot(end.x - start.x, end.y - start.y) / 4))
         for step in range(steps + 1):
             x = start.x + (end.x - start.x) * step / steps
             y = start.y + (end.y - start.y) * step / steps
-            taken.append((x - 1.5, y - 1.5, x + 1.5, y + 1.5))
+            boxes.append((x - 1.5, y - 1.5, x + 1.5, y + 1.5))
+    return boxes
+
+
+def place_labels(points: list[ChartPoint], taken: list[Box], bounds: Box) -> None:
+    """Give each point a label position inside `bounds` that overlaps nothing in `taken` (the
+    points, the lines, the other labels: `_marks`) nor another point's label (greedy, in order
+    of x then y: the first free spot of LABEL_SPOTS, then those moved away step by step). A
+    point with no free spot has no label (`label_shown` False): a label on top of another is
+    unreadable."""
+    taken = list(taken)
     for point in sorted(points, key=lambda p: (p.x, p.y)):
         spots = [
             (dx, dy + direction * step * LABEL_HEIGHT_PX, anchor)
@@ -179,11 +200,44 @@ def place_labels(points: list[ChartPoint], edges: list[tuple[ChartPoint, ChartPo
             for direction in ((-1 if dy < 0 else 1),)
         ]
         chosen = next(
-            (spot for spot in spots if not any(_overlaps(_label_box(point, *spot), box) for box in taken)),
-            spots[0],
+            (
+                spot
+                for spot in spots
+                for box in [_label_box(point, *spot)]
+                if _inside(box, bounds) and not any(_overlaps(box, other) for other in taken)
+            ),
+            None,
         )
+        if chosen is None:
+            point.label_shown = False
+            continue
         point.label_dx, point.label_dy, point.label_anchor = chosen
         taken.append(_label_box(point, *chosen))
+
+
+def _reference_label_spot(text: str, y: float, plot: Box, avoid: list[Box]) -> tuple[float, float, str, Box]:
+    """Where the reference line's label goes: above or below the line, at its right or left
+    end, the first spot inside the plot that overlaps no point (x, baseline, anchor, box)."""
+    left, _top, right, _bottom = plot
+    spots = [
+        (right - 6, y - 6, "end"),
+        (right - 6, y + 16, "end"),
+        (left + 6, y - 6, "start"),
+        (left + 6, y + 16, "start"),
+    ]
+    for x, baseline, anchor in spots:
+        box = text_box(x, baseline, text, anchor)
+        if _inside(box, plot) and not any(_overlaps(box, other) for other in avoid):
+            return x, baseline, anchor, box
+    x, baseline, anchor = spots[0]
+    return x, baseline, anchor, text_box(x, baseline, text, anchor)
+
+
+def _tick_every(slot_px: float, labels: list[str]) -> int:
+    """Label every n-th revision (n = 1, 2, 5, 10, 20, 50, ...) so that tick labels are apart."""
+    needed = LABEL_CHAR_PX * max((len(label) for label in labels), default=1) + 8
+    steps = (m * 10**power for power in range(7) for m in (1, 2, 5))
+    return next(step for step in steps if step * slot_px >= needed or step >= len(labels))
 
 
 @dataclass
@@ -209,6 +263,9 @@ class Chart:
     unranked: list[ChartPoint]
     reference_y: float | None
     reference_label: str
+    reference_label_x: float = 0.0
+    reference_label_y: float = 0.0
+    reference_label_anchor: str = "end"
 
 
 def _nice_step(span: float, target_ticks: int = 6) -> float:
@@ -287,18 +344,34 @@ def build_chart(board: Leaderboard, width: int = 1100, height: int = 440) -> Cha
         )
         for name in lineages
     ]
-    place_labels(
-        [point for item in series for point in item.points], [edge for item in series for edge in item.edges]
-    )
+    all_points = [point for item in series for point in item.points]
+    reference_y = y_of(board.reference_ms) if board.reference_ms else None
+    reference_label = f"reference {format_ms(board.reference_ms)} ms" if board.reference_ms else ""
+    plot = (left, top, right, bottom)
+    taken = _marks(all_points, [edge for item in series for edge in item.edges])
+    spot = (0.0, 0.0, "end")
+    if reference_y is not None:
+        *spot, box = _reference_label_spot(reference_label, reference_y, plot, taken)
+        taken.append(box)
     unranked: list[ChartPoint] = []
-    marks_at: dict[int, int] = defaultdict(int)  # revision number -> marks already stacked there
-    for entry in board.unranked():
+    for entry in board.unranked():  # each mark at the lowest row where it overlaps nothing drawn
         if entry.lineage == reference:
             continue
-        y = bottom - UNRANKED_MARK_SPACING * marks_at[entry.revision]
-        marks_at[entry.revision] += 1
+        x = x_of(entry.revision)
+        text = f"× {entry.submission_id}"
+        row = 0
+        while bottom - UNRANKED_MARK_SPACING * (row + 1) > top and any(
+            _overlaps(text_box(x, bottom - 6 - UNRANKED_MARK_SPACING * row, text, "middle"), box)
+            for box in taken
+        ):
+            row += 1
+        y = bottom - UNRANKED_MARK_SPACING * row
+        taken.append(text_box(x, y - 6, text, "middle"))
         title = f"{entry.lineage} r{entry.revision}: {entry.status}"
-        unranked.append(ChartPoint(x_of(entry.revision), y, str(entry.submission_id), title))
+        unranked.append(ChartPoint(x, y, str(entry.submission_id), title))
+    place_labels(all_points, taken, plot)
+    tick_labels = [f"r{n}" for n in range(1, max_revision + 1)]
+    every = _tick_every((right - left) / max_revision, tick_labels)
     return Chart(
         width=width,
         height=height,
@@ -307,12 +380,19 @@ def build_chart(board: Leaderboard, width: int = 1100, height: int = 440) -> Cha
         top=top,
         bottom=bottom,
         log_scale=log_scale,
-        x_ticks=[ChartTick(x_of(n), f"r{n}") for n in range(1, max_revision + 1)],
+        x_ticks=[
+            ChartTick(x_of(n), f"r{n}")
+            for n in range(1, max_revision + 1)
+            if n == 1 or (n % every == 0 and n > every)
+        ],
         y_ticks=[ChartTick(y_of(value), f"{value:g}") for value in y_tick_values if y_low <= value <= y_high],
         series=series,
         unranked=unranked,
-        reference_y=y_of(board.reference_ms) if board.reference_ms else None,
-        reference_label=f"reference {format_ms(board.reference_ms)} ms" if board.reference_ms else "",
+        reference_y=reference_y,
+        reference_label=reference_label,
+        reference_label_x=spot[0],
+        reference_label_y=spot[1],
+        reference_label_anchor=spot[2],
     )
 
 

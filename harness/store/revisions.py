@@ -61,12 +61,14 @@ def register_revision(
     task: str | None = None,
 ) -> RegisterOutcome:
     """Add `content` as the next revision of `lineage` (default: the parent's lineage when
-    `parent_id` is given, else the file name's stem).
+    `parent_id` is given, else the file name's stem, or `STEM-TASK` when the stem's lineage is
+    another task's).
 
     Defaults: parent = the lineage's latest revision; task = the `#!POPCORN leaderboard`
-    directive, else conv2d_v2. `submission_id` keeps an external id. Bytes already in the
-    lineage register nothing. HarnessError (nothing added) for bad content, a bad lineage name,
-    an unknown task or parent, or a taken id.
+    directive, else the parent's or the lineage's, else conv2d_v2 (`_place`). `submission_id`
+    keeps an external id. Bytes already in the lineage register nothing. HarnessError (nothing
+    added) for bad content, a bad lineage name, an unknown task or parent, a taken id, or a
+    task, directive, parent and lineage that disagree.
     """
     basename = Path(filename).name
     check_candidate_content(content, basename or filename)
@@ -76,23 +78,15 @@ def register_revision(
         parent = session.get(Revision, parent_id) if 0 < parent_id <= _MAX_ID else None
         if parent is None:
             raise HarnessError(f"unknown parent: there is no submission {parent_id}")
-    if lineage is not None:
-        lineage_name = lineage
-    elif parent is not None:
-        lineage_name = parent.lineage.name
-    else:
-        lineage_name = Path(basename).stem
-    _check_lineage_name(lineage_name, given=lineage is not None or parent is not None)
+    lineage_name, lineage_row, task = _place(session, basename, facts.directives, lineage, parent, task)
     if len(author) > _MAX_NAME:
         raise HarnessError(f"author name is longer than {_MAX_NAME} characters")
-    task = task or facts.directives.get("leaderboard") or DEFAULT_TASK
     if task not in known_tasks():
         raise HarnessError(f"unknown task {task!r} (known: {', '.join(known_tasks()) or 'none'})")
     if submission_id is not None and not 0 < submission_id <= _MAX_ID:
         raise HarnessError(f"submission id must be an integer from 1 to {_MAX_ID}, not {submission_id}")
 
     sha256 = hashlib.sha256(content).hexdigest()
-    lineage_row = session.scalar(select(Lineage).where(Lineage.name == lineage_name))
     if lineage_row is not None:
         existing = session.scalar(
             select(Revision)
@@ -209,6 +203,75 @@ def get_or_create_secret(session: Session, name: str) -> str:
     except IntegrityError:
         secret = session.get(Secret, name, populate_existing=True)
     return secret.value
+
+
+def _place(
+    session: Session,
+    basename: str,
+    directives: dict[str, str],
+    lineage: str | None,
+    parent: Revision | None,
+    task: str | None,
+) -> tuple[str, Lineage | None, str]:
+    """The lineage (its name and row, None when new) and the task of a new revision. A lineage
+    holds one task's revisions, and a child has its parent's task: the task is `--task`, else the
+    file's `#!POPCORN leaderboard` directive, else the parent's, else the lineage's, else
+    conv2d_v2. The default lineage is the file name's stem, or `STEM-TASK` when the stem's lineage
+    holds another task's revisions (GPU MODE's solution files of every task are named alike).
+    Any two of these that disagree: HarnessError, nothing added."""
+    directive = directives.get("leaderboard")
+    if task and directive and task != directive:
+        raise HarnessError(
+            f"--task {task} conflicts with the file's `#!POPCORN leaderboard {directive}` directive: "
+            "drop --task or change the directive"
+        )
+    task = task or directive
+    if parent is not None:
+        if task and task != parent.task:
+            raise HarnessError(
+                f"parent {parent.id} is a revision of task {parent.task}, not {task}: "
+                "a child has its parent's task"
+            )
+        task = parent.task
+    if lineage is not None:
+        _check_lineage_name(lineage, given=True)
+        row = session.scalar(select(Lineage).where(Lineage.name == lineage))
+        held = _lineage_task(session, row)
+        if held is not None and task and task != held:
+            raise HarnessError(
+                f"lineage {lineage!r} holds revisions of task {held}, not {task}: name another lineage"
+            )
+        return lineage, row, task or held or DEFAULT_TASK
+    if parent is not None:
+        return parent.lineage.name, parent.lineage, task
+    name = Path(basename).stem
+    _check_lineage_name(name, given=False)
+    row = session.scalar(select(Lineage).where(Lineage.name == name))
+    held = _lineage_task(session, row)
+    task = task or held or DEFAULT_TASK
+    if held is None or held == task:
+        return name, row, task
+    name = f"{name}-{task}"
+    _check_lineage_name(name, given=False)
+    row = session.scalar(select(Lineage).where(Lineage.name == name))
+    held = _lineage_task(session, row)
+    if held is not None and held != task:
+        raise HarnessError(
+            f"lineage {name!r} holds revisions of task {held}, not {task}: name a lineage with --lineage"
+        )
+    return name, row, task
+
+
+def _lineage_task(session: Session, lineage: Lineage | None) -> str | None:
+    """The task of a lineage's latest revision (None: no such lineage, or no revision yet)."""
+    if lineage is None:
+        return None
+    return session.scalar(
+        select(Revision.task)
+        .where(Revision.lineage_id == lineage.id)
+        .order_by(Revision.number.desc())
+        .limit(1)
+    )
 
 
 def _check_lineage_name(name: str, *, given: bool) -> None:

@@ -17,11 +17,17 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
-from harness.config import get_settings
+from harness.candidates import read_candidate_file, read_manifest
+from harness.config import CANDIDATES_DIR, get_settings
 from harness.errors import HarnessError
 from harness.store.models import Blob, Run, TaskFile, TaskVersion
-from harness.store.revisions import RegisterOutcome, register_revision
-from harness.tasks import TaskSpec, use_task
+from harness.store.revisions import (
+    RegisterOutcome,
+    reference_lineage_name,
+    reference_revision_id,
+    register_revision,
+)
+from harness.tasks import TaskSpec, load_task, use_task
 from harness.tasks.problem import (
     ProblemFiles,
     check_task_name,
@@ -95,6 +101,36 @@ def _register_reference(session: Session, name: str) -> RegisterOutcome:
         task=name,
         message=f"the reference of task {name} (ref_kernel)",
         author="harness task add",
+    )
+
+
+def register_missing_reference(session: Session, task: str) -> RegisterOutcome | None:
+    """The task's reference candidate registered when the store has none (a fresh store before
+    `harness seed`): a built-in task's `reference_candidate` file from candidates/, with the
+    message and author that the seed manifest gives it, so that `harness seed` finds it there.
+    None when the store has it already, or the task names no such file."""
+    spec = load_task(task)
+    if reference_revision_id(session, task) is not None or not spec.reference_candidate:
+        return None
+    path = CANDIDATES_DIR / spec.reference_candidate
+    if not path.is_file():
+        return None
+    lineage = reference_lineage_name(task)
+    message, author = f"the reference of task {task}", "harness"
+    manifest = CANDIDATES_DIR / "manifest.yml"
+    if manifest.is_file():
+        for listed in read_manifest(manifest).lineages:
+            entry = next((e for e in listed.revisions if e.file == spec.reference_candidate), None)
+            if listed.name == lineage and entry is not None:
+                message, author = entry.message, listed.author
+    return register_revision(
+        session,
+        read_candidate_file(path),
+        path.name,
+        lineage=lineage,
+        task=task,
+        message=message,
+        author=author,
     )
 
 
