@@ -25,6 +25,8 @@ only when it would take too long on a CPU).
 from __future__ import annotations
 
 import math
+import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -65,6 +67,31 @@ def out_of_memory(exc: BaseException | None) -> BaseException | None:
             return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
+
+
+_ASKED = re.compile(r"allocate (\d+) bytes|Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b")
+_UNITS = {"GiB": 1024**3, "MiB": 1024**2, "KiB": 1024, "B": 1}
+
+
+def larger_than_memory(exc: BaseException, device: str) -> str | None:
+    """When the allocation that failed (`out_of_memory`) asked for more than this machine's
+    memory (the host's, or the GPU's on CUDA) has in all: the one line that says so; else None
+    (the memory may be held elsewhere, and the work may fit another time)."""
+    failed = out_of_memory(exc)
+    found = _ASKED.search(str(failed)) if failed is not None else None
+    if found is None:
+        return None
+    asked = int(found[1]) if found[1] else int(float(found[2]) * _UNITS[found[3]])
+    if device == "cuda" and torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if asked <= total:
+        return None
+    return (
+        f"the parent's inputs or reference asked for {asked / 1024**3:.4g} GiB at once, more than the "
+        f"{total / 1024**3:.4g} GiB of this machine's {'GPU' if device == 'cuda' else 'memory'}"
+    )
 
 
 @dataclass

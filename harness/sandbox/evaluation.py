@@ -672,6 +672,13 @@ class Evaluator:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         timing = self.activity == "timing"
+        too_large = checking.larger_than_memory(exc, self.device)
+        if too_large is not None:  # no neighbour's doing: the shape cannot run on this machine
+            reason = f"too large to run here: {too_large}"
+            if timing:
+                self.child.abandon(reason)
+            outcome.status, outcome.reason, outcome.passed = "unsupported", reason, False
+            return False
         if retry and not timing:
             outcome.verdicts, outcome.check = None, {}
             return True

@@ -305,7 +305,7 @@ def _data_layout(module: ast.Module) -> tuple[list[str] | None, str | None]:
         element.id if isinstance(element, ast.Name) else f"data{index}"
         for index, element in enumerate(value.elts)
     ]
-    made_empty = set()
+    made_empty = {f"data{index}" for index, element in enumerate(value.elts) if _calls_factory(element)}
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and any(_calls_factory(call) for call in ast.walk(node.value)):
             made_empty.update(t.id for t in node.targets if isinstance(t, ast.Name))
