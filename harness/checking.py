@@ -394,8 +394,15 @@ def output_nbytes(expected: object) -> int:
     return sum(t.nbytes for t in output_parts(expected) if isinstance(t, torch.Tensor))
 
 
-def _part_problem(info: TensorInfo, expected: object, same: bool, where: str, device: str) -> str | None:
+MAX_OUTPUT_DEPTH = 4  # as the child describes an output (harness.sandbox.transfer)
+
+
+def _part_problem(
+    info: TensorInfo, expected: object, same: bool, where: str, device: str, depth: int = 0
+) -> str | None:
     if info.parts is not None:
+        if depth >= MAX_OUTPUT_DEPTH or (info.keys is not None and len(info.keys) != len(info.parts)):
+            return f"{where}returned an output the harness cannot describe (nested too deep, or malformed)"
         if same and not isinstance(expected, tuple | list | dict):
             return f"{where}returned a {info.type_name}, expected a {_kind_of(expected)}"
         if same and isinstance(expected, dict) != (info.keys is not None):
@@ -407,7 +414,7 @@ def _part_problem(info: TensorInfo, expected: object, same: bool, where: str, de
         for position, part in enumerate(info.parts):
             label = info.keys[position] if info.keys is not None else position
             below = (expected[label] if isinstance(expected, dict) else expected[position]) if same else None
-            problem = _part_problem(part, below, same, f"{where}item {label!r}: ", device)
+            problem = _part_problem(part, below, same, f"{where}item {label!r}: ", device, depth + 1)
             if problem is not None:
                 return problem
         return None

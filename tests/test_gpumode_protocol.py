@@ -205,3 +205,42 @@ def test_outputs_of_several_parts_round_trip_through_one_file(tmp_path):
         os.close(directory)
     unreadable = export_output((torch.ones(1), object()), tmp_path / "other.bin")
     assert not unreadable.written
+
+
+def test_the_parent_judges_the_structure_the_child_describes_never_trusting_it():
+    """What the child says of an output of several parts is hostile input: a dict whose keys and
+    parts differ in number, nesting deeper than the child's own export makes, a structure other
+    than the reference's (with the harness's tolerance) are each one reason, never an exception."""
+    from harness.checking import output_problem
+    from harness.wire import TensorInfo
+
+    def container(parts, keys=None):
+        return TensorInfo(
+            type_name="builtins.dict" if keys is not None else "builtins.tuple",
+            exact_tensor=False,
+            parts=parts,
+            keys=keys,
+            written=True,
+        )
+
+    expected = (torch.zeros(2), torch.zeros(3, dtype=torch.int8))
+    malformed = container([], keys=["a"])
+    assert "cannot describe" in output_problem(malformed, expected, False, same_shape_and_dtype=False)
+    deep = container([])
+    for _ in range(6):
+        deep = container([deep])
+    assert "cannot describe" in output_problem(deep, expected, False, same_shape_and_dtype=False)
+    tensor = TensorInfo(
+        type_name="torch.Tensor",
+        exact_tensor=True,
+        shape=[2],
+        dtype="torch.float32",
+        device="cpu",
+        written=True,
+    )
+    assert output_problem(container([tensor]), expected, False) == "returned 1 items, expected 2"
+    assert output_problem(container([tensor, tensor]), expected, False) == (
+        "item 1: returned shape (2,), expected (3,)"
+    )
+    assert output_problem(container([tensor, tensor]), expected, False, same_shape_and_dtype=False) is None
+    assert output_problem(tensor, expected, False) == "returned a torch.Tensor, expected a tuple of 2"
