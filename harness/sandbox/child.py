@@ -732,7 +732,7 @@ class Worker:
         if isinstance(result, tuple | list) and any(
             type(part) is self.torch.Tensor and (part.is_neg() or part.is_conj()) for part in result
         ):
-            return type(result)(self.resolved(part) for part in result)
+            return (list if isinstance(result, list) else tuple)(self.resolved(part) for part in result)
         return result
 
     def aliases_input(self, result: object, data: tuple) -> bool:
