@@ -25,6 +25,8 @@ only when it would take too long on a CPU).
 from __future__ import annotations
 
 import math
+import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -37,7 +39,7 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.tasks import Shape, TaskSpec
-from harness.tasks.spec import generate_inputs
+from harness.tasks.spec import TaskUnsupported, generate_inputs
 from harness.verdicts import Accuracy, Verdict, Verdicts
 from harness.wire import CheckReply, TensorInfo
 
@@ -67,14 +69,39 @@ def out_of_memory(exc: BaseException | None) -> BaseException | None:
     return None
 
 
+_ASKED = re.compile(r"allocate (\d+) bytes|Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b")
+_UNITS = {"GiB": 1024**3, "MiB": 1024**2, "KiB": 1024, "B": 1}
+
+
+def larger_than_memory(exc: BaseException, device: str) -> str | None:
+    """When the allocation that failed (`out_of_memory`) asked for more than this machine's
+    memory (the host's, or the GPU's on CUDA) has in all: the one line that says so; else None
+    (the memory may be held elsewhere, and the work may fit another time)."""
+    failed = out_of_memory(exc)
+    found = _ASKED.search(str(failed)) if failed is not None else None
+    if found is None:
+        return None
+    asked = int(found[1]) if found[1] else int(float(found[2]) * _UNITS[found[3]])
+    if device == "cuda" and torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if asked <= total:
+        return None
+    return (
+        f"the parent's inputs or reference asked for {asked / 1024**3:.4g} GiB at once, more than the "
+        f"{total / 1024**3:.4g} GiB of this machine's {'GPU' if device == 'cuda' else 'memory'}"
+    )
+
+
 @dataclass
 class ReferenceCase:
     """One shape's inputs and expected outputs, computed in the parent. The exact answer
     (`expected64`) and the output's scale are computed from `reference` when first asked for
     (`exact`, `scale`), unless given; `note` says why the exact answer is missing."""
 
-    data: tuple
-    expected: torch.Tensor
+    data: tuple  # or the one object generate_input returned (a tensor, a dict)
+    expected: object  # a tensor, or a tuple, list or dict of tensors and values
     expected64: torch.Tensor | None = None
     note: str | None = None
     reference: ModuleType | None = field(default=None, repr=False)
@@ -91,6 +118,8 @@ class ReferenceCase:
         at the end), computed once per case; None when skipped (`note` says why)."""
         if self.exact_function is None and not self._exact_done:
             self.note = "the task has no exact answer"
+        elif not isinstance(self.expected, torch.Tensor) and not self._exact_done:
+            self.note = "no exact answer for an output of several parts"
         elif self.expected64 is None and not self._exact_done and self.reference is not None:
             try:
                 function = getattr(self.reference, self.exact_function)
@@ -122,7 +151,11 @@ class ReferenceCase:
                 if out_of_memory(exc) is not None:
                     raise
                 scale = None
-            usable = isinstance(scale, torch.Tensor) and tuple(scale.shape) == tuple(self.expected.shape)
+            usable = (
+                isinstance(scale, torch.Tensor)
+                and isinstance(self.expected, torch.Tensor)
+                and tuple(scale.shape) == tuple(self.expected.shape)
+            )
             self._scale = scale if usable else None
         self._scale_done = True
         return self._scale
@@ -226,7 +259,13 @@ def reference_case(
     with slot.lock:
         if slot.case is None:
             slot.case = make_reference_case(
-                reference, shape, seed, device, exact_now=exact_now, exact_answer=task.exact_answer
+                reference,
+                shape,
+                seed,
+                device,
+                exact_now=exact_now,
+                exact_answer=task.exact_answer,
+                clone_inputs=not task.data,
             )
         elif exact_now and slot.case.exact() is not None:
             slot.case.scale()
@@ -241,18 +280,28 @@ def make_reference_case(
     *,
     exact_now: bool = True,
     exact_answer: str | None = "ref_kernel",
+    clone_inputs: bool = False,
 ) -> ReferenceCase:
     """The inputs, the reference, and with `exact_now` (a check: computed while children import)
     the exact answer and the scale; without it they are computed when first asked for (a timed
     call's check asks only where GPU MODE's rule fails). Whether the exact answer is computed, and
     where, is decided by the shape's arithmetic (the task's `flops`, when its reference module has
-    one), not by a measured time, so that the same shape always gets the same measures."""
+    one), not by a measured time, so that the same shape always gets the same measures.
+    With `clone_inputs` (data whose output buffer is not known) the reference runs on a copy, so
+    that no answer it writes into the data reaches the child. A reference that fails on this GPU
+    with an error of the GPU's (a cuBLAS status, no kernel image for it) is a task for another
+    GPU: `TaskUnsupported`."""
     try:
         data = generate_inputs(reference, shape.parameters, seed, device)
-        expected = reference.ref_kernel(data)
+        expected = reference.ref_kernel(_cloned(data) if clone_inputs else data)
     except HarnessError:
         raise
     except Exception as exc:  # the task's own code failing is the task's error, said in one line
+        if device == "cuda" and out_of_memory(exc) is None and _gpu_refuses(exc):
+            name = torch.cuda.get_device_name()
+            raise TaskUnsupported(
+                f"the task's reference fails on this GPU ({name}): {_one_line(exc)}: it needs another GPU"
+            ) from exc
         raise HarnessError(
             f"the task's reference failed on {shape.label()} (seed {seed}): {_one_line(exc)}"
         ) from exc
@@ -266,10 +315,28 @@ def make_reference_case(
     return case
 
 
+GPU_REFUSALS = (
+    "CUBLAS_STATUS",
+    "no kernel image",
+    "not supported on this device",
+    "CUDNN_STATUS_NOT_SUPPORTED",
+    "sm_",
+)
+
+
+def _gpu_refuses(exc: BaseException) -> bool:
+    """Whether an error of the task's reference is this GPU's refusal (an architecture the
+    reference's kernels or library calls need and this one is not)."""
+    text = str(exc)
+    return any(words in text for words in GPU_REFUSALS)
+
+
 def _exact_answer(function, data: tuple, flops: float | None) -> tuple[torch.Tensor | None, str | None]:
     """The reference on the inputs cast to float64: on the CPU for small, cheap shapes, else on
     the data's device; skipped (with the reason) on a CPU when it would take too long."""
-    tensors = [t for t in data if isinstance(t, torch.Tensor)]
+    whole = not isinstance(data, tuple | list)
+    items = (data,) if whole else data
+    tensors = [t for t in items if isinstance(t, torch.Tensor)]
     device = tensors[0].device.type if tensors else "cpu"
     expensive = flops is not None and flops > MAX_CPU_FLOAT64_FLOPS
     if device == "cpu" and expensive:
@@ -280,29 +347,27 @@ def _exact_answer(function, data: tuple, flops: float | None) -> tuple[torch.Ten
         t.to(device=device64, dtype=torch.float64)
         if isinstance(t, torch.Tensor) and t.is_floating_point()
         else t
-        for t in data
+        for t in items
     )
-    expected64 = function(data64)
+    expected64 = function(data64[0] if whole else data64)
     _synchronize(device64)
     return expected64, None
 
 
 def output_problem(
-    info: TensorInfo | None, expected: torch.Tensor, aliases_input: bool, *, same_shape_and_dtype: bool = True
+    info: TensorInfo | None, expected: object, aliases_input: bool, *, same_shape_and_dtype: bool = True
 ) -> str | None:
-    """Why the returned object cannot be the answer, or None. Without `same_shape_and_dtype` (a
-    task judged by its own check_implementation, whose reference may answer in another dtype)
-    shape and dtype are left to that check."""
+    """Why the returned object cannot be the answer, or None. The reference's answer is a tensor,
+    or a tuple, list or dict of tensors and values (GPU MODE's protocol): the returned object must
+    have its structure, each tensor checked as a returned tensor is. Without
+    `same_shape_and_dtype` (a task judged by its own check_implementation, whose reference may
+    answer in another dtype or form) shape, dtype and structure are left to that check; every
+    returned tensor must still be one the parent can read, on the data's device."""
     if info is None:
         return "nothing was returned"
-    if not info.exact_tensor:
-        return f"returned a {info.type_name}, not a torch.Tensor"
-    if same_shape_and_dtype and info.shape != list(expected.shape):
-        return f"returned shape {tuple(info.shape)}, expected {tuple(expected.shape)}"
-    if same_shape_and_dtype and info.dtype != str(expected.dtype):
-        return f"returned dtype {info.dtype}, expected {expected.dtype}"
-    if info.device != expected.device.type:
-        return f"returned a tensor on {info.device}, expected {expected.device.type}"
+    problem = _part_problem(info, expected, same_shape_and_dtype, "", output_device(expected))
+    if problem is not None:
+        return problem
     if aliases_input:
         return "returned tensor shares memory with an input"
     if not info.written:
@@ -310,18 +375,90 @@ def output_problem(
     return None
 
 
+def output_device(expected: object) -> str:
+    """The device type of the reference's answer (its first tensor; the CPU without one)."""
+    return next((t.device.type for t in output_parts(expected) if isinstance(t, torch.Tensor)), "cpu")
+
+
+def output_parts(value: object) -> list[object]:
+    """The leaves of an answer: the tensor itself, or the items of a tuple, list or dict, in order."""
+    if isinstance(value, tuple | list):
+        return [leaf for item in value for leaf in output_parts(item)]
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in output_parts(item)]
+    return [value]
+
+
+def output_nbytes(expected: object) -> int:
+    """The bytes of the tensors of an answer."""
+    return sum(t.nbytes for t in output_parts(expected) if isinstance(t, torch.Tensor))
+
+
+MAX_OUTPUT_DEPTH = 4  # as the child describes an output (harness.sandbox.transfer)
+
+
+def _part_problem(
+    info: TensorInfo, expected: object, same: bool, where: str, device: str, depth: int = 0
+) -> str | None:
+    if info.parts is not None:
+        if depth >= MAX_OUTPUT_DEPTH or (info.keys is not None and len(info.keys) != len(info.parts)):
+            return f"{where}returned an output the harness cannot describe (nested too deep, or malformed)"
+        if same and not isinstance(expected, tuple | list | dict):
+            return f"{where}returned a {info.type_name}, expected a {_kind_of(expected)}"
+        if same and isinstance(expected, dict) != (info.keys is not None):
+            return f"{where}returned a {info.type_name}, expected a {_kind_of(expected)}"
+        if same and len(info.parts) != len(expected):
+            return f"{where}returned {len(info.parts)} items, expected {len(expected)}"
+        if same and isinstance(expected, dict) and list(info.keys) != list(expected):
+            return f"{where}returned the keys {info.keys}, expected {list(expected)}"
+        for position, part in enumerate(info.parts):
+            label = info.keys[position] if info.keys is not None else position
+            below = (expected[label] if isinstance(expected, dict) else expected[position]) if same else None
+            problem = _part_problem(part, below, same, f"{where}item {label!r}: ", device, depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    if same and not isinstance(expected, torch.Tensor):
+        if isinstance(expected, tuple | list | dict):
+            return f"{where}returned a {info.type_name}, expected a {_kind_of(expected)}"
+        return None  # a value: the comparison judges it
+    if where and not same and (info.value is not None or info.type_name == "builtins.NoneType"):
+        return None  # a value inside the output: the problem's check judges it
+    if not info.exact_tensor:
+        return f"{where}returned a {info.type_name}, not a torch.Tensor"
+    if same and info.shape != list(expected.shape):
+        return f"{where}returned shape {tuple(info.shape)}, expected {tuple(expected.shape)}"
+    if same and info.dtype != str(expected.dtype):
+        return f"{where}returned dtype {info.dtype}, expected {expected.dtype}"
+    if info.device != device:
+        return f"{where}returned a tensor on {info.device}, expected {device}"
+    if not info.written:
+        return f"{where}returned tensor could not be exported"
+    return None
+
+
+def _kind_of(value: object) -> str:
+    if isinstance(value, tuple | list | dict):
+        return f"{type(value).__name__} of {len(value)}"
+    return "torch.Tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
 def inputs_problem(task: TaskSpec, case: ReferenceCase, reply: CheckReply) -> str | None:
     """The first input tensor that the child no longer holds as the parent handed it over, or
     None. The reply carries, for each input of the data that is a tensor (in order:
     `harness.sandbox.transfer.tensor_inputs`), its description after the call and the count of its
     elements that differ bit for bit from the child's copy taken before the call."""
-    counted = [index for index in task.input_indices if isinstance(case.data[index], torch.Tensor)]
+    whole = not isinstance(case.data, tuple | list)
+    if whole:  # one tensor (one input) or a dict (no input counted), as transfer.tensor_inputs
+        counted = [None] if isinstance(case.data, torch.Tensor) else []
+    else:
+        counted = [index for index in task.input_indices if isinstance(case.data[index], torch.Tensor)]
     if not len(reply.inputs) == len(reply.inputs_changed) == len(counted):
         return "the inputs were not reported after the call"
     for position, index in enumerate(counted):
         info, changed = reply.inputs[position], reply.inputs_changed[position]
-        before = case.data[index]
-        name = task.data[index]
+        before = case.data if index is None else case.data[index]
+        name = "data" if index is None else (task.data[index] if index < len(task.data) else f"item {index}")
         if not info.exact_tensor:
             return f"input {name!r} is no longer a plain tensor after the call"
         if info.shape != list(before.shape) or info.dtype != str(before.dtype):
@@ -517,13 +654,46 @@ def _exact_figures(
 
 
 def judge_output(
-    task: TaskSpec, received: torch.Tensor, case: ReferenceCase, *, figures: bool = True
+    task: TaskSpec, received: object, case: ReferenceCase, *, figures: bool = True
 ) -> OutputCheck:
     """The verdicts on one output: with the task's tolerance, GPU MODE's elementwise rule and the
-    exact answer here (`compare_output`); without one, the problem's own check_implementation."""
-    if task.rtol is not None:
+    exact answer here (`compare_output`; for an output of several parts, on each of its tensors,
+    `compare_parts`); without one, the problem's own check_implementation."""
+    if task.rtol is None:
+        return run_check_implementation(received, case)
+    if isinstance(case.expected, torch.Tensor):
         return compare_output(received, case, rtol=task.rtol, atol=task.atol, figures=figures)
-    return run_check_implementation(received, case)
+    return compare_parts(received, case, rtol=task.rtol, atol=task.atol)
+
+
+def compare_parts(received: object, case: ReferenceCase, *, rtol: float, atol: float) -> OutputCheck:
+    """GPU MODE's rule on each tensor of an output of several parts (whose structure
+    `output_problem` matched to the reference's), values compared as they are; the first part
+    that fails is the reason. No exact answer: `accurate` repeats GPU MODE's verdict."""
+    for position, (got, want) in enumerate(
+        zip(output_parts(received), output_parts(case.expected), strict=True)
+    ):
+        if isinstance(want, torch.Tensor):
+            part = ReferenceCase(data=case.data, expected=want, exact_function=None)
+            check = compare_output(got, part, rtol=rtol, atol=atol, figures=False)
+            ok, message = check.verdicts.gpumode.status == "pass", check.verdicts.gpumode.reason
+        else:
+            ok = not isinstance(got, torch.Tensor) and bool(got == want)
+            message = f"{got!r} vs {want!r}"[:200]
+        if not ok:
+            verdict = Verdict(status="fail", failures=1, reason=f"part {position}: {message}")
+            return OutputCheck(
+                passed=False,
+                reason=verdict.reason,
+                verdicts=Verdicts(gpumode=verdict, accurate=verdict.model_copy()),
+                note="no exact answer for an output of several parts",
+            )
+    verdict = Verdict(status="pass", failures=0)
+    return OutputCheck(
+        passed=True,
+        verdicts=Verdicts(gpumode=verdict, accurate=verdict.model_copy()),
+        note="no exact answer for an output of several parts",
+    )
 
 
 @torch.no_grad()
@@ -531,14 +701,19 @@ def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> Out
     """The `gpumode` verdict from the problem's check_implementation(data, output), called as GPU
     MODE's eval.py calls it: on a copy of the inputs. It returns (ok, message), a message (empty
     when ok) or a bool. Such a task has no exact answer: `accurate` repeats the verdict."""
-    received = received.to(case.expected.device)
-    data = tuple(item.clone() if isinstance(item, torch.Tensor) else item for item in case.data)
+    received = _to_device(received, output_device(case.expected))
+    data = _cloned(case.data)
     try:
         ok, message = _check_result(case.reference.check_implementation(data, received))
-    except Exception as exc:  # noqa: BLE001 - a check that cannot judge this output fails it
+    except Exception as exc:  # a check that cannot judge this output fails it
+        if out_of_memory(exc) is not None:  # the parent's memory: not this output's verdict
+            raise
         ok, message = False, f"check_implementation raised {_one_line(exc)}"
-    finite = torch.isfinite(received) if received.is_floating_point() else None
-    not_finite = int((~finite).sum()) if finite is not None else 0
+    not_finite = sum(
+        int((~torch.isfinite(t)).sum())
+        for t in output_parts(received)
+        if isinstance(t, torch.Tensor) and t.is_floating_point()
+    )
     reason = "" if ok else f"GPU MODE check: {' '.join(message.split())[:1000] or 'failed'}"
     verdict = Verdict(status="pass" if ok else "fail", failures=0 if ok else 1, reason=reason)
     verdicts = Verdicts(gpumode=verdict, accurate=verdict.model_copy())
@@ -549,6 +724,28 @@ def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> Out
         not_finite=not_finite,
         note="the task has no exact answer",
     )
+
+
+def _to_device(value: object, device: str) -> object:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple | list):
+        return type(value)(_to_device(item, device) for item in value)
+    if isinstance(value, dict):
+        return {key: _to_device(item, device) for key, item in value.items()}
+    return value
+
+
+def _cloned(data: object) -> object:
+    """A copy of the inputs for the problem's check (GPU MODE's eval.py hands it a clone): every
+    tensor of the data, tuples, lists and dicts included."""
+    if isinstance(data, torch.Tensor):
+        return data.clone()
+    if isinstance(data, tuple | list):
+        return type(data)(_cloned(item) for item in data)
+    if isinstance(data, dict):
+        return {key: _cloned(item) for key, item in data.items()}
+    return data
 
 
 def _check_result(result: object) -> tuple[bool, str]:

@@ -40,6 +40,16 @@ class TensorInfo(Message):
     nbytes: int | None = None
     written: bool = False
     shared: bool = False  # its bytes are in the shared output buffer, not a file (timed calls)
+    # an output of several parts (GPU MODE's protocol allows tuples, lists and dicts of tensors
+    # and numbers): each part described, a dict's keys in the parts' order, and a number, string
+    # or None by value; the tensors' bytes lie one after another in one file
+    # (harness.sandbox.transfer.export_output)
+    parts: list[TensorInfo] | None = None
+    keys: list[str] | None = None
+    value: bool | int | float | str | None = None
+
+
+TensorInfo.model_rebuild()
 
 
 class AutotunerInfo(Message):

@@ -379,7 +379,7 @@ def test_the_calibration_no_op_takes_only_a_known_dtype_and_whole_sizes():
 
     task = load_task("conv2d_v2")
     code = returning_candidate(task, ("torch.float64", (2, 3))).decode()
-    assert "torch.empty((2, 3), dtype=torch.float64, device=data[2].device)" in code
+    assert "torch.empty((2, 3), dtype=torch.float64, device=device)" in code
     namespace: dict = {}
     exec(compile(code, "<no-op>", "exec"), namespace)  # noqa: S102 - the harness's own code
     made = namespace[task.entry_point]((None, None, torch.zeros(1)))

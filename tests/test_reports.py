@@ -262,6 +262,8 @@ def test_json_is_exactly_the_contract(store_url: str, board: Leaderboard):
         "reference_ms",
         "entries",
         "judge_version",  # added by issue 28
+        "ranking_by",  # added by issue 34
+        "gpumode_ranking_by",  # added by issue 34
     }
     assert data["verdict"] == "accurate" and data["exact_answer"] is True and data["mode"] == "benchmark"
     for entry in data["entries"]:
@@ -282,6 +284,7 @@ def test_json_is_exactly_the_contract(store_url: str, board: Leaderboard):
             "verdicts",
             "accuracy",
             "speedup_note",  # added by issue 28
+            "gpumode_score_ms",  # added by issue 34
         }
         assert set(entry["verdicts"]) == {"gpumode", "accurate"}
         assert all(set(v) == {"status", "reason"} for v in entry["verdicts"].values())

@@ -56,7 +56,7 @@ from harness.errors import HarnessError
 from harness.judge import JUDGE_VERSION
 from harness.report.terminal import plain_table
 from harness.report.text import escape_controls
-from harness.scoring import BlockSpread, block_spread, blocks_joined, compare, rank_by_score
+from harness.scoring import BlockSpread, block_spread, blocks_joined, compare, rank_by_score, score
 from harness.standings import (
     NO_REFERENCE_IN_RUN,
     BatchTiming,
@@ -117,6 +117,9 @@ class LeaderboardEntry(BaseModel):
     verdicts: dict[VerdictName, VerdictSummary]
     accuracy: Accuracy
     speedup_note: str | None = None  # why a scored revision has no speedup (NO_REFERENCE_IN_RUN)
+    # the same shape means scored as GPU MODE scores them (its task.yml's ranking_by), when that
+    # is not the harness's `ranking_by` (added by issue 34)
+    gpumode_score_ms: float | None = None
 
 
 class Leaderboard(BaseModel):
@@ -131,6 +134,10 @@ class Leaderboard(BaseModel):
     reference_ms: float | None
     entries: list[LeaderboardEntry]
     judge_version: int = JUDGE_VERSION  # the judge whose results it ranks (harness.judge)
+    # how `score_ms` is made of the benchmark shapes' means (geom, mean, last), and how GPU MODE
+    # makes its score (`gpumode_score_ms`) when it differs (added by issue 34)
+    ranking_by: str = "geom"
+    gpumode_ranking_by: str | None = None
 
     def reference_lineage(self) -> str:
         return reference_lineage_name(self.task)
@@ -211,9 +218,17 @@ def verdict_notes(board: Leaderboard) -> list[tuple[LeaderboardEntry, str, str]]
     ]
 
 
+RANKING_WORDS = {"geom": "geometric mean", "mean": "mean", "last": "last shape's mean"}
+
+
 def board_title(board: Leaderboard) -> str:
     title = f"{board.task} leaderboard on {board.device or 'no device yet'}"
     title += f" ({board.mode + ' mode, ' if board.mode else ''}ranked by the {board.verdict} verdict)"
+    title += f" [score: {RANKING_WORDS.get(board.ranking_by, board.ranking_by)} of the shapes' means"
+    if board.gpumode_ranking_by is not None:
+        words = RANKING_WORDS.get(board.gpumode_ranking_by, board.gpumode_ranking_by)
+        title += f"; GPU MODE's score, the {words}, in the GPU MODE ms column"
+    title += "]"
     if not board.exact_answer:
         title += " [no exact answer: only GPU MODE's verdict]"
     if board.reference_ms is not None:
@@ -428,9 +443,12 @@ def build_leaderboard(
     )
     ranked = rank_by_score(rankable)
     ranked_ids = {s.revision.id for _rank, s in ranked}
-    entries = [_entry(s, rank, standings, batches, spec.ranking_by) for rank, s in ranked]
+    gpumode_ranking_by = (
+        spec.gpumode_ranking_by if spec.gpumode_ranking_by not in (None, spec.ranking_by) else None
+    )
+    entries = [_entry(s, rank, standings, batches, spec.ranking_by, gpumode_ranking_by) for rank, s in ranked]
     entries += [
-        _entry(s, None, standings, batches, spec.ranking_by)
+        _entry(s, None, standings, batches, spec.ranking_by, gpumode_ranking_by)
         for s in standings.values()
         if s.revision.id not in ranked_ids
     ]
@@ -443,6 +461,8 @@ def build_leaderboard(
         reference_ms=reference_ms,
         entries=entries,
         judge_version=judge,
+        ranking_by=spec.ranking_by,
+        gpumode_ranking_by=gpumode_ranking_by,
     )
 
 
@@ -452,8 +472,13 @@ def _entry(
     standings: dict[int, _Standing],
     batches: _Batches,
     ranking_by: str,
+    gpumode_ranking_by: str | None = None,
 ) -> LeaderboardEntry:
     revision = standing.revision
+    means = [shape.mean_ms for shape in standing.timed_shapes]
+    gpumode_score_ms = None
+    if gpumode_ranking_by is not None and standing.score_ms is not None and means and None not in means:
+        gpumode_score_ms = score(means, gpumode_ranking_by)
     parent = standings.get(revision.parent_id) if revision.parent_id is not None else None
     speedup_vs_reference, speedup_note = None, None
     if standing.score_ms is not None:
@@ -489,6 +514,7 @@ def _entry(
         verdicts=standing.verdicts,
         accuracy=standing.accuracy,
         speedup_note=speedup_note,
+        gpumode_score_ms=gpumode_score_ms,
     )
 
 
@@ -634,6 +660,8 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -
     if wide:
         ranked.add_column("author", overflow="fold")
     ranked.add_column("score ms", justify="right", no_wrap=True)
+    if board.gpumode_ranking_by is not None:
+        ranked.add_column("GPU MODE\nms", justify="right", no_wrap=True)
     for shape in shapes:
         ranked.add_column(
             "\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed"), justify="right"
@@ -653,6 +681,7 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -
             Text(escape_controls(lineage_label(board, entry))),
             *([Text(escape_controls(entry.author))] if wide else []),
             format_ms(entry.score_ms),
+            *([format_ms(entry.gpumode_score_ms)] if board.gpumode_ranking_by is not None else []),
             *[format_timing(timings.get(shape_key(shape))) for shape in shapes],
             format_speedup(entry.speedup_vs_reference),
             Text(entry.vs_parent or "-", style=VS_PARENT_STYLES.get(entry.vs_parent or "", "")),

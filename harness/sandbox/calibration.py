@@ -54,6 +54,12 @@ def _returned_index(task: TaskSpec) -> int:
     return task.output_index if task.output_index is not None else task.input_indices[0]
 
 
+def _returned_code(task: TaskSpec) -> str:
+    """The no-op's returned item as code: data that is not a tuple (one tensor, a dict) is
+    returned whole."""
+    return f"(data[{_returned_index(task)}] if isinstance(data, (tuple, list)) else data)"
+
+
 def noop_candidate(task: TaskSpec) -> bytes:
     """The harness's calibration candidate for `task`: it runs the task's own reference
     (`ref_kernel`, from the reference.py beside every submission) and returns its answer in the
@@ -75,7 +81,7 @@ def bare_noop_candidate(task: TaskSpec) -> bytes:
     """The fallback when the task's reference cannot serve as the calibration candidate (it fails
     to import or to run in a child): returns the output buffer (or, for a task without one, its
     first input) as it finds it."""
-    return f"def {task.entry_point}(data):\n    return data[{_returned_index(task)}]\n".encode()
+    return f"def {task.entry_point}(data):\n    return {_returned_code(task)}\n".encode()
 
 
 def returning_candidate(task: TaskSpec, returns: Returned) -> bytes:
@@ -87,13 +93,14 @@ def returning_candidate(task: TaskSpec, returns: Returned) -> bytes:
     dtype, shape = returns
     if dtype not in DTYPES or not all(type(size) is int and size >= 0 for size in shape):
         raise HarnessError(f"cannot calibrate an output of dtype {dtype!r} and shape {shape!r}")
-    index = _returned_index(task)
     return (
         "import torch\n"
         "_made = []\n"
         f"def {task.entry_point}(data):\n"
         "    if not _made:\n"
-        f"        _made.append(torch.empty({tuple(shape)!r}, dtype={dtype}, device=data[{index}].device))\n"
+        f"        returned = {_returned_code(task)}\n"
+        "        device = returned.device if isinstance(returned, torch.Tensor) else 'cpu'\n"
+        f"        _made.append(torch.empty({tuple(shape)!r}, dtype={dtype}, device=device))\n"
         "    return _made[0]\n"
     ).encode()
 
@@ -120,7 +127,7 @@ def calibrated_kind(task: TaskSpec, data: tuple, outputs: Iterable[TensorInfo]) 
         return None
     smallest = min(kinds, key=lambda kind: (DTYPES[kind[0]].itemsize * math.prod(kind[1]), kind))
     index = _returned_index(task)
-    returned = data[index] if index < len(data) else None
+    returned = data[index] if isinstance(data, tuple | list) and index < len(data) else None
     if isinstance(returned, torch.Tensor) and smallest == (str(returned.dtype), tuple(returned.shape)):
         return None
     return smallest

@@ -580,6 +580,7 @@ class Worker:
         self.torch = torch
         self.transfer = transfer
         self.export_tensor = transfer.export_tensor
+        self.export_output = transfer.export_output
         self.changed_elements = transfer.changed_elements
         self.describe = transfer.describe
         if self.inputs_fd is not None:
@@ -675,7 +676,7 @@ class Worker:
 
     def fill_output_buffer(self, data: tuple) -> None:
         index = self.hello.output_index
-        if index is not None and data[index].is_floating_point():
+        if index is not None and isinstance(data, tuple | list) and data[index].is_floating_point():
             data[index].fill_(float("nan"))
 
     def check(self, request: CheckRequest) -> CheckReply:
@@ -690,7 +691,8 @@ class Worker:
         data = self.make_inputs(request.data)
         self.fill_output_buffer(data)
         counted = self.transfer.tensor_inputs(data, self.hello.input_indices)
-        before = {index: data[index].detach().clone() for index in counted}
+        item = self.transfer.data_item
+        before = [item(data, index).detach().clone() for index in counted]
         self.autotuners.force(request.autotune_config)
         self.synchronize()
         started = perf_counter()
@@ -707,14 +709,15 @@ class Worker:
             self.called = True
         reply.autotuners = self.autotuners.describe()
         reply.autotune_config = self.autotuners.chosen()
-        reply.output = self.export_tensor(self.resolved(result), self.io_dir / f"output-{request.id}.bin")
-        reply.inputs = [self.describe(data[index]) for index in counted]
-        reply.inputs_changed = [self.changed_elements(before[index], data[index]) for index in counted]
+        reply.output = self.export_output(self.resolved(result), self.io_dir / f"output-{request.id}.bin")
+        reply.inputs = [self.describe(item(data, index)) for index in counted]
+        reply.inputs_changed = [
+            self.changed_elements(copy, item(data, index))
+            for copy, index in zip(before, counted, strict=True)
+        ]
         del before
-        if reply.output.exact_tensor:
-            reply.output_aliases_input = self.aliases_input(result, data)
-            if not reply.output_aliases_input and result.is_floating_point():
-                result.fill_(float("nan"))
+        reply.output_aliases_input = self.aliases_input(result, data)
+        self.transfer.fill_output_nan(result, self.inputs_of(data))
         self.fill_output_buffer(data)
         self.synchronize()
         return reply
@@ -726,18 +729,31 @@ class Worker:
         reaches the returned one's storage)."""
         if type(result) is self.torch.Tensor and (result.is_neg() or result.is_conj()):
             return result.resolve_neg().resolve_conj()
+        if isinstance(result, tuple | list) and any(
+            type(part) is self.torch.Tensor and (part.is_neg() or part.is_conj()) for part in result
+        ):
+            return (list if isinstance(result, list) else tuple)(self.resolved(part) for part in result)
         return result
 
     def aliases_input(self, result: object, data: tuple) -> bool:
-        """Whether the returned tensor shares its storage with an input."""
+        """Whether the returned tensor (or a tensor of a returned tuple, list or dict) shares its
+        storage with an input."""
         torch = self.torch
-        if type(result) is not torch.Tensor:
-            return False
-        storage = result.untyped_storage().data_ptr()
+        returned = {
+            t.untyped_storage().data_ptr()
+            for t in self.transfer.output_tensors(result)
+            if type(t) is torch.Tensor
+        }
         return any(
-            type(data[index]) is torch.Tensor and data[index].untyped_storage().data_ptr() == storage
-            for index in self.hello.input_indices
+            type(t) is torch.Tensor and t.untyped_storage().data_ptr() in returned
+            for t in self.inputs_of(data)
         )
+
+    def inputs_of(self, data: object) -> list[object]:
+        """The data's inputs (all but the output buffer); data that is not a tuple is one input."""
+        if not isinstance(data, tuple | list):
+            return [data]
+        return [data[index] for index in self.hello.input_indices if index < len(data)]
 
     def time(self, request: TimeRequest) -> TimeReply:
         """Warm up and time the entry point on one shape (harness.timing.time_calls).
@@ -782,8 +798,8 @@ class Worker:
             done = CallDone(token=self.hello.token, id=request.id, index=index)
             done.output = self.export_timed(self.resolved(result), request, index)
             done.output_aliases_input = self.aliases_input(result, data)
-            if done.output.exact_tensor and not done.output_aliases_input and result.is_floating_point():
-                result.fill_(float("nan"))
+            if not done.output_aliases_input:
+                self.transfer.fill_output_nan(result, self.inputs_of(data))
                 self.synchronize()
             self.channel.send(done)
 
@@ -824,6 +840,8 @@ class Worker:
     def export_timed(self, result: object, request: TimeRequest, index: int):
         """A timed call's output into the shared buffer when it fits, else into a file."""
         shared = self.shared_output_buffer(request.shared_output_bytes)
+        if isinstance(result, tuple | list | dict):  # an output of several parts: its file
+            return self.export_output(result, self.io_dir / f"timed-{request.id}-{index}.bin")
         if shared is not None:
             info = self.transfer.export_shared(result, shared, request.shared_output_bytes)
             if info.written or not info.exact_tensor:

@@ -52,8 +52,9 @@ from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.pool import CHILD_POOL, ChildPool, child_key
 from harness.sandbox.protocol import CallDone, ImportFailed, IsolationReport, Ready
 from harness.sandbox.supervisor import SHUTDOWN_GRACE_S, ChildFailure, ChildProcess
-from harness.sandbox.transfer import SharedBuffer, read_shared, read_tensor
+from harness.sandbox.transfer import SharedBuffer, read_output, read_shared
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
+from harness.tasks.spec import TaskUnsupported
 from harness.timing import (
     BELOW_PHYSICAL_FLOOR,
     HOST_CLOCK_MISMATCH,
@@ -127,8 +128,8 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     if problem is not None:
         return "wrong_answer", problem, details, None
     try:
-        received = read_tensor(
-            child.io_fd, child.output_name(reply.id), reply.output, case.expected.device.type
+        received = read_output(
+            child.io_fd, child.output_name(reply.id), reply.output, checking.output_device(case.expected)
         )
     except (ValueError, OSError) as exc:
         return "wrong_answer", f"output could not be read back: {exc}", details, None
@@ -184,7 +185,7 @@ def _check_shape(
     them above limits.max_checked_autotune_configs: `checked_configs`); fills `outcome` and
     returns the config count, which grows if a call created new autotuners."""
     case = checking.reference_case(task, reference, shape, seed, child.device)
-    child.allow_output(case.expected.nbytes)
+    child.allow_output(checking.output_nbytes(case.expected))
     where = f"{outcome.set_name}[{outcome.index}]"
     cap = child.limits.max_checked_autotune_configs
     configs: list[dict] = []
@@ -328,7 +329,10 @@ class Evaluator:
         self.calibrator, self.own_calibrator = calibrator, None
         self._timed_case: tuple[tuple[str, int], checking.ReferenceCase] | None = None
         code_sha256 = hashlib.sha256(code).hexdigest()
-        self.reference = load_reference(task)
+        try:
+            self.reference, self.unsupported = load_reference(task), None
+        except TaskUnsupported as exc:  # a module this machine lacks: no shape can run here
+            self.reference, self.unsupported = None, str(exc)
         self.started = perf_counter()
         started_at = time.time()
         self.evaluation = Evaluation(
@@ -471,7 +475,7 @@ class Evaluator:
         """Start the child without waiting for its imports; False (and the evaluation's status
         says why) when it died at once, or when the task cannot make its inputs on this device.
         An adopted child, or one spawned early, runs already."""
-        unsupported = self.task.cpu_unsupported_reason(self.device)
+        unsupported = self.unsupported or self._unsupported_here()
         if unsupported is not None:
             self.evaluation.status, self.evaluation.reason = "unsupported", unsupported
             self.stopped = True
@@ -485,6 +489,25 @@ class Evaluator:
         except ChildFailure as failure:
             return self.started_with(failure)
         return True
+
+    def _unsupported_here(self) -> str | None:
+        """Why the task cannot run on this device, found off CUDA by making the first shape's
+        inputs and reference (kept for its check, as `prefetch_reference` would): a generator
+        that makes CUDA data only fails or makes it elsewhere (harness.tasks.spec.generate_inputs).
+        On CUDA a reference that fails on this GPU says so at the check (`run_shape`)."""
+        if self.device == "cuda":
+            return None
+        index = next((i for i in range(len(self.shapes)) if i not in self.resumed), None)
+        if index is None:
+            return None
+        shape = self.shapes[index]
+        try:
+            checking.reference_case(self.task, self.reference, shape, self._check_seed(shape), self.device)
+        except TaskUnsupported as exc:
+            return f"task {self.task.name} {exc}" if str(exc).startswith("makes ") else str(exc)
+        except Exception:  # noqa: BLE001 - the check computes it again and says what failed
+            return None
+        return None
 
     def wait_ready(self) -> Ready | ImportFailed | ChildFailure:
         """After `spawn`: the child's answer to the imports, or the failure that ended it. Touches
@@ -573,6 +596,8 @@ class Evaluator:
                 self._time_shape(outcome, shape)
         except ChildFailure as failure:
             outcome.status, outcome.reason, outcome.passed = failure.status, failure.reason, False
+        except TaskUnsupported as exc:  # the task's reference cannot run here (another GPU's)
+            outcome.status, outcome.reason, outcome.passed = "unsupported", str(exc), False
         except Exception as exc:
             if checking.out_of_memory(exc) is None:
                 raise
@@ -648,6 +673,13 @@ class Evaluator:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         timing = self.activity == "timing"
+        too_large = checking.larger_than_memory(exc, self.device)
+        if too_large is not None:  # no neighbour's doing: the shape cannot run on this machine
+            reason = f"too large to run here: {too_large}"
+            if timing:
+                self.child.abandon(reason)
+            outcome.status, outcome.reason, outcome.passed = "unsupported", reason, False
+            return False
         if retry and not timing:
             outcome.verdicts, outcome.check = None, {}
             return True
@@ -728,7 +760,7 @@ class Evaluator:
         check_case = checking.reference_case(
             self.task, self.reference, shape, self._check_seed(shape), self.device
         )
-        output_bytes = check_case.expected.nbytes
+        output_bytes = checking.output_nbytes(check_case.expected)
         warmup_calls, warmup_s = WARMUP_AGAIN if later else WARMUP[self.device]
         warmup_data = check_case.data
         timed = self.child.time(
@@ -800,9 +832,12 @@ class Evaluator:
         (harness.timing)."""
         flags = []
         data = self._timed_case[1].data if self._timed_case is not None else ()  # the timed calls' inputs
-        input_bytes = sum(
-            getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data)
-        )
+        if not isinstance(data, tuple | list):
+            input_bytes = getattr(data, "nbytes", 0)
+        else:
+            input_bytes = sum(
+                getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data)
+            )
         if min(times) < physical_floor_ms(input_bytes, self.peak_bandwidth_gbs):
             flags.append(BELOW_PHYSICAL_FLOOR)
         return flags
@@ -814,7 +849,7 @@ class Evaluator:
             if child.shared_reader is None:
                 child.shared_reader = SharedBuffer(child.output_fd, cuda=device == "cuda")
             return read_shared(child.shared_reader, child.shared_bytes, done.output, device)
-        return read_tensor(child.io_fd, child.timed_output_name(done.id, done.index), done.output, device)
+        return read_output(child.io_fd, child.timed_output_name(done.id, done.index), done.output, device)
 
     def _timed_case_for(self, shape: Shape, seed: int) -> checking.ReferenceCase:
         """The inputs and reference of a timed call's seed (a seed per call: a case of this
@@ -824,7 +859,13 @@ class Evaluator:
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
             case = checking.make_reference_case(
-                self.reference, shape, seed, self.device, exact_now=False, exact_answer=self.task.exact_answer
+                self.reference,
+                shape,
+                seed,
+                self.device,
+                exact_now=False,
+                exact_answer=self.task.exact_answer,
+                clone_inputs=not self.task.data,
             )
             self._timed_case = (key, case)
         return self._timed_case[1]
@@ -848,7 +889,7 @@ class Evaluator:
         if problem is not None:
             return problem
         try:
-            received = self._read_timed_output(done, case.expected.device.type)
+            received = self._read_timed_output(done, checking.output_device(case.expected))
         except (ValueError, OSError) as exc:
             return f"output could not be read back: {exc}"
         check = checking.judge_output(self.task, received, case, figures=False)

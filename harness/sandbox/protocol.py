@@ -78,12 +78,21 @@ class MappingItem(Message):
     items: dict[str, DataItem]
 
 
+class WholeItem(Message):
+    """The data is this one object (one tensor, a dict), not a tuple of items: the only item of
+    a data list that holds it, and nowhere else."""
+
+    kind: Literal["whole"] = "whole"
+    item: DataItem
+
+
 DataItem = Annotated[
-    TensorItem | OutputBufferItem | ValueItem | SequenceItem | MappingItem,
+    TensorItem | OutputBufferItem | ValueItem | SequenceItem | MappingItem | WholeItem,
     Field(discriminator="kind"),
 ]
 SequenceItem.model_rebuild()
 MappingItem.model_rebuild()
+WholeItem.model_rebuild()
 
 
 # --- parent -> child ------------------------------------------------------------------------

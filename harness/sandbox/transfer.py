@@ -57,6 +57,7 @@ from harness.sandbox.protocol import (
     SequenceItem,
     TensorItem,
     ValueItem,
+    WholeItem,
 )
 from harness.wire import TensorInfo
 
@@ -110,15 +111,15 @@ PARALLEL_IO_BYTES = 16 * 1024**2  # above this, a file is written or read by IO_
 IO_THREADS = 4
 
 
-def _transfer(fd: int, view: memoryview, write: bool) -> None:
-    """Write `view` to the file at offset 0, or fill `view` from it; a large one in IO_THREADS
-    slices at once (one thread copies 4-5 GB/s between memory and a file in /dev/shm). Raises
-    ValueError when the file ends early."""
+def _transfer(fd: int, view: memoryview, write: bool, base: int = 0) -> None:
+    """Write `view` to the file at offset `base`, or fill `view` from there; a large one in
+    IO_THREADS slices at once (one thread copies 4-5 GB/s between memory and a file in /dev/shm).
+    Raises ValueError when the file ends early."""
 
     def one(start: int, stop: int) -> None:
         while start < stop:
             part = view[start:stop]
-            count = os.pwrite(fd, part, start) if write else os.preadv(fd, [part], start)
+            count = os.pwrite(fd, part, base + start) if write else os.preadv(fd, [part], base + start)
             if count <= 0:
                 raise ValueError(f"exported file ended after {start} of {len(view)} bytes")
             start += count
@@ -147,6 +148,149 @@ def export_tensor(value: object, path: Path) -> TensorInfo:
         os.close(fd)
     info.written = True
     return info
+
+
+# --- outputs of several parts ----------------------------------------------------------------
+OUTPUT_ALIGNMENT = 64  # each part's bytes start at a multiple of this in the output's file
+MAX_OUTPUT_PARTS = 256  # parts (tensors, numbers, containers) of one output, all levels together
+MAX_OUTPUT_DEPTH = 4
+VALUE_TYPES = tuple(f"builtins.{kind}" for kind in ("NoneType", "bool", "int", "float", "str"))
+
+
+def _is_container(value: object) -> bool:
+    return isinstance(value, tuple | list) or (
+        isinstance(value, dict) and all(isinstance(key, str) for key in value)
+    )
+
+
+def describe_output(value: object, depth: int = 0) -> TensorInfo:
+    """`describe` of a returned object; a tuple, list or dict (string keys) with its parts
+    described in `parts` (nested up to MAX_OUTPUT_DEPTH), a number, string or None by value."""
+    if _is_container(value) and depth < MAX_OUTPUT_DEPTH:
+        kind = type(value)
+        items = list(value.values()) if isinstance(value, dict) else list(value)
+        return TensorInfo(
+            type_name=f"{kind.__module__}.{kind.__qualname__}",
+            exact_tensor=False,
+            parts=[describe_output(item, depth + 1) for item in items[:MAX_OUTPUT_PARTS]],
+            keys=list(value) if isinstance(value, dict) else None,
+        )
+    info = describe(value)
+    if value is None or type(value) in (bool, int, float, str):
+        info.value = value
+    return info
+
+
+def output_tensors(value: object, depth: int = 0) -> list[object]:
+    """The tensor leaves of a returned object in `describe_output`'s order (anything that is
+    neither a container nor a plain value counts as a leaf: its description says what it is)."""
+    if _is_container(value) and depth < MAX_OUTPUT_DEPTH:
+        items = list(value.values()) if isinstance(value, dict) else list(value)
+        return [leaf for item in items[:MAX_OUTPUT_PARTS] for leaf in output_tensors(item, depth + 1)]
+    return [] if value is None or type(value) in (bool, int, float, str) else [value]
+
+
+def output_leaves(info: TensorInfo) -> list[TensorInfo]:
+    """The descriptions of the tensor leaves (and of anything that is not a plain value) of an
+    output of several parts, in order."""
+    if info.parts is not None:
+        return [leaf for part in info.parts for leaf in output_leaves(part)]
+    return [] if info.type_name in VALUE_TYPES else [info]
+
+
+def packed_layout(info: TensorInfo) -> tuple[list[tuple[int, torch.dtype, int, int]], int]:
+    """Where each tensor leaf of an output of several parts lies in its file: (offset, dtype,
+    element count, bytes) per leaf, and the file's size; computed by each side from the leaves'
+    dtypes and shapes alone. Raises ValueError for an output that is not all tensors and values,
+    or has too many parts."""
+    leaves = output_leaves(info)
+    if len(leaves) > MAX_OUTPUT_PARTS:
+        raise ValueError(f"an output of more than {MAX_OUTPUT_PARTS} parts")
+    layout, end = [], 0
+    for leaf in leaves:
+        dtype, numel, nbytes = _described(leaf)
+        offset = -(-end // OUTPUT_ALIGNMENT) * OUTPUT_ALIGNMENT
+        layout.append((offset, dtype, numel, nbytes))
+        end = offset + nbytes
+    return layout, end
+
+
+def export_output(value: object, path: Path) -> TensorInfo:
+    """`export_tensor` of a returned tensor; of a tuple, list or dict of tensors and values, its
+    description (`describe_output`) with every tensor's bytes in one file, one after another
+    (`packed_layout`), `written` when every leaf is a tensor the parent can read."""
+    info = describe_output(value)
+    if info.parts is None:
+        return export_tensor(value, path)
+    leaves, tensors = output_leaves(info), output_tensors(value)
+    if len(leaves) != len(tensors) or not all(
+        leaf.exact_tensor and leaf.dtype in DTYPES and leaf.device in ("cpu", "cuda") for leaf in leaves
+    ):
+        return info
+    for leaf in leaves:
+        leaf.written = True
+    layout, end = packed_layout(info)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.ftruncate(fd, end)
+        for (offset, _dtype, numel, _nbytes), tensor in zip(layout, tensors, strict=True):
+            if numel:
+                _transfer(fd, memoryview(_bytes_of(tensor).numpy()).cast("B"), write=True, base=offset)
+    finally:
+        os.close(fd)
+    info.written = True
+    return info
+
+
+def fill_output_nan(value: object, inputs: list[object]) -> None:
+    """Overwrite every floating tensor of a returned object with NaN (no later call finds this
+    answer in memory), but for those that share storage with one of `inputs`."""
+    kept = {t.untyped_storage().data_ptr() for t in inputs if type(t) is torch.Tensor}
+    for tensor in output_tensors(value):
+        if (
+            type(tensor) is torch.Tensor
+            and tensor.is_floating_point()
+            and tensor.untyped_storage().data_ptr() not in kept
+        ):
+            tensor.fill_(float("nan"))
+
+
+def read_output(directory_fd: int, name: str, info: TensorInfo, device: str = "cpu") -> object:
+    """The output the child exported to `name` (`export_output`): a tensor (`read_tensor`), or the
+    tuple, list or dict it described, each tensor a fresh one on `device` and each value as
+    described. Raises ValueError as `read_tensor` does."""
+    if info.parts is None:
+        return read_tensor(directory_fd, name, info, device)
+    if not info.written:
+        raise ValueError("no tensor was exported")
+    layout, expected_bytes = packed_layout(info)
+    fd = open_exported(directory_fd, name)
+    try:
+        actual_bytes = os.fstat(fd).st_size
+        if actual_bytes != expected_bytes:
+            raise ValueError(f"exported file holds {actual_bytes} bytes, its parts need {expected_bytes}")
+        buffer = torch.empty(expected_bytes, dtype=torch.uint8)
+        if expected_bytes:
+            _transfer(fd, memoryview(buffer.numpy()).cast("B"), write=False)
+    finally:
+        os.close(fd)
+    places = iter(layout)
+
+    def build(part: TensorInfo) -> object:
+        if part.parts is not None:
+            values = [build(item) for item in part.parts]
+            if part.keys is not None:
+                if len(part.keys) != len(values):
+                    raise ValueError("a dict's keys and parts differ in number")
+                return dict(zip(part.keys, values, strict=True))
+            return values if part.type_name == "builtins.list" else tuple(values)
+        if id(part) not in leaves:
+            return part.value
+        offset, dtype, _numel, nbytes = next(places)
+        return buffer[offset : offset + nbytes].view(dtype).view(part.shape).to(device)
+
+    leaves = {id(leaf) for leaf in output_leaves(info)}
+    return build(info)
 
 
 def changed_elements(before: torch.Tensor, after: object) -> int | None:
@@ -332,10 +476,18 @@ def read_shared(buffer: SharedBuffer, capacity: int, info: TensorInfo, device: s
 INPUT_ALIGNMENT = 256  # each tensor's bytes start at a multiple of this in the inputs memory
 
 
-def tensor_inputs(data: tuple, input_indices: list[int]) -> list[int]:
+def tensor_inputs(data: object, input_indices: list[int]) -> list[int | None]:
     """The positions among `input_indices` whose item is a tensor: the inputs whose changes a
-    check counts (both sides compute this list on their own data)."""
+    check counts (both sides compute this list on their own data: harness.checking too). Data
+    that is one tensor, not a tuple, is position None (`data_item`); one dict has none."""
+    if not isinstance(data, tuple | list):
+        return [None] if isinstance(data, torch.Tensor) else []
     return [index for index in input_indices if index < len(data) and isinstance(data[index], torch.Tensor)]
+
+
+def data_item(data: object, position: int | None) -> object:
+    """The item of the data at a position of `tensor_inputs`."""
+    return data if position is None else data[position]
 
 
 def _stride_kept(value: torch.Tensor) -> list[int] | None:
@@ -390,8 +542,8 @@ def lay_out_inputs(
             "None and tuples, lists and dicts of them can be handed to the child"
         )
 
-    if not isinstance(data, tuple | list):
-        raise HarnessError(f"generate_input returned a {type(data).__name__}, not a tuple")
+    if not isinstance(data, tuple | list):  # one tensor or dict: GPU MODE's protocol allows it
+        return [WholeItem(item=item(data, "data"))], placed, end
     items: list[DataItem] = []
     for index, value in enumerate(data):
         if index == output_index and isinstance(value, torch.Tensor):
@@ -445,6 +597,8 @@ def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tup
     def needed(item: DataItem) -> int:
         if isinstance(item, TensorItem):
             return item.offset + item.nbytes
+        if isinstance(item, WholeItem):
+            return needed(item.item)
         if isinstance(item, SequenceItem | MappingItem):
             parts = item.items if isinstance(item, SequenceItem) else list(item.items.values())
             return max((needed(part) for part in parts), default=0)
@@ -466,6 +620,8 @@ def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tup
             return tuple(values) if item.kind == "tuple" else values
         if isinstance(item, MappingItem):
             return {key: make(part) for key, part in item.items.items()}
+        if isinstance(item, WholeItem):
+            raise ValueError("a whole-data item inside the data")  # noqa: TRY004 - read_inputs raises ValueError
         target = empty(item.dtype, item.shape, item.stride)
         if isinstance(item, OutputBufferItem):
             return target.fill_(float("nan")) if target.is_floating_point() else target.zero_()
@@ -478,4 +634,6 @@ def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tup
     size = max((needed(item) for item in items), default=0)
     if size:  # the whole memfd as the parent sized it: it grows rarely, and each mapping is registered
         memory = buffer.ensure(max(size, os.fstat(buffer.fd).st_size))
+    if len(items) == 1 and isinstance(items[0], WholeItem):
+        return make(items[0].item)
     return tuple(make(item) for item in items)

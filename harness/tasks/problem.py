@@ -15,7 +15,8 @@ check_implementation is GPU MODE's elementwise match at these tolerances, so the
 the `gpumode` verdict itself, with counts and positions), `exact_answer` (with a tolerance: the
 reference function computed on the inputs cast to float64, usually `ref_kernel`; it brings the
 `accurate` verdict), `verdict`, `data` and `output_buffer` (names of generate_input's tuple and
-the one that is the output buffer; read from its `return` when left out), `entry_point`,
+the one that is the output buffer; read from its `return a, b, ...` when left out, and without
+one the data is whatever generate_input returns, one tensor or a dict among them), `entry_point`,
 `unpacked_entry_points`, `reference_candidate`, `ranking_by`, `gpumode_ranking_by`.
 
 Validation is static (ast): adding a task needs neither torch nor a GPU, and runs nothing of it.
@@ -105,13 +106,19 @@ def read_problem(directory: Path) -> ProblemFiles:
         raise HarnessError(f"{directory}: not a directory")
     files = {TASK_YML: _read(directory / TASK_YML, "no task.yml: not a GPU MODE problem directory")}
     files[REFERENCE] = _read(directory / REFERENCE, "no reference.py")
-    files[TASK_TYPES] = _read(directory / TASK_TYPES, "no task.py (the types a submission imports)")
     raw = _parse_yml(files[TASK_YML], directory / TASK_YML)
     reference = _parse_python(files[REFERENCE], directory / REFERENCE)
-    _parse_python(files[TASK_TYPES], directory / TASK_TYPES)
     missing = [name for name in REQUIRED_FUNCTIONS if name not in _top_level_names(reference)]
     if missing:
-        raise HarnessError(f"{directory / REFERENCE}: defines no {', '.join(missing)}")
+        own = (
+            ": the problem's own eval.py runs another protocol than custom_kernel(data), which the "
+            "harness does not run"
+            if (directory / "eval.py").is_file() and len(missing) == len(REQUIRED_FUNCTIONS)
+            else ""
+        )
+        raise HarnessError(f"{directory / REFERENCE}: defines no {', '.join(missing)}{own}")
+    files[TASK_TYPES] = _read(directory / TASK_TYPES, "no task.py (the types a submission imports)")
+    _parse_python(files[TASK_TYPES], directory / TASK_TYPES)
     if _imports(reference, "utils"):
         utils = next((p for p in (directory / UTILS, directory.parent / UTILS) if p.is_file()), None)
         if utils is None:
@@ -150,7 +157,7 @@ def problem_spec(
     for set_name in ("tests", "benchmarks"):
         if not isinstance(raw.get(set_name), list) or not raw[set_name]:
             raise HarnessError(f"{where}: no {set_name} shapes")
-    parameters, takes_any, takes_device = _generator_parameters(reference)
+    parameters, takes_any = _generator_parameters(reference)
     shapes = {
         "tests": raw["tests"],
         "benchmarks": raw["benchmarks"],
@@ -167,13 +174,11 @@ def problem_spec(
                 )
     data, output_buffer = extension.data, extension.output_buffer
     if data is None:
+        # named from a final `return a, b, ...` when there is one; else learned from what
+        # generate_input returns when it runs (one tensor, a dict, a tuple of any length)
         data, found_buffer = _data_layout(reference)
-        if data is None:
-            raise HarnessError(
-                f"{directory / REFERENCE}: generate_input does not end in `return a, b, ...`: "
-                "name its data in task.yml (harness: data: [...], output_buffer: ...)"
-            )
         output_buffer = output_buffer or found_buffer
+        data = data or []
     tolerance = extension.tolerance or {}
     if extension.tolerance is not None and set(tolerance) != {"rtol", "atol"}:
         raise HarnessError(f"{where}: harness: tolerance needs exactly rtol and atol")
@@ -198,7 +203,6 @@ def problem_spec(
             verdict=verdict,
             ranking_by=ranking_by,
             gpumode_ranking_by=extension.gpumode_ranking_by or raw.get("ranking_by"),
-            generator_takes_device=takes_device,
             tests=shapes["tests"],
             benchmarks=shapes["benchmarks"],
             smoke=shapes["smoke"],
@@ -275,16 +279,17 @@ def _generator(module: ast.Module) -> ast.FunctionDef | None:
     )
 
 
-def _generator_parameters(module: ast.Module) -> tuple[set[str], bool, bool]:
-    """generate_input's parameter names, whether it takes **kwargs, whether it takes `device`.
-    A generate_input that is not a plain def (assigned or imported) is taken to accept any shape."""
+def _generator_parameters(module: ast.Module) -> tuple[set[str], bool]:
+    """generate_input's parameter names and whether it takes **kwargs. A generate_input that is
+    not a plain def (assigned, imported, or wrapped by a decorator) is taken to accept any shape.
+    Whether it makes data on a device is not read here: the harness finds it by calling it
+    (harness.tasks.spec.generate_inputs)."""
     function = _generator(module)
-    if function is None:
-        return set(), True, False
+    if function is None or function.decorator_list:
+        return set(), True
     arguments = function.args
     names = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
-    takes_any = arguments.kwarg is not None
-    return names, takes_any, "device" in names or takes_any
+    return names, arguments.kwarg is not None
 
 
 def _data_layout(module: ast.Module) -> tuple[list[str] | None, str | None]:
@@ -300,7 +305,7 @@ def _data_layout(module: ast.Module) -> tuple[list[str] | None, str | None]:
         element.id if isinstance(element, ast.Name) else f"data{index}"
         for index, element in enumerate(value.elts)
     ]
-    made_empty = set()
+    made_empty = {f"data{index}" for index, element in enumerate(value.elts) if _calls_factory(element)}
     for node in ast.walk(function):
         if isinstance(node, ast.Assign) and any(_calls_factory(call) for call in ast.walk(node.value)):
             made_empty.update(t.id for t in node.targets if isinstance(t, ast.Name))

@@ -36,6 +36,13 @@ from harness.errors import HarnessError
 TASKS_DIR = Path(__file__).resolve().parent
 PROBLEMS_DIR = TASKS_DIR / "problems"  # the built-in tasks, GPU MODE problem directories
 SHAPE_SETS = ("tests", "benchmarks", "smoke")
+MAX_DATA_ITEMS = 64  # items of a data tuple whose names are not known: all counted as inputs
+
+
+class TaskUnsupported(HarnessError):
+    """The task cannot run here (its reference needs a module this machine lacks, its inputs are
+    made on another device, its reference fails on this GPU): an evaluation of it is
+    `unsupported` with this one line, never an error of the run."""
 
 
 class Shape(BaseModel):
@@ -79,8 +86,6 @@ class TaskSpec(BaseModel):
     # reference module's function computed on the inputs cast to float64 (`ref_kernel`), or None:
     # the task has only the `gpumode` verdict.
     exact_answer: str | None = "ref_kernel"
-    # whether generate_input takes `device` (a CPU-capable task); GPU MODE's make CUDA inputs only
-    generator_takes_device: bool = True
     # The stored version of the task's files (harness task add); results are tied to it. A built-in
     # task's files ship with the harness (its version is in every run's environment): version 1.
     version: int = 1
@@ -128,14 +133,18 @@ class TaskSpec(BaseModel):
                 return folder / "utils.py"
         return None
 
-    def cpu_unsupported_reason(self, device: str) -> str | None:
-        """Why this task cannot run on `device`, or None."""
-        if device != "cuda" and not self.generator_takes_device:
-            return (
-                f"task {self.name} makes its inputs on CUDA only (its generate_input takes no `device`): "
-                f"unsupported on {device}"
-            )
-        return None
+    def devices_known(self) -> str:
+        """Where the task's inputs can be made, as far as generate_input's signature says (read
+        from the loaded function, so a wrapper that takes `device` counts); a generator without
+        `device` may still make CPU data (linalg's do without a GPU): found by calling it, when
+        an evaluation runs (`generate_inputs`)."""
+        try:
+            reference = load_reference(self)
+        except TaskUnsupported as exc:
+            return str(exc)
+        if generator_takes_device(reference):
+            return "CPU and CUDA"
+        return "CUDA only, unless its generate_input makes CPU data without a GPU (found when run)"
 
     @property
     def reference_file(self) -> Path:
@@ -152,7 +161,11 @@ class TaskSpec(BaseModel):
 
     @property
     def input_indices(self) -> list[int]:
-        """Positions of the data that are inputs: everything but the output buffer."""
+        """Positions of the data that are inputs: everything but the output buffer; for data whose
+        items were not named (learned from what generate_input returns), every item (the
+        users filter by the data's length)."""
+        if not self.data:
+            return list(range(MAX_DATA_ITEMS))
         return [index for index, name in enumerate(self.data) if name != self.output_buffer]
 
     def shapes(self, set_name: str) -> list[Shape]:
@@ -260,9 +273,17 @@ def deterministic_environment(task: TaskSpec) -> dict[str, str]:
 
 
 def load_reference(task: TaskSpec) -> ModuleType:
-    """The task's reference module (generate_input, ref_kernel), loaded from its file; imports torch."""
+    """The task's reference module (generate_input, ref_kernel), loaded from its file; imports
+    torch. A module it imports that this machine lacks makes the task unsupported here
+    (`TaskUnsupported`), as GPU MODE's problems for other machines (amd_202602's) are."""
     os.environ.update(deterministic_environment(task))
-    return _load_module_file(task.reference_file)
+    try:
+        return _load_module_file(task.reference_file)
+    except ImportError as exc:
+        missing = exc.name or " ".join(str(exc).split())[:200]
+        raise TaskUnsupported(
+            f"task {task.name}'s reference imports {missing!r}, which this machine lacks: unsupported here"
+        ) from None
 
 
 # The modules a GPU MODE reference imports from its own folder: each task's are its own.
@@ -300,14 +321,37 @@ def generator_takes_device(reference: ModuleType) -> bool:
 def generate_inputs(reference: ModuleType, parameters: dict, seed: int, device: str):
     """The task's inputs for one shape and seed, on `device`: the one call of generate_input, in
     the parent only (the child gets the inputs as bytes). A GPU MODE generator without a `device`
-    parameter makes CUDA tensors and is called without it."""
+    parameter is called without it: most make CUDA tensors, some (linalg's) CPU tensors where
+    there is no GPU; whether it serves `device` is found by calling it and looking at its tensors
+    (`TaskUnsupported` when it fails off CUDA, or makes them on another device)."""
     if generator_takes_device(reference):
         return reference.generate_input(**parameters, seed=seed, device=device)
-    if device != "cuda":
-        raise HarnessError(
-            f"the task's generate_input takes no `device`: its inputs are made on CUDA only, not {device}"
+    cuda_only = "makes its inputs on CUDA only (its generate_input takes no `device`)"
+    try:
+        data = reference.generate_input(**parameters, seed=seed)
+    except Exception as exc:
+        if device == "cuda":
+            raise
+        raise TaskUnsupported(f"{cuda_only}: unsupported on {device}") from exc
+    devices = {t.device.type for t in _tensors_of(data)}
+    if devices - {device}:
+        raise TaskUnsupported(
+            f"makes its inputs on {', '.join(sorted(devices))} (its generate_input takes no `device`): "
+            f"unsupported on {device}"
         )
-    return reference.generate_input(**parameters, seed=seed)
+    return data
+
+
+def _tensors_of(value: object) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [t for item in value for t in _tensors_of(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in _tensors_of(item)]
+    return []
 
 
 def combine_seeds(seed: int, secret: int) -> int:

@@ -1,0 +1,1 @@
+# The problem's own runner (GPU MODE ships one per set); the harness does not run it.

@@ -1,0 +1,246 @@
+"""GPU MODE's protocol as its problems use it (issue 34), through the `harness` command line on
+the CPU: data that is one tensor judged by a property check, tuple outputs without an output
+buffer (by the problem's check, and by the harness's tolerance part by part), a problem with its
+own protocol (two entry points), a reference importing a module this machine lacks, a shape
+larger than the machine's memory. Each ends in a result or one line, never a traceback.
+
+The problems in tests/data/gpumode_problems/ (cholesky_py, tupleout_py, twoentry_py,
+missingmodule_py, hugeshape_py) were written for these tests in GPU MODE's format."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import rows
+
+PROBLEMS = Path(__file__).parent / "data" / "gpumode_problems"
+
+
+@pytest.fixture
+def harness(run_cli, tmp_path):
+    cache = tmp_path / "cache"
+
+    def run(*args, env: dict[str, str] | None = None, **options):
+        return run_cli(*args, env={"HARNESS_CACHE_DIR": str(cache), **(env or {})}, **options)
+
+    return run
+
+
+def ok(result) -> str:
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout
+
+
+def register(harness, path: Path, task: str, lineage: str) -> str:
+    out = ok(harness("register", path, "--task", task, "--lineage", lineage))
+    return out.split()[2].rstrip(":")
+
+
+def board(harness, task: str) -> dict[str, dict]:
+    entries = json.loads(ok(harness("leaderboard", "--task", task, "--format", "json")))["entries"]
+    return {entry["lineage"]: entry for entry in entries}
+
+
+def test_one_tensor_as_the_data_judged_by_a_property_check(harness):
+    """cholesky_py's generate_input returns one tensor (no `return a, b, ...` to read: the
+    structure is what the call returns), takes no `device` but makes CPU data without a GPU (as
+    linalg's do: found by calling it), and its check is a property check, not elementwise: a
+    factor computed another way passes, the right values in the wrong triangle fail."""
+    ok(harness("task", "add", PROBLEMS / "cholesky_py"))
+    shown = ok(harness("task", "show", "cholesky"))
+    assert "data: as generate_input returns it (not a named tuple)" in shown
+    for kind in ("correct", "wrong"):
+        register(harness, PROBLEMS / "cholesky_py" / "solutions" / f"{kind}.py", "cholesky", kind)
+    result = harness(
+        "tournament", "--task", "cholesky", "--device", "cpu", "--mode", "benchmark", timeout=600
+    )
+    assert result.returncode == 1, result.stderr  # a revision failed
+    assert "Traceback" not in result.stderr
+    entries = board(harness, "cholesky")
+    assert {name for name, entry in entries.items() if entry["rank"] is not None} == {
+        "cholesky_reference",
+        "correct",
+    }
+    wrong = entries["wrong"]
+    assert wrong["status"] == "wrong_answer"
+    assert "GPU MODE check: not lower triangular:" in wrong["reason"]
+
+
+def test_tuple_outputs_without_an_output_buffer(harness, store_url):
+    """tupleout_py's reference answers (q, scales), an int8 and a float32 tensor, and its data has
+    no output buffer. Both go through the child, the parent's check, the timed calls' checks and
+    the store; a dict where the tuple is expected is the problem's check's verdict."""
+    ok(harness("task", "add", PROBLEMS / "tupleout_py"))
+    for kind in ("correct", "wrong", "dict"):
+        register(harness, PROBLEMS / "tupleout_py" / "solutions" / f"{kind}.py", "tupleout", kind)
+    result = harness(
+        "tournament", "--task", "tupleout", "--device", "cpu", "--mode", "benchmark", timeout=600
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    entries = board(harness, "tupleout")
+    assert {name for name, entry in entries.items() if entry["rank"] is not None} == {
+        "tupleout_reference",
+        "correct",
+    }
+    assert entries["wrong"]["status"] == "wrong_answer"
+    assert entries["wrong"]["reason"].endswith("GPU MODE check: scales differ")
+    assert entries["dict"]["reason"].endswith("GPU MODE check: expected (q, scales), got dict")
+    described = [
+        json.loads(check)["output"]
+        for check, name in rows(
+            store_url,
+            'SELECT s."check", l.name FROM shape_results s JOIN runs r ON r.id = s.run_id '
+            "JOIN revisions v ON v.id = r.revision_id JOIN lineages l ON l.id = v.lineage_id "
+            "WHERE r.mode = 'test'",
+        )
+        if name == "correct"
+    ]
+    assert [part["dtype"] for part in described[0]["parts"]] == ["torch.int8", "torch.float32"]
+
+
+def test_tuple_outputs_under_the_harness_tolerance_are_compared_part_by_part(harness, tmp_path):
+    """With `harness: tolerance` the harness judges each tensor of the tuple itself (GPU MODE's
+    elementwise rule): off by one in q passes at atol 1, a wrong dtype or a wrong scale fails,
+    each naming the part."""
+    problem = Path(shutil.copytree(PROBLEMS / "tupleout_py", tmp_path / "tupleout_py"))
+    (problem / "task.yml").write_text(
+        (problem / "task.yml").read_text() + "harness:\n  tolerance: {rtol: 0.000001, atol: 1}\n"
+    )
+    (problem / "solutions" / "float.py").write_text(
+        "def custom_kernel(data):\n    x, block = data\n"
+        "    s = x.view(-1, block).abs().amax(dim=1) / 127.0\n"
+        "    return (x.view(-1, block) / s[:, None]).round().view(-1), s\n"
+    )
+    ok(harness("task", "add", problem))
+    results = {}
+    for kind in ("correct", "wrong", "float"):
+        submission = register(harness, problem / "solutions" / f"{kind}.py", "tupleout", kind)
+        results[kind] = harness("test", submission, "--device", "cpu", timeout=300)
+    assert "pass" in ok(results["correct"])
+    entries = board(harness, "tupleout")
+    assert entries["correct"]["status"] == "pass"
+    assert entries["wrong"]["status"] == "wrong_answer"
+    assert "part 0: GPU MODE check: fails" in entries["wrong"]["reason"]  # q, from the wrong scales
+    assert entries["float"]["status"] == "wrong_answer"
+    assert "item 0: returned dtype torch.float32, expected torch.int8" in entries["float"]["reason"]
+
+
+def test_a_problem_with_its_own_protocol_is_refused_in_one_line(harness, store_url, dump_store):
+    """twoentry_py (as princeton's cross_entropy) has two entry points judged by its own eval.py,
+    no generate_input, ref_kernel or check_implementation and no task.py: one line naming what
+    is missing, exit 2, nothing written."""
+    ok(harness("init"))
+    before = dump_store(store_url)
+    result = harness("task", "add", PROBLEMS / "twoentry_py")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert "reference.py: defines no generate_input, ref_kernel, check_implementation" in result.stderr
+    assert "own eval.py runs another protocol than custom_kernel(data)" in result.stderr
+    assert dump_store(store_url) == before
+
+
+def test_a_reference_that_imports_a_missing_module_is_unsupported_in_one_line(harness):
+    ok(harness("task", "add", PROBLEMS / "missingmodule_py"))
+    line = (
+        "task missingmodule's reference imports 'harness_tests_module_nobody_has', "
+        "which this machine lacks: unsupported here"
+    )
+    assert line in ok(harness("task", "list"))
+    register(harness, PROBLEMS / "missingmodule_py" / "copy.py", "missingmodule", "copy")
+    ok(harness("tournament", "--task", "missingmodule", "--device", "cpu", timeout=300))
+    entries = board(harness, "missingmodule")
+    assert {(entry["status"], entry["reason"]) for entry in entries.values()} == {("unsupported", line)}
+
+
+@pytest.mark.skipif(
+    os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >= 2**44, reason="a machine with 16 TiB"
+)
+def test_a_shape_larger_than_the_machine_is_unsupported_not_a_crash_of_the_run(harness):
+    """hugeshape_py's second smoke shape needs 16 TiB of inputs: the parent cannot make them,
+    says so in one line (not a neighbour's doing, so not retried), and the first shape's result
+    stays."""
+    ok(harness("task", "add", PROBLEMS / "hugeshape_py"))
+    register(harness, PROBLEMS / "hugeshape_py" / "negate.py", "hugeshape", "negate")
+    ok(harness("tournament", "--task", "hugeshape", "--device", "cpu", "--mode", "test", timeout=300))
+    entries = board(harness, "hugeshape")
+    for entry in entries.values():
+        assert entry["status"] == "unsupported"
+        assert entry["reason"].startswith("smoke[1] (size=4398046511104): too large to run here: ")
+        assert "GiB at once, more than the" in entry["reason"]
+        assert entry["verdicts"]["gpumode"]["status"] == "pass"  # smoke[0]
+
+
+def test_outputs_of_several_parts_round_trip_through_one_file(tmp_path):
+    """The child's export of a nested output and the parent's read of it: each tensor back with
+    its dtype and shape, values as they were, a dict's keys in order; a file of another size is
+    refused."""
+    from harness.sandbox.transfer import export_output, read_output
+
+    value = {
+        "q": torch.arange(5, dtype=torch.int8),
+        "rest": [torch.ones(2, 3).t(), (1.5, None, torch.zeros(0))],
+        "n": 7,
+    }
+    info = export_output(value, tmp_path / "out.bin")
+    assert info.written and info.keys == ["q", "rest", "n"]
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        back = read_output(directory, "out.bin", info)
+        assert list(back) == ["q", "rest", "n"] and back["n"] == 7
+        assert torch.equal(back["q"], value["q"]) and back["q"].dtype == torch.int8
+        assert torch.equal(back["rest"][0], value["rest"][0]) and isinstance(back["rest"], list)
+        assert back["rest"][1][:2] == (1.5, None) and back["rest"][1][2].shape == (0,)
+        with open(tmp_path / "out.bin", "ab") as file:
+            file.write(b"x")
+        with pytest.raises(ValueError, match="exported file holds"):
+            read_output(directory, "out.bin", info)
+    finally:
+        os.close(directory)
+    unreadable = export_output((torch.ones(1), object()), tmp_path / "other.bin")
+    assert not unreadable.written
+
+
+def test_the_parent_judges_the_structure_the_child_describes_never_trusting_it():
+    """What the child says of an output of several parts is hostile input: a dict whose keys and
+    parts differ in number, nesting deeper than the child's own export makes, a structure other
+    than the reference's (with the harness's tolerance) are each one reason, never an exception."""
+    from harness.checking import output_problem
+    from harness.wire import TensorInfo
+
+    def container(parts, keys=None):
+        return TensorInfo(
+            type_name="builtins.dict" if keys is not None else "builtins.tuple",
+            exact_tensor=False,
+            parts=parts,
+            keys=keys,
+            written=True,
+        )
+
+    expected = (torch.zeros(2), torch.zeros(3, dtype=torch.int8))
+    malformed = container([], keys=["a"])
+    assert "cannot describe" in output_problem(malformed, expected, False, same_shape_and_dtype=False)
+    deep = container([])
+    for _ in range(6):
+        deep = container([deep])
+    assert "cannot describe" in output_problem(deep, expected, False, same_shape_and_dtype=False)
+    tensor = TensorInfo(
+        type_name="torch.Tensor",
+        exact_tensor=True,
+        shape=[2],
+        dtype="torch.float32",
+        device="cpu",
+        written=True,
+    )
+    assert output_problem(container([tensor]), expected, False) == "returned 1 items, expected 2"
+    assert output_problem(container([tensor, tensor]), expected, False) == (
+        "item 1: returned shape (2,), expected (3,)"
+    )
+    assert output_problem(container([tensor, tensor]), expected, False, same_shape_and_dtype=False) is None
+    assert output_problem(tensor, expected, False) == "returned a torch.Tensor, expected a tuple of 2"
