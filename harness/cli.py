@@ -26,8 +26,23 @@ app = typer.Typer(
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from harness import __version__
+
+        print(f"harness {__version__}")
+        raise Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_show_version, help="Print the harness version and exit."
+        ),
+    ] = False,
+) -> None:
     """Kernel evolution harness: register revisions, check and time them, rank them."""
 
 
@@ -85,10 +100,8 @@ def _print_json(text: str) -> None:
 
 @app.command()
 def version() -> None:
-    """Print the harness version."""
-    from harness import __version__
-
-    print(__version__)
+    """Print the harness version (as `harness --version`)."""
+    _show_version(True)
 
 
 @app.command()
@@ -144,23 +157,26 @@ def register(
     from harness.store.session import open_store
 
     content = read_candidate_file(file)
-    with open_store(db) as store, store.session() as session:
-        outcome = register_revision(
-            session,
-            content,
-            str(file),
-            lineage=lineage,
-            parent_id=parent,
-            submission_id=submission_id,
-            message=message,
-            author=author,
-            task=task,
-        )
-        print(_escaped(outcome.describe()))
-        if outcome.created and outcome.revision.flags:
-            error = outcome.revision.syntax_error
-            flags = ", ".join(outcome.revision.flags) + (f" ({error})" if error else "")
-            print(f"  flags: {_escaped(flags)}")
+    with open_store(db) as store:
+        with store.session() as session:
+            outcome = register_revision(
+                session,
+                content,
+                str(file),
+                lineage=lineage,
+                parent_id=parent,
+                submission_id=submission_id,
+                message=message,
+                author=author,
+                task=task,
+            )
+            lines = [_escaped(outcome.describe())]
+            if outcome.created and outcome.revision.flags:
+                error = outcome.revision.syntax_error
+                flags = ", ".join(outcome.revision.flags) + (f" ({error})" if error else "")
+                lines.append(f"  flags: {_escaped(flags)}")
+    # Committed before a word is printed: a reader that stops early (`| head -1`) loses nothing.
+    print("\n".join(lines), flush=True)
 
 
 @app.command()
@@ -317,7 +333,7 @@ def test_command(
 
     device = resolve_device(device)
     limits = SandboxLimits.from_settings(call_timeout_s=call_timeout)
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         checked = check_revisions(store, ids, device=device, mode=mode, force=force, limits=limits)
     if output_format == "json":
         _print_json(checks_json(checked))
@@ -355,7 +371,7 @@ def bench(
     device = resolve_device(device)
     rule = _stopping_rule(budget)
     environment = probe_environment(device)
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         benched = bench_revisions(
             store,
             ids,
@@ -394,7 +410,7 @@ def _print_exact(text: str, *, page: bool = False) -> None:
     """Write text byte for byte (UTF-8, no markup, no wrapping; control characters escaped, line
     breaks and tabs kept) and a final newline (the diff text ends without one). On a terminal,
     diff lines are coloured, and with `page` a text longer than the screen goes through the
-    pager (rich's: $PAGER, else `less -R`)."""
+    pager (harness.report.terminal.page: $PAGER, else `less` with LESS=FRX, as git does)."""
     from harness.report.terminal import stdout_is_terminal
 
     text = _escaped(text, block=True)
@@ -410,8 +426,11 @@ def _print_exact(text: str, *, page: bool = False) -> None:
 
     console = Console(highlight=False, soft_wrap=True)
     if page and text.count("\n") + 1 > shutil.get_terminal_size().lines:
-        with console.pager(styles=True):
+        from harness.report.terminal import page as show_in_pager
+
+        with console.capture() as captured:
             console.print(colored_diff(text))
+        show_in_pager(captured.get())
     else:
         console.print(colored_diff(text))
 
@@ -480,7 +499,7 @@ def tournament(
         executor, gpus=gpus, ray_address=ray_address, device=device
     )  # bad --gpus: nothing opened
     try:
-        with open_store(db) as store:
+        with open_store(db, create=False) as store:
             if executor == "local" and gpus is None and device in (None, "cpu", "cuda"):
                 # The sandbox's isolation probe (on a GPU, a process that starts CUDA: seconds) runs
                 # while this process imports torch and claims its runs, not after.
@@ -687,7 +706,7 @@ def evolve(
             )
     elif generations is None or proposer is None:
         raise HarnessError("give --generations N and --proposer P (or --resume ID)")
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         if resume is None:
             experiment_id = create_experiment(
                 store,

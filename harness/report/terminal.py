@@ -5,6 +5,9 @@
 - A terminal gets colour; a pipe or a file gets plain text: no escape codes, no trailing blanks.
 - Tables are drawn in one plain style (`plain_table`): a rule under the header, no frame, so that
   more columns fit in 80.
+- A text longer than the screen goes through the pager as git sends it there: `$PAGER` (empty:
+  none), else `less`, with `LESS=FRX` when LESS is unset, so that less shows the colours
+  (R) instead of their codes, leaves a short text on the screen (F) and does not clear it (X).
 - Text from a candidate or its registration goes in escaped (harness.report.text), so that it
   lays out at the width it is shown at; `render_text` escapes whatever control character is
   still in the text it prints as well (the colour codes come from the styles and stay).
@@ -16,6 +19,7 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import sys
 
 from rich import box
@@ -110,3 +114,31 @@ def colored_diff(text: str) -> Text:
         style = next((style for prefix, style in DIFF_LINE_STYLES if line.startswith(prefix)), "")
         colored.append(line, style=style)
     return colored
+
+
+def page(text: str) -> None:
+    """Show `text` (with its colour codes) through the pager: `$PAGER` run by the shell, else
+    `less`, with `LESS=FRX` (and `LV=-c`) when unset, as git does; an empty PAGER, or no `less`
+    on this machine, prints it as it is. Quitting the pager early is no error, and Ctrl-C goes
+    to the pager (less uses it to stop a search), not to this process."""
+    command = os.environ.get("PAGER", "less").strip()
+    if not command or (command == "less" and shutil.which("less") is None):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    environment = {**os.environ}
+    environment.setdefault("LESS", "FRX")
+    environment.setdefault("LV", "-c")
+    sys.stdout.flush()
+    pager = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, env=environment)  # noqa: S602 - the user's own PAGER, as git runs it
+    try:
+        with pager.stdin as pipe:
+            pipe.write(text.encode("utf-8"))
+    except (BrokenPipeError, KeyboardInterrupt):  # the pager quit before reading it all
+        pass
+    while True:
+        try:
+            pager.wait()
+            return
+        except KeyboardInterrupt:
+            continue

@@ -1,0 +1,224 @@
+"""The first hour, round 3 (issue 30), through the real CLI in subprocesses: the pager shows
+colours (a real `less` on a pseudo-terminal), tables at 80-120 columns and in pipes, a mistyped
+or empty `--db` on the commands that evaluate, `register` that commits before it prints, and
+the messages (a read-only store, the CUDA-only seed, an evolution that failed, `--version`,
+the README's paths)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import shutil
+import struct
+import subprocess
+import termios
+import time
+from pathlib import Path
+
+import pytest
+from conftest import HARNESS_SCRIPT
+
+from harness.config import CANDIDATES_DIR, PROJECT_ROOT
+
+REFERENCE = CANDIDATES_DIR / "conv2d_v2_reference.py"
+
+
+def harness(
+    *args: object, db: str | None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, **(env or {})}
+    if db is not None:
+        environment["HARNESS_DB"] = db
+    return subprocess.run(
+        [str(HARNESS_SCRIPT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def candidate(number: int) -> bytes:
+    return (
+        f'"""Candidate {number}: torch\'s conv2d."""\n'
+        "import torch.nn.functional as F\n\n\n"
+        "def custom_kernel(data):\n"
+        "    input_tensor, kernel, output = data\n"
+        f"    output.copy_(F.conv2d(input_tensor, kernel, stride=1, padding=0))  # {number}\n"
+        "    return output\n"
+    ).encode()
+
+
+def registered_ids(db: str) -> list[int]:
+    done = harness("list", "--format", "json", db=db)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    return [row["submission_id"] for row in json.loads(done.stdout)]
+
+
+def on_a_terminal(
+    args: list[str], env: dict[str, str], *, rows: int = 24, columns: int = 80, keys: bytes = b""
+) -> str:
+    """Run the CLI on a pseudo-terminal of `rows` x `columns` (TERM=xterm); once it has printed
+    something, type `keys` (say `q` to leave a pager). Returns everything the terminal got."""
+    primary, secondary = pty.openpty()
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    environment = {**os.environ, "TERM": "xterm", **env}
+    for name in ("COLUMNS", "LINES", "LESS", "PAGER"):
+        if name not in env:
+            environment.pop(name, None)
+    process = subprocess.Popen(
+        [str(HARNESS_SCRIPT), *args],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=subprocess.PIPE,
+        env=environment,
+        start_new_session=True,  # the pty becomes its controlling terminal, as in a shell
+    )
+    os.close(secondary)
+    output = b""
+    deadline = time.monotonic() + 120
+    typed = not keys
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([primary], [], [], 0.5)
+        if not ready:
+            if output and not typed:
+                os.write(primary, keys)
+                typed = True
+            if process.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(primary)
+    assert process.wait(timeout=60) == 0, process.stderr.read()
+    return output.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def lineage_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A store with five revisions of one lineage (no results): a history of a few screens."""
+    folder = tmp_path_factory.mktemp("round3")
+    db = f"sqlite:///{folder / 'store.sqlite'}"
+    for number in range(1, 6):
+        path = folder / "first_try.py"
+        path.write_bytes(candidate(number))
+        done = harness("register", path, "-m", f"step {number}", db=db)
+        assert done.returncode == 0, done.stderr
+    return db
+
+
+# --- 1. the pager -------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("less") is None, reason="no less on this machine")
+def test_history_through_less_shows_colours_not_their_codes(lineage_store):
+    """PAGER and LESS unset: `less` with LESS=FRX (as git): the colour codes reach the terminal
+    as colours, never as the `ESC[32m` text that plain `less` shows."""
+    shown = on_a_terminal(["history"], {"HARNESS_DB": lineage_store}, rows=10, keys=b"q")
+    assert "first_try r1" in shown
+    assert "\x1b[32m" in shown or "\x1b[1m" in shown  # the diff's colours, passed through
+    assert "ESC[" not in shown
+    direct = on_a_terminal(["history"], {"HARNESS_DB": lineage_store, "PAGER": ""}, rows=10)
+    assert "ESC[" not in direct and "first_try r5" in direct  # an empty PAGER: no pager
+
+
+def test_the_pager_gets_less_options_only_when_less_has_none(lineage_store, tmp_path):
+    record = tmp_path / "seen"
+    pager = f"echo \"LESS=$LESS\" > {record}; cat > /dev/null"
+    on_a_terminal(["history"], {"HARNESS_DB": lineage_store, "PAGER": pager}, rows=10)
+    assert record.read_text() == "LESS=FRX\n"
+    on_a_terminal(["history"], {"HARNESS_DB": lineage_store, "PAGER": pager, "LESS": "-i"}, rows=10)
+    assert record.read_text() == "LESS=-i\n"
+
+
+# --- 3. a mistyped or empty --db ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["test", "1", "--device", "cpu"],
+        ["bench", "1", "--device", "cpu"],
+        ["tournament", "--device", "cpu"],
+        ["evolve", "--from", "1", "--generations", "1", "--proposer", "builtin:mutate", "--device", "cpu"],
+    ],
+)
+def test_a_mistyped_store_on_a_command_that_evaluates_creates_nothing(command, tmp_path):
+    typo = tmp_path / "harnes.sqlite"
+    done = harness(*command, "--db", f"sqlite:///{typo}", db=None)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert (
+        done.stderr
+        == f"error: no store at {typo}: check --db/HARNESS_DB, or create one with `harness init`\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", [["list"], ["register", str(REFERENCE)], ["test", "1"], ["init"]])
+def test_an_empty_store_url_is_refused_not_read_as_the_default(command, tmp_path):
+    done = harness(*command, "--db", "", db=None, env={"XDG_DATA_HOME": str(tmp_path)})
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "error: the store URL is empty: give --db a URL such as sqlite:///PATH\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- 5. register commits before it prints ------------------------------------------------------
+
+
+def test_register_commits_before_it_prints_so_a_reader_that_leaves_loses_nothing(tmp_path):
+    """Each registration's reader closes the pipe before a word is printed (as `| head -1` may);
+    unbuffered output makes the print fail at once. Every registration is kept, each id once."""
+    db = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    assert harness("init", db=db).returncode == 0
+    for number in range(6):
+        path = tmp_path / f"try_{number}.py"
+        path.write_bytes(candidate(number))
+        process = subprocess.Popen(
+            [str(HARNESS_SCRIPT), "register", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "HARNESS_DB": db, "PYTHONUNBUFFERED": "1"},
+        )
+        process.stdout.close()
+        error = process.stderr.read().decode()
+        process.wait(timeout=120)
+        assert "Traceback" not in error and "Error" not in error, error
+    ids = registered_ids(db)
+    assert len(ids) == 6 and len(set(ids)) == 6
+    after = harness("register", tmp_path / "try_0.py", db=db)
+    assert after.stdout.startswith("unchanged: these bytes are already submission ")
+    fresh = tmp_path / "another.py"
+    fresh.write_bytes(candidate(99))
+    new = harness("register", fresh, db=db)
+    new_id = int(re.search(r"submission (\d+)", new.stdout).group(1))
+    assert new_id not in ids and sorted(registered_ids(db)) == sorted([*ids, new_id])
+
+
+# --- 9. messages --------------------------------------------------------------------------------
+
+
+def test_version_is_an_option_and_a_command():
+    from harness import __version__
+
+    for args in (["--version"], ["version"]):
+        done = harness(*args, db=None)
+        assert (done.returncode, done.stdout, done.stderr) == (0, f"harness {__version__}\n", "")
+
+
+def test_the_readme_names_paths_that_exist_and_the_suite_s_real_duration():
+    readme = (PROJECT_ROOT / "README.md").read_text(encoding="utf-8")
+    for path in re.findall(r"`((?:harness|candidates|tests|prompts|benchmarks|docs)/[\w./-]+)`", readme):
+        if not path.startswith("harness/_data"):  # the wheel's copy of the data (setup.py)
+            assert (PROJECT_ROOT / path).exists(), path
+    assert "14 minutes" not in readme
