@@ -157,24 +157,23 @@ def register(
     from harness.store.session import open_store
 
     content = read_candidate_file(file)
-    with open_store(db) as store:
-        with store.session() as session:
-            outcome = register_revision(
-                session,
-                content,
-                str(file),
-                lineage=lineage,
-                parent_id=parent,
-                submission_id=submission_id,
-                message=message,
-                author=author,
-                task=task,
-            )
-            lines = [_escaped(outcome.describe())]
-            if outcome.created and outcome.revision.flags:
-                error = outcome.revision.syntax_error
-                flags = ", ".join(outcome.revision.flags) + (f" ({error})" if error else "")
-                lines.append(f"  flags: {_escaped(flags)}")
+    with open_store(db) as store, store.session() as session:
+        outcome = register_revision(
+            session,
+            content,
+            str(file),
+            lineage=lineage,
+            parent_id=parent,
+            submission_id=submission_id,
+            message=message,
+            author=author,
+            task=task,
+        )
+        lines = [_escaped(outcome.describe())]
+        if outcome.created and outcome.revision.flags:
+            error = outcome.revision.syntax_error
+            flags = ", ".join(outcome.revision.flags) + (f" ({error})" if error else "")
+            lines.append(f"  flags: {_escaped(flags)}")
     # Committed before a word is printed: a reader that stops early (`| head -1`) loses nothing.
     print("\n".join(lines), flush=True)
 
@@ -734,6 +733,8 @@ def evolve(
             )
             sys.exit(130)
     print(f"experiment {experiment_id}: {status}; `harness experiments show {experiment_id}` tells the story")
+    if status in ("failed", "stopped"):  # every generation failed, or no parent was left to try
+        raise Exit(EXIT_REVISION_FAILED)
 
 
 def _run_experiment_live(store, experiment_id: int, run_experiment) -> str:

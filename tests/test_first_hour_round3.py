@@ -62,10 +62,18 @@ def registered_ids(db: str) -> list[int]:
 
 
 def on_a_terminal(
-    args: list[str], env: dict[str, str], *, rows: int = 24, columns: int = 80, keys: bytes = b""
+    args: list[str],
+    env: dict[str, str],
+    *,
+    rows: int = 24,
+    columns: int = 80,
+    keys: bytes = b"",
+    stderr_too: bool = False,
+    code: int = 0,
 ) -> str:
-    """Run the CLI on a pseudo-terminal of `rows` x `columns` (TERM=xterm); once it has printed
-    something, type `keys` (say `q` to leave a pager). Returns everything the terminal got."""
+    """Run the CLI on a pseudo-terminal of `rows` x `columns` (TERM=xterm; stderr there too with
+    `stderr_too`); once it has printed something, type `keys` (say `q` to leave a pager).
+    Returns everything the terminal got."""
     primary, secondary = pty.openpty()
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     environment = {**os.environ, "TERM": "xterm", **env}
@@ -76,13 +84,13 @@ def on_a_terminal(
         [str(HARNESS_SCRIPT), *args],
         stdin=secondary,
         stdout=secondary,
-        stderr=subprocess.PIPE,
+        stderr=secondary if stderr_too else subprocess.PIPE,
         env=environment,
         start_new_session=True,  # the pty becomes its controlling terminal, as in a shell
     )
     os.close(secondary)
     output = b""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 400
     typed = not keys
     while time.monotonic() < deadline:
         ready, _, _ = select.select([primary], [], [], 0.5)
@@ -101,7 +109,9 @@ def on_a_terminal(
             break
         output += chunk
     os.close(primary)
-    assert process.wait(timeout=60) == 0, process.stderr.read()
+    assert process.wait(timeout=60) == code, output.decode(errors="replace")[-2000:] + (
+        "" if stderr_too else process.stderr.read().decode(errors="replace")
+    )
     return output.decode(errors="replace")
 
 
@@ -135,11 +145,55 @@ def test_history_through_less_shows_colours_not_their_codes(lineage_store):
 
 def test_the_pager_gets_less_options_only_when_less_has_none(lineage_store, tmp_path):
     record = tmp_path / "seen"
-    pager = f"echo \"LESS=$LESS\" > {record}; cat > /dev/null"
+    pager = f'echo "LESS=$LESS" > {record}; cat > /dev/null'
     on_a_terminal(["history"], {"HARNESS_DB": lineage_store, "PAGER": pager}, rows=10)
     assert record.read_text() == "LESS=FRX\n"
     on_a_terminal(["history"], {"HARNESS_DB": lineage_store, "PAGER": pager, "LESS": "-i"}, rows=10)
     assert record.read_text() == "LESS=-i\n"
+
+
+# --- 2. tables and progress bars at 80-120 columns -----------------------------------------------
+
+
+def last_frames(screen: str) -> list[str]:
+    """The progress display's last frame of each phase: the lines a terminal shows last, after
+    rich's cursor moves and line erasures, that start with a phase name."""
+    text = re.sub(r"\x1b\[\??[0-9;]*[A-Za-z]", "", screen.replace("\r\n", "\n"))
+    lines = [line.split("\r")[-1] for line in text.split("\n")]
+    found: dict[str, str] = {}
+    for line in lines:
+        name = line.split(" ", 1)[0]
+        if name in ("test", "benchmark"):
+            found[name] = line
+    return list(found.values())
+
+
+def test_the_progress_bars_fit_80_columns_and_count_what_was_dispatched(tmp_path):
+    """A child of a timed parent: the benchmark phase times the child, the reference and the
+    parent again beside it; the counter counts those, and at 80 columns the bar, the counter
+    and the times are still there."""
+    db = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    assert harness("register", REFERENCE, "--lineage", "conv2d_v2_reference", db=db).returncode == 0
+    (tmp_path / "first_try.py").write_bytes(candidate(1))
+    assert harness("register", tmp_path / "first_try.py", db=db).returncode == 0
+    first = harness("tournament", "--device", "cpu", "--budget", "0.05", db=db)
+    assert first.returncode == 0, first.stderr
+    (tmp_path / "first_try.py").write_bytes(candidate(2))
+    assert harness("register", tmp_path / "first_try.py", db=db).returncode == 0
+    screen = on_a_terminal(
+        ["tournament", "--device", "cpu", "--budget", "0.05"],
+        {"HARNESS_DB": db},
+        columns=80,
+        stderr_too=True,
+    )
+    frames = last_frames(screen)
+    assert [frame.split(" ", 1)[0] for frame in frames] == ["test", "benchmark"], screen[-3000:]
+    for frame in frames:
+        assert len(frame) <= 80 and "━" in frame and " left " in frame, frame
+        done, total = map(int, re.search(r" (\d+)/(\d+) ", frame).groups())
+        assert done == total, frame
+    assert re.search(r" 12/12 ", frames[1]), frames[1]  # child, reference, parent: 3 x 4 smoke shapes
+    assert " 12/12 " in frames[0]  # the test phase: the two with a result count as taken from the store
 
 
 # --- 3. a mistyped or empty --db ---------------------------------------------------------------
@@ -222,3 +276,76 @@ def test_the_readme_names_paths_that_exist_and_the_suite_s_real_duration():
         if not path.startswith("harness/_data"):  # the wheel's copy of the data (setup.py)
             assert (PROJECT_ROOT / path).exists(), path
     assert "14 minutes" not in readme
+
+
+def test_writers_on_a_read_only_store_are_told_it_is_read_only(lineage_store, tmp_path):
+    probe = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"no user and mount namespaces here: {probe.stderr.decode().strip()}")
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    store = folder / "store.sqlite"
+    shutil.copy(Path(lineage_store.removeprefix("sqlite:///")), store)
+    before = store.read_bytes()
+    (tmp_path / "new.py").write_bytes(candidate(42))
+    commands = {
+        "register": f"register {tmp_path / 'new.py'}",
+        "test": "test 1 --device cpu",
+        "seed": "seed",
+        "list": "list --format json",
+    }
+    script = f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder}" + "".join(
+        f" ; {HARNESS_SCRIPT} {args} --db sqlite:///{store} >/dev/null 2>{tmp_path / name}.err;"
+        f" echo $? > {tmp_path / name}.rc"
+        for name, args in commands.items()
+    )
+    done = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    message = (
+        f"error: store {store} is read-only here (the file or its folder cannot be written): "
+        "this command writes to it; list, show, leaderboard and history can read it\n"
+    )
+    for name in ("register", "test", "seed"):
+        assert (tmp_path / f"{name}.rc").read_text() == "2\n", name
+        assert (tmp_path / f"{name}.err").read_text() == message, name
+    assert (tmp_path / "list.rc").read_text() == "0\n", (tmp_path / "list.err").read_text()
+    assert store.read_bytes() == before and sorted(p.name for p in folder.iterdir()) == ["store.sqlite"]
+
+
+def test_the_cuda_only_seed_says_what_it_needs_in_the_harness_s_words(tmp_path):
+    import json
+
+    db = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    registered = harness("register", CANDIDATES_DIR / "conv2d_cudnn_wrap.py", db=db)
+    submission = int(re.search(r"submission (\d+)", registered.stdout).group(1))
+    done = harness("test", submission, "--device", "cpu", "--format", "json", db=db)
+    assert done.returncode == 0, done.stderr  # unsupported on this device is no failure
+    (result,) = json.loads(done.stdout)
+    if result["status"] == "pass":
+        pytest.skip("a CUDA toolkit and GPU are here: the extension builds and runs")
+    assert result["status"] == "unsupported"
+    assert result["reason"] == "needs a CUDA toolkit (CUDA_HOME unset) to build its extension (OSError)"
+    assert "Please set" not in harness("show", submission, db=db).stdout
+
+
+def test_an_evolution_whose_every_generation_failed_or_that_stopped_exits_1(tmp_path):
+    db = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    assert harness("register", REFERENCE, "--lineage", "conv2d_v2_reference", db=db).returncode == 0
+    done = harness(
+        "evolve", "--from", "1", "--generations", "1", "--proposer", "false", "--device", "cpu",
+        "--budget", "0.05", db=db,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    # failed: the proposer failed; stopped: a loaded machine flagged the parent's timing, so no
+    # parent was left to try. Neither is a success.
+    last = done.stdout.splitlines()[-1]
+    assert re.fullmatch(r"experiment 1: (failed|stopped); `harness experiments show 1` tells the story", last)
+    assert "proposer_failed" in done.stdout or "no parent left to try" in done.stdout

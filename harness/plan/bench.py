@@ -82,11 +82,15 @@ def run_bench(
     mode: str,
     progress: Callable[[str], None] | None = None,
     activity: Callable[[str, str], None] | None = None,
+    steps: Callable[[int], None] | None = None,
 ) -> None:
     """The timed phase over `with_references`' items (bench_revisions, the tournament), then
     each item's comparisons with the reference and its parent; `activity` hears (revision label,
-    what its evaluation does now)."""
+    what its evaluation does now), `steps` how many shapes `progress` will hear of (the
+    companions timed beside them included)."""
     listener = PhaseListener()
+    if steps is not None:
+        listener.dispatching = steps
     if activity is not None:
         listener.activity = lambda item, now: activity(item.label, now)
     if progress is not None:

@@ -151,6 +151,9 @@ class PhaseListener:
     # what a revision's evaluation does now (building, checking, timing, waiting, done), where told
     activity: Callable[[PlannedRevision, str], None] = lambda item, activity: None
     worker_failed: Callable[[PlannedRevision], None] = lambda item: None
+    # the shape evaluations dispatched, once known: the claimed revisions' and the companions'
+    # timed beside them in every job (a revision reused or held elsewhere is not among them)
+    dispatching: Callable[[int], None] = lambda shapes: None
 
 
 def store_limits(store: Store, limits: SandboxLimits) -> SandboxLimits:
@@ -221,6 +224,7 @@ class PhaseRun:
             on_shape=lambda key, outcome: listener.shape_done(item_of(key), outcome),
             on_recorded=lambda request, evaluation: listener.recorded(claimed[request.key], evaluation),
             on_activity=lambda key, activity: listener.activity(item_of(key), activity),
+            on_dispatch=listener.dispatching,
             companions=Companions(
                 phase.run_kind,
                 [(item.revision_id, request) for item, request in companions],
@@ -418,6 +422,7 @@ def evaluate_and_record(
     on_recorded: Callable[[EvaluationRequest, Evaluation], None] | None = None,
     on_activity: Callable[[int, str], None] | None = None,
     companions: Companions | None = None,
+    on_dispatch: Callable[[int], None] | None = None,
 ) -> Dispatched:
     """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
     the results as the executor hands them over (each evaluation as it ends in this process and
@@ -426,7 +431,8 @@ def evaluate_and_record(
     claims of a job whose worker failed that were not written yet are released (the next
     tournament does them, resuming from their kept shapes); on an interruption every claim not
     yet written is released the same way and the exception goes on. `companions`: revisions
-    timed again beside them in every job (Companions), kept as Retimings of its batch."""
+    timed again beside them in every job (Companions), kept as Retimings of its batch.
+    `on_dispatch` hears how many shape evaluations the jobs hold, companions included."""
     dispatched = Dispatched()
     open_claims = {request.key for request in requests}
     keeps_shapes = {
@@ -491,6 +497,14 @@ def evaluate_and_record(
     batch_of = {
         request.key: batch for job in jobs for batch in [new_batch()] for request in job.requests
     }  # one job: one interleaved run
+    if on_dispatch is not None:
+        on_dispatch(
+            sum(
+                len(load_task(request.task).shapes(default_shape_set(request.device, request.timed)))
+                for job in jobs
+                for request in job.requests
+            )
+        )
     try:
         executor.run(jobs, shape_done, done, failed, on_activity=on_activity)
     except BaseException:

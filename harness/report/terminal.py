@@ -130,7 +130,9 @@ def page(text: str) -> None:
     environment.setdefault("LESS", "FRX")
     environment.setdefault("LV", "-c")
     sys.stdout.flush()
-    pager = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, env=environment)  # noqa: S602 - the user's own PAGER, as git runs it
+    pager = subprocess.Popen(
+        command, shell=True, stdin=subprocess.PIPE, env=environment
+    )  # the user's own PAGER, run by the shell as git runs it
     try:
         with pager.stdin as pipe:
             pipe.write(text.encode("utf-8"))

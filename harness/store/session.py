@@ -122,10 +122,9 @@ def open_store(url: str | None = None, *, read_only: bool = False, create: bool 
         if not writable and not read_only and created_file:
             raise HarnessError(f"cannot create store {sqlite_file}: its folder cannot be written")
         if not writable and not read_only:
-            what = "its folder" if os.access(sqlite_file, os.W_OK) else "the file"
             raise HarnessError(
-                f"store {sqlite_file} is read-only here ({what} cannot be written): this command "
-                "writes to it; list, show, leaderboard and history can read it"
+                f"store {sqlite_file} is read-only here (the file or its folder cannot be written): "
+                "this command writes to it; list, show, leaderboard and history can read it"
             )
         unwritable = read_only and not writable
         if unwritable:
