@@ -217,15 +217,12 @@ def list_revisions_command(
     from rich.text import Text
 
     from harness.report.evaluations import revision_record
-    from harness.report.terminal import plain_table, print_renderable
+    from harness.report.terminal import fit_table, output_width, plain_table, print_renderable
     from harness.store.revisions import list_revisions
     from harness.store.session import open_store
 
     columns = ("id", "lineage", "rev", "parent", "task", "author", "created (UTC)", "flags")
-    table = plain_table()
-    for column in columns:
-        table.add_column(column, overflow="fold", no_wrap=column in ("id", "rev", "parent", "created (UTC)"))
-    records = []
+    rows, records = [], []
     with open_store(db, read_only=True) as store, store.session() as session:
         revisions = list_revisions(session, task=task, lineage=lineage)
         for revision in revisions:
@@ -239,12 +236,27 @@ def list_revisions_command(
                 f"{revision.created_at:%Y-%m-%d %H:%M}",
                 ", ".join(revision.flags),
             )
-            table.add_row(*(Text(_escaped(str(cell))) for cell in cells))
+            rows.append([Text(_escaped(str(cell))) for cell in cells])
             records.append(revision_record(revision))
+
+    def build(hidden: tuple[str, ...]):
+        """Names, numbers and times whole (never cut inside a word); the flags wrap between flags."""
+        table = plain_table()
+        shown = [index for index, column in enumerate(columns) if column not in hidden]
+        for index in shown:
+            table.add_column(columns[index], no_wrap=columns[index] != "flags", overflow="fold")
+        for row in rows:
+            table.add_row(*(row[index] for index in shown))
+        return table
+
+    width = output_width()
+    table, hidden = fit_table(build, width, ("author", "created (UTC)"))
     if output_format == "json":
         _print_json(json.dumps(records, indent=2))
     elif revisions:
         print_renderable(table)
+        if hidden:
+            print(f"({', '.join(hidden)} not shown at {width} columns: see --format json)")
     else:
         print(
             "no submissions"

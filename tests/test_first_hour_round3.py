@@ -168,16 +168,76 @@ def last_frames(screen: str) -> list[str]:
     return list(found.values())
 
 
-def test_the_progress_bars_fit_80_columns_and_count_what_was_dispatched(tmp_path):
+LONG_FAILURE = (
+    b'"""Fails with a long message."""\n\n\ndef custom_kernel(data):\n'
+    b'    raise RuntimeError("not written yet: " + " ".join(f"step{i}" for i in range(50)))\n'
+)
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A CPU tournament: the reference, a revision by an author with a long name, and one that
+    fails with a long reason."""
+    folder = tmp_path_factory.mktemp("round3_board")
+    db = f"sqlite:///{folder / 'store.sqlite'}"
+    assert harness("register", REFERENCE, "--lineage", "conv2d_v2_reference", db=db).returncode == 0
+    (folder / "first_try.py").write_bytes(candidate(1))
+    registered = harness("register", folder / "first_try.py", "--author", "gpumode-leaderboard", db=db)
+    assert registered.returncode == 0, registered.stderr
+    (folder / "long_failure.py").write_bytes(LONG_FAILURE)
+    assert harness("register", folder / "long_failure.py", db=db).returncode == 0
+    done = harness("tournament", "--device", "cpu", "--budget", "0.05", db=db)
+    assert done.returncode == 1, done.stdout + done.stderr  # the failing one
+    return {"db": db, "folder": folder}
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+def test_list_keeps_names_whole_at_80_to_120_columns(board, columns):
+    shown = harness("list", db=board["db"], env={"COLUMNS": str(columns)}).stdout
+    lines = shown.splitlines()
+    assert all(len(line) <= columns for line in lines), shown
+    rows = [line for line in lines if re.match(r"\d+ ", line)]
+    assert [row.split()[1] for row in rows] == ["conv2d_v2_reference", "first_try", "long_failure"], shown
+    assert all(" conv2d_v2 " in f"{row} " for row in rows), shown  # the task, whole
+    assert "…" not in shown
+    if columns >= 120:
+        assert "gpumode-leaderboard" in shown and "not shown" not in shown
+    else:
+        assert shown.endswith(f" not shown at {columns} columns: see --format json)\n")
+
+
+@pytest.mark.parametrize("columns", [80, 100, 120])
+def test_the_wide_leaderboard_keeps_every_time_and_verdict_whole(board, columns):
+    import json
+
+    data = json.loads(harness("leaderboard", "--format", "json", db=board["db"]).stdout)
+    shown = harness("leaderboard", "--wide", db=board["db"], env={"COLUMNS": str(columns)}).stdout
+    assert all(len(line) <= columns for line in shown.splitlines()), shown
+    assert "…" not in shown
+    ranked = [entry for entry in data["entries"] if entry["rank"] is not None]
+    assert len(ranked) == 2
+    assert len(re.findall(r"pass/pass", shown)) >= 2
+    for entry in ranked:
+        assert len(entry["benchmarks"]) == 4
+        for timing in entry["benchmarks"]:
+            mean = f"{timing['mean_ms']:#.4g}" if timing["mean_ms"] < 1000 else f"{timing['mean_ms']:.0f}"
+            assert re.search(rf"(^| ){re.escape(mean)} ±[0-9.]+( |$)", shown, re.MULTILINE), (mean, shown)
+    assert "gpumode-leaderboard" in shown and "library_delegation" in shown
+
+
+def test_piped_not_ranked_reasons_wrap_at_their_words(board):
+    shown = harness("leaderboard", db=board["db"]).stdout
+    assert max(len(line) for line in shown.splitlines()) <= 200, shown
+    words = " ".join(shown.split())
+    assert " ".join(f"step{i}" for i in range(50)) in words  # every word, in order, none cut
+
+
+def test_the_progress_bars_fit_80_columns_and_count_what_was_dispatched(board, tmp_path):
     """A child of a timed parent: the benchmark phase times the child, the reference and the
     parent again beside it; the counter counts those, and at 80 columns the bar, the counter
     and the times are still there."""
     db = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    assert harness("register", REFERENCE, "--lineage", "conv2d_v2_reference", db=db).returncode == 0
-    (tmp_path / "first_try.py").write_bytes(candidate(1))
-    assert harness("register", tmp_path / "first_try.py", db=db).returncode == 0
-    first = harness("tournament", "--device", "cpu", "--budget", "0.05", db=db)
-    assert first.returncode == 0, first.stderr
+    shutil.copy(board["db"].removeprefix("sqlite:///"), tmp_path / "store.sqlite")
     (tmp_path / "first_try.py").write_bytes(candidate(2))
     assert harness("register", tmp_path / "first_try.py", db=db).returncode == 0
     screen = on_a_terminal(
@@ -185,6 +245,7 @@ def test_the_progress_bars_fit_80_columns_and_count_what_was_dispatched(tmp_path
         {"HARNESS_DB": db},
         columns=80,
         stderr_too=True,
+        code=1,  # the failing revision of the board
     )
     frames = last_frames(screen)
     assert [frame.split(" ", 1)[0] for frame in frames] == ["test", "benchmark"], screen[-3000:]
@@ -192,8 +253,8 @@ def test_the_progress_bars_fit_80_columns_and_count_what_was_dispatched(tmp_path
         assert len(frame) <= 80 and "━" in frame and " left " in frame, frame
         done, total = map(int, re.search(r" (\d+)/(\d+) ", frame).groups())
         assert done == total, frame
-    assert re.search(r" 12/12 ", frames[1]), frames[1]  # child, reference, parent: 3 x 4 smoke shapes
-    assert " 12/12 " in frames[0]  # the test phase: the two with a result count as taken from the store
+    assert " 12/12 " in frames[1]  # child, reference, parent: 3 x 4 smoke shapes
+    assert " 16/16 " in frames[0]  # the test phase: the three with a result count as taken from the store
 
 
 # --- 3. a mistyped or empty --db ---------------------------------------------------------------

@@ -21,9 +21,11 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 
 from rich import box
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
@@ -52,6 +54,39 @@ def output_width() -> int | None:
 def plain_table(**options) -> Table:
     """A rule under the header, two blanks between columns, no frame."""
     return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), **options)
+
+
+def minimum_width(table: Table) -> int:
+    """The fewest columns the table takes without cutting a word: its no-wrap columns whole,
+    the others as wide as their longest word (rich's own minimum wraps every column)."""
+    console = Console(width=UNBOUNDED_WIDTH)
+    widest = console.measure(table).maximum  # every column at its widest, with the padding
+    for column in table.columns:
+        cells = [Measurement.get(console, console.options, cell) for cell in [column.header, *column.cells]]
+        low, high = max(m.minimum for m in cells), max(m.maximum for m in cells)
+        need = high if column.no_wrap else low
+        if column.max_width is not None:
+            high, need = min(high, column.max_width), min(need, column.max_width)
+        if column.min_width is not None:
+            high, need = max(high, column.min_width), max(need, column.min_width)
+        widest -= high - need
+    return widest
+
+
+def fit_table(
+    build: Callable[[tuple[str, ...]], Table], width: int | None, droppable: Sequence[str]
+) -> tuple[Table, tuple[str, ...]]:
+    """`build(hidden)` with as few of the `droppable` columns hidden (in that order) as make it
+    fit in `width` without cutting a word (None: unbounded, nothing hidden); returns the table
+    and the columns hidden. When even all of them hidden it does not fit, rich lays it out."""
+    hidden: tuple[str, ...] = ()
+    table = build(hidden)
+    for column in droppable:
+        if width is None or minimum_width(table) <= width:
+            break
+        hidden += (column,)
+        table = build(hidden)
+    return table, hidden
 
 
 def render_text(renderable: RenderableType, *, width: int | None = None, color: bool = False) -> str:
