@@ -36,8 +36,9 @@ def phase_summary(phase: PhaseResult) -> str:
     )
 
 
-def _shared(ratio: int) -> Column:
-    return Column(no_wrap=True, overflow="ellipsis", ratio=ratio, min_width=0)
+def _shared() -> Column:
+    """A text column that takes an equal share of what the fixed ones leave, cut with an ellipsis."""
+    return Column(no_wrap=True, overflow="ellipsis", ratio=1, min_width=0)
 
 
 class RichTournamentProgress(TournamentProgress):
@@ -52,8 +53,8 @@ class RichTournamentProgress(TournamentProgress):
             TimeElapsedColumn(table_column=fixed),
             TextColumn("left", table_column=fixed),
             TimeRemainingColumn(table_column=fixed),
-            TextColumn("{task.fields[now]}", markup=False, table_column=_shared(1)),
-            TextColumn("{task.description}", markup=False, table_column=_shared(1)),
+            TextColumn("{task.fields[now]}", markup=False, table_column=_shared()),
+            TextColumn("{task.description}", markup=False, table_column=_shared()),
             console=console,
             expand=True,
         )
