@@ -54,7 +54,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
 from harness.judge import JUDGE_VERSION
-from harness.report.terminal import minimum_width, plain_table
+from harness.report.terminal import fit_table, minimum_width, plain_table
 from harness.report.text import escape_controls
 from harness.scoring import BlockSpread, block_spread, blocks_joined, compare, rank_by_score
 from harness.standings import (
@@ -598,27 +598,29 @@ def leaderboard_renderable(
         )
     if board.unranked():
         parts.append(Text("\nnot ranked:"))
-        unranked = plain_table()
-        for header in ("id", "revision", "status", "GPU MODE/\naccurate"):
-            unranked.add_column(
-                header,
-                justify="right" if header == "id" else "left",
-                no_wrap=header != "revision",
-                overflow="fold",
-            )
-        if wide:
-            unranked.add_column("author", overflow="fold")
-        # piped (unbounded), a long reason wraps at its words rather than make a row of hundreds
-        unranked.add_column("reason", overflow="fold", max_width=None if width else PIPED_REASON_WIDTH)
-        for entry in board.unranked():
-            unranked.add_row(
-                str(entry.submission_id),
-                Text(escape_controls(lineage_label(board, entry))),
-                Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
-                _verdicts_text(entry.verdicts),
-                *([Text(escape_controls(entry.author))] if wide else []),
-                Text(escape_controls(entry.reason)),
-            )
+        entries = board.unranked()
+
+        def unranked_table(hidden: tuple[str, ...]) -> Table:
+            """Ids, names, statuses and verdicts whole; the reason wraps at its words (piped,
+            unbounded: at PIPED_REASON_WIDTH rather than make a row of hundreds)."""
+            with_author = wide and "author" not in hidden
+            table = plain_table()
+            table.add_column("id", justify="right", no_wrap=True)
+            for header in ("revision", "status", "GPU MODE/\naccurate", *(["author"] if with_author else [])):
+                table.add_column(header, no_wrap=True)
+            table.add_column("reason", overflow="fold", max_width=None if width else PIPED_REASON_WIDTH)
+            for entry in entries:
+                table.add_row(
+                    str(entry.submission_id),
+                    Text(escape_controls(lineage_label(board, entry))),
+                    Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
+                    _verdicts_text(entry.verdicts),
+                    *([Text(escape_controls(entry.author))] if with_author else []),
+                    Text(escape_controls(entry.reason)),
+                )
+            return table
+
+        unranked, _hidden = fit_table(unranked_table, width, ("author",))
         parts.append(unranked)
     return Group(*parts)
 
