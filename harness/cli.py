@@ -26,8 +26,23 @@ app = typer.Typer(
 )
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from harness import __version__
+
+        print(f"harness {__version__}")
+        raise Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_show_version, help="Print the harness version and exit."
+        ),
+    ] = False,
+) -> None:
     """Kernel evolution harness: register revisions, check and time them, rank them."""
 
 
@@ -85,10 +100,8 @@ def _print_json(text: str) -> None:
 
 @app.command()
 def version() -> None:
-    """Print the harness version."""
-    from harness import __version__
-
-    print(__version__)
+    """Print the harness version (as `harness --version`)."""
+    _show_version(True)
 
 
 @app.command()
@@ -160,11 +173,13 @@ def register(
             author=author,
             task=task,
         )
-        print(_escaped(outcome.describe()))
+        lines = [_escaped(outcome.describe())]
         if outcome.created and outcome.revision.flags:
             error = outcome.revision.syntax_error
             flags = ", ".join(outcome.revision.flags) + (f" ({error})" if error else "")
-            print(f"  flags: {_escaped(flags)}")
+            lines.append(f"  flags: {_escaped(flags)}")
+    # Committed before a word is printed: a reader that stops early (`| head -1`) loses nothing.
+    print("\n".join(lines), flush=True)
 
 
 @app.command()
@@ -206,15 +221,12 @@ def list_revisions_command(
     from rich.text import Text
 
     from harness.report.evaluations import revision_record
-    from harness.report.terminal import plain_table, print_renderable
+    from harness.report.terminal import fit_table, output_width, plain_table, print_renderable
     from harness.store.revisions import list_revisions
     from harness.store.session import open_store
 
     columns = ("id", "lineage", "rev", "parent", "task", "author", "created (UTC)", "flags")
-    table = plain_table()
-    for column in columns:
-        table.add_column(column, overflow="fold", no_wrap=column in ("id", "rev", "parent", "created (UTC)"))
-    records = []
+    rows, records = [], []
     with open_store(db, read_only=True) as store, store.session() as session:
         revisions = list_revisions(session, task=task, lineage=lineage)
         for revision in revisions:
@@ -228,12 +240,27 @@ def list_revisions_command(
                 f"{revision.created_at:%Y-%m-%d %H:%M}",
                 ", ".join(revision.flags),
             )
-            table.add_row(*(Text(_escaped(str(cell))) for cell in cells))
+            rows.append([Text(_escaped(str(cell))) for cell in cells])
             records.append(revision_record(revision))
+
+    def build(hidden: tuple[str, ...]):
+        """Names, numbers and times whole (never cut inside a word); the flags wrap between flags."""
+        table = plain_table()
+        shown = [index for index, column in enumerate(columns) if column not in hidden]
+        for index in shown:
+            table.add_column(columns[index], no_wrap=columns[index] != "flags", overflow="fold")
+        for row in rows:
+            table.add_row(*(row[index] for index in shown))
+        return table
+
+    width = output_width()
+    table, hidden = fit_table(build, width, ("author", "created (UTC)"))
     if output_format == "json":
         _print_json(json.dumps(records, indent=2))
     elif revisions:
         print_renderable(table)
+        if hidden:
+            print(f"({', '.join(hidden)} not shown at {width} columns: see --format json)")
     else:
         print(
             "no submissions"
@@ -321,7 +348,7 @@ def test_command(
 
     device = resolve_device(device)
     limits = SandboxLimits.from_settings(call_timeout_s=call_timeout)
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         checked = check_revisions(store, ids, device=device, mode=mode, force=force, limits=limits)
     if output_format == "json":
         _print_json(checks_json(checked))
@@ -359,7 +386,7 @@ def bench(
     device = resolve_device(device)
     rule = _stopping_rule(budget)
     environment = probe_environment(device)
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         benched = bench_revisions(
             store,
             ids,
@@ -398,7 +425,7 @@ def _print_exact(text: str, *, page: bool = False) -> None:
     """Write text byte for byte (UTF-8, no markup, no wrapping; control characters escaped, line
     breaks and tabs kept) and a final newline (the diff text ends without one). On a terminal,
     diff lines are coloured, and with `page` a text longer than the screen goes through the
-    pager (rich's: $PAGER, else `less -R`)."""
+    pager (harness.report.terminal.page: $PAGER, else `less` with LESS=FRX, as git does)."""
     from harness.report.terminal import stdout_is_terminal
 
     text = _escaped(text, block=True)
@@ -414,8 +441,11 @@ def _print_exact(text: str, *, page: bool = False) -> None:
 
     console = Console(highlight=False, soft_wrap=True)
     if page and text.count("\n") + 1 > shutil.get_terminal_size().lines:
-        with console.pager(styles=True):
+        from harness.report.terminal import page as show_in_pager
+
+        with console.capture() as captured:
             console.print(colored_diff(text))
+        show_in_pager(captured.get())
     else:
         console.print(colored_diff(text))
 
@@ -484,7 +514,7 @@ def tournament(
         executor, gpus=gpus, ray_address=ray_address, device=device
     )  # bad --gpus: nothing opened
     try:
-        with open_store(db) as store:
+        with open_store(db, create=False) as store:
             if executor == "local" and gpus is None and device in (None, "cpu", "cuda"):
                 # The sandbox's isolation probe (on a GPU, a process that starts CUDA: seconds) runs
                 # while this process imports torch and claims its runs, not after.
@@ -691,7 +721,7 @@ def evolve(
             )
     elif generations is None or proposer is None:
         raise HarnessError("give --generations N and --proposer P (or --resume ID)")
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:
         if resume is None:
             experiment_id = create_experiment(
                 store,
@@ -719,6 +749,8 @@ def evolve(
             )
             sys.exit(130)
     print(f"experiment {experiment_id}: {status}; `harness experiments show {experiment_id}` tells the story")
+    if status in ("failed", "stopped"):  # every generation failed, or no parent was left to try
+        raise Exit(EXIT_REVISION_FAILED)
 
 
 def _run_experiment_live(store, experiment_id: int, run_experiment) -> str:

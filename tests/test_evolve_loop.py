@@ -245,7 +245,7 @@ def test_steps_without_a_child_are_recorded_with_their_reason(
         "--budget",
         0.1,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # every generation failed (README, "Exit codes")
     ((step_status, step_reason, child_id, reply),) = steps_of(
         db, command, "s.status, s.reason, s.child_id, s.reply"
     )
@@ -335,7 +335,7 @@ def test_a_failing_parent_gets_the_fix_prompt_a_few_times(seeded_store: str, tmp
 
     # with no fix attempts allowed, a lineage with nothing passing has no parent left
     stuck = harness(db, "evolve", *args, "--generations", 1, "--max-fix-attempts", 0)
-    assert stuck.returncode == 0, stuck.stderr
+    assert stuck.returncode == 1, stuck.stderr  # stopped: no parent left to try
     assert "stopped" in stuck.stdout and "no parent left to try" in stuck.stdout
     assert rows(
         db, "select status from experiments where proposer = ? order by id desc limit 1", command

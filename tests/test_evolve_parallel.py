@@ -310,7 +310,7 @@ def test_a_duplicate_is_never_evaluated_and_an_all_failed_experiment_fails(store
         "--device",
         "cpu",
     )
-    assert failing.returncode == 0, failing.stderr
+    assert failing.returncode == 1, failing.stderr  # every generation failed
     failed_id = int(failing.stdout.splitlines()[0].split()[1])
     ((status, reason),) = rows(db, "select status, reason from experiments where id = ?", failed_id)
     assert status == "failed"

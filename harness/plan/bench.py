@@ -83,14 +83,18 @@ def run_bench(
     mode: str,
     progress: Callable[[str], None] | None = None,
     activity: Callable[[str, str], None] | None = None,
+    steps: Callable[[int], None] | None = None,
     *,
     listener: PhaseListener | None = None,
 ) -> None:
     """The timed phase over `with_references`' items (bench_revisions, the tournament, an
     experiment's children), then each item's comparisons with the reference and its parent;
-    `activity` hears (revision label, what its evaluation does now); `listener`: the caller's
-    own (`progress` and `activity` replace its shape_done and activity when given)."""
+    `activity` hears (revision label, what its evaluation does now), `steps` how many shapes
+    `progress` will hear of (the companions timed beside them included); `listener`: the
+    caller's own (`progress`, `activity` and `steps` replace its hooks when given)."""
     listener = listener or PhaseListener()
+    if steps is not None:
+        listener.dispatching = steps
     if activity is not None:
         listener.activity = lambda item, now: activity(item.label, now)
     if progress is not None:

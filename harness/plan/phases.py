@@ -154,6 +154,9 @@ class PhaseListener:
     # the claimed revisions of one job (one interleaved run), once every evaluation of it, the
     # companions' included, is written or its worker failed (in that order)
     job_recorded: Callable[[list[PlannedRevision]], None] = lambda items: None
+    # the shape evaluations dispatched, once known: the claimed revisions' and the companions'
+    # timed beside them in every job (a revision reused or held elsewhere is not among them)
+    dispatching: Callable[[int], None] = lambda shapes: None
 
 
 def store_limits(store: Store, limits: SandboxLimits) -> SandboxLimits:
@@ -230,6 +233,7 @@ class PhaseRun:
                 for key, item in claimed.items()
                 if phase.timed and item.parent_id is not None
             },
+            on_dispatch=listener.dispatching,
             companions=Companions(
                 phase.run_kind,
                 [(item.revision_id, request) for item, request in companions],
@@ -443,6 +447,7 @@ def evaluate_and_record(
     on_job_recorded: Callable[[list[int]], None] | None = None,
     companions: Companions | None = None,
     family_of: dict[int, object] | None = None,
+    on_dispatch: Callable[[int], None] | None = None,
 ) -> Dispatched:
     """Run the claimed requests (each `key` a run claimed by `worker`) on the executor and write
     the results as the executor hands them over (each evaluation as it ends in this process and
@@ -454,7 +459,7 @@ def evaluate_and_record(
     timed again beside them in every job (Companions), kept as Retimings of its batch.
     `family_of` (claimed key -> family, its parent): a family's requests share one job.
     `on_job_recorded` hears the claimed keys of each job (one interleaved run) once all of its
-    evaluations are written or failed: its comparisons can be drawn."""
+    evaluations are written or failed: its comparisons can be drawn. `on_dispatch` hears how many shape evaluations the jobs hold, companions included."""
     dispatched = Dispatched()
     open_claims = {request.key for request in requests}
     keeps_shapes = {
@@ -535,6 +540,14 @@ def evaluate_and_record(
     keys_of = {batch_of[job.requests[0].key]: [request.key for request in job.requests] for job in jobs}
     pending = {batch: set(keys) for batch, keys in keys_of.items()}
     told: set[str] = set()
+    if on_dispatch is not None:
+        on_dispatch(
+            sum(
+                len(load_task(request.task).shapes(default_shape_set(request.device, request.timed)))
+                for job in jobs
+                for request in job.requests
+            )
+        )
     try:
         executor.run(jobs, shape_done, done, failed, on_activity=on_activity)
     except BaseException:

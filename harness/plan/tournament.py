@@ -77,6 +77,10 @@ class TournamentProgress:
 
     def step(self, description: str, advance: int = 1) -> None: ...
 
+    def set_steps(self, steps: int) -> None:
+        """The phase's steps as dispatched, when they differ from its start's estimate: revisions
+        reused drop out, the revisions timed again beside the new ones join."""
+
     def activity(self, label: str, activity: str) -> None:
         """What a revision's evaluation does now: building, checking, timing, waiting (for its
         turn, interleaved) or done."""
@@ -163,7 +167,7 @@ def _run_phase(
             items = [PlannedRevision.of(get_revision(session, revision_id)) for revision_id in revision_ids]
     progress.start_phase(phase, sum(len(load_task(item.task).shapes(shape_set)) for item in items))
     if timed:
-        run_bench(plan, items, phase, progress.step, progress.activity)
+        run_bench(plan, items, phase, progress.step, progress.activity, steps=progress.set_steps)
     else:
         run_checks(
             plan, items, "test", progress.step, keep_children=keep_children, activity=progress.activity

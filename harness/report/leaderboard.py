@@ -54,7 +54,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from harness.errors import HarnessError
 from harness.judge import JUDGE_VERSION
-from harness.report.terminal import plain_table
+from harness.report.terminal import fit_table, minimum_width, plain_table
 from harness.report.text import escape_controls
 from harness.scoring import BlockSpread, block_spread, blocks_joined, compare, rank_by_score, score
 from harness.standings import (
@@ -584,6 +584,7 @@ def _compare_with_parent(
 
 
 VS_PARENT_STYLES = {"faster": "green", "slower": "red"}
+PIPED_REASON_WIDTH = 100
 
 
 def leaderboard_renderable(
@@ -599,10 +600,17 @@ def leaderboard_renderable(
     control characters escaped (harness.report.text)."""
     if wide is None:
         wide = width is not None and _table_width(_ranked_table(board, wide=True)) <= width
+    # `--wide` where the wide table cannot fit without cutting its numbers: the narrow table,
+    # then the other columns in tables of their own, each keyed by rank and id (as pandas
+    # prints a frame wider than the terminal).
+    in_blocks = wide and width is not None and minimum_width(_ranked_table(board, wide=True)) > width
     title = board_title(board)
     parts: list[Table | Text] = [Text(escape_controls(title))]
     if board.ranked():
-        parts.append(_ranked_table(board, wide=wide, width=width))
+        parts.append(_ranked_table(board, wide=wide and not in_blocks, width=width))
+        if in_blocks:
+            for block in _detail_tables(board, width):
+                parts.extend([Text(""), block])
         if board.speedup_legend():
             parts.append(Text(board.speedup_legend()))
     else:
@@ -616,26 +624,29 @@ def leaderboard_renderable(
         )
     if board.unranked():
         parts.append(Text("\nnot ranked:"))
-        unranked = plain_table()
-        for header in ("id", "revision", "status", "GPU MODE/\naccurate"):
-            unranked.add_column(
-                header,
-                justify="right" if header == "id" else "left",
-                no_wrap=header != "revision",
-                overflow="fold",
-            )
-        if wide:
-            unranked.add_column("author", overflow="fold")
-        unranked.add_column("reason", overflow="fold")
-        for entry in board.unranked():
-            unranked.add_row(
-                str(entry.submission_id),
-                Text(escape_controls(lineage_label(board, entry))),
-                Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
-                _verdicts_text(entry.verdicts),
-                *([Text(escape_controls(entry.author))] if wide else []),
-                Text(escape_controls(entry.reason)),
-            )
+        entries = board.unranked()
+
+        def unranked_table(hidden: tuple[str, ...]) -> Table:
+            """Ids, names, statuses and verdicts whole; the reason wraps at its words (piped,
+            unbounded: at PIPED_REASON_WIDTH rather than make a row of hundreds)."""
+            with_author = wide and "author" not in hidden
+            table = plain_table()
+            table.add_column("id", justify="right", no_wrap=True)
+            for header in ("revision", "status", "GPU MODE/\naccurate", *(["author"] if with_author else [])):
+                table.add_column(header, no_wrap=True)
+            table.add_column("reason", overflow="fold", max_width=None if width else PIPED_REASON_WIDTH)
+            for entry in entries:
+                table.add_row(
+                    str(entry.submission_id),
+                    Text(escape_controls(lineage_label(board, entry))),
+                    Text(entry.status, style="" if entry.status in ("pass", NOT_RUN) else "bold red"),
+                    _verdicts_text(entry.verdicts),
+                    *([Text(escape_controls(entry.author))] if with_author else []),
+                    Text(escape_controls(entry.reason)),
+                )
+            return table
+
+        unranked, _hidden = fit_table(unranked_table, width, ("author",))
         parts.append(unranked)
     return Group(*parts)
 
@@ -697,6 +708,51 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -
             style="cyan" if entry.lineage == board.reference_lineage() else None,
         )
     return ranked
+
+
+def _detail_tables(board: Leaderboard, width: int) -> list[Table]:
+    """The wide table's other columns (author, one per benchmark shape, the accuracy figures,
+    the flags) in as few tables as fit in `width` without cutting a number, each keyed by rank
+    and id; a column too wide on its own (long flags) gets a table of its own and wraps."""
+    ranked = board.ranked()
+    timings = [{shape_key(timing.shape): timing for timing in entry.benchmarks} for entry in ranked]
+    columns: list[tuple[str, dict, list]] = [
+        ("author", {"no_wrap": True}, [Text(escape_controls(entry.author)) for entry in ranked])
+    ]
+    for shape in board.shapes():
+        header = "\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed")
+        cells = [format_timing(found.get(shape_key(shape))) for found in timings]
+        columns.append((header, {"justify": "right", "no_wrap": True}, cells))
+    figures = [
+        f"{format_figure(entry.accuracy.rel_l2)}/{format_figure(entry.accuracy.max_err_over_scale)}"
+        for entry in ranked
+    ]
+    columns.append(("rel L2/\nerr÷scale", {"justify": "right", "no_wrap": True}, figures))
+    columns.append(
+        ("flags", {"overflow": "fold"}, [Text(escape_controls(", ".join(e.flags))) for e in ranked])
+    )
+
+    def table(chosen: list[tuple[str, dict, list]]) -> Table:
+        block = plain_table()
+        block.add_column("rank", justify="right", no_wrap=True)
+        block.add_column("id", justify="right", no_wrap=True)
+        for header, options, _cells in chosen:
+            block.add_column(header, **options)
+        for row, entry in enumerate(ranked):
+            block.add_row(
+                str(entry.rank),
+                str(entry.submission_id),
+                *(cells[row] for _header, _options, cells in chosen),
+                style="cyan" if entry.lineage == board.reference_lineage() else None,
+            )
+        return block
+
+    blocks: list[list[tuple[str, dict, list]]] = [[]]
+    for column in columns:
+        if blocks[-1] and minimum_width(table([*blocks[-1], column])) > width:
+            blocks.append([])
+        blocks[-1].append(column)
+    return [table(chosen) for chosen in blocks]
 
 
 def _verdicts_text(verdicts: dict[VerdictName, VerdictSummary]) -> Text:

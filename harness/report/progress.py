@@ -16,6 +16,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Column
 from typing_extensions import Self
 
 from harness.plan.tournament import PhaseResult, TournamentProgress
@@ -35,18 +36,27 @@ def phase_summary(phase: PhaseResult) -> str:
     )
 
 
+def _shared() -> Column:
+    """A text column that takes an equal share of what the fixed ones leave, cut with an ellipsis."""
+    return Column(no_wrap=True, overflow="ellipsis", ratio=1, min_width=0)
+
+
 class RichTournamentProgress(TournamentProgress):
     def __init__(self, console: Console) -> None:
+        # The phase, the bar, the counter and the times keep their widths at any terminal width;
+        # what is going on now and the last step share what is left, cut with an ellipsis.
+        fixed = Column(no_wrap=True)
         self.progress = Progress(
-            TextColumn("[bold]{task.fields[phase]:<11}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[now]}", markup=False),
-            TextColumn("{task.description}", markup=False),
+            TextColumn("[bold]{task.fields[phase]:<11}", table_column=fixed),
+            BarColumn(bar_width=24, table_column=fixed),
+            MofNCompleteColumn(table_column=fixed),
+            TimeElapsedColumn(table_column=fixed),
+            TextColumn("left", table_column=fixed),
+            TimeRemainingColumn(table_column=fixed),
+            TextColumn("{task.fields[now]}", markup=False, table_column=_shared()),
+            TextColumn("{task.description}", markup=False, table_column=_shared()),
             console=console,
+            expand=True,
         )
         self.current: TaskID | None = None
         self.activities: dict[str, str] = {}  # revision label -> building | checking | timing | waiting
@@ -69,6 +79,10 @@ class RichTournamentProgress(TournamentProgress):
             self.progress.start()
         self.activities.clear()
         self.current = self.progress.add_task("", total=steps, phase=phase, now="")
+
+    def set_steps(self, steps: int) -> None:
+        if self.current is not None:
+            self.progress.update(self.current, total=steps)
 
     def step(self, description: str, advance: int = 1) -> None:
         description = escape_controls(description)

@@ -5,6 +5,9 @@
 - A terminal gets colour; a pipe or a file gets plain text: no escape codes, no trailing blanks.
 - Tables are drawn in one plain style (`plain_table`): a rule under the header, no frame, so that
   more columns fit in 80.
+- A text longer than the screen goes through the pager as git sends it there: `$PAGER` (empty:
+  none), else `less`, with `LESS=FRX` when LESS is unset, so that less shows the colours
+  (R) instead of their codes, leaves a short text on the screen (F) and does not clear it (X).
 - Text from a candidate or its registration goes in escaped (harness.report.text), so that it
   lays out at the width it is shown at; `render_text` escapes whatever control character is
   still in the text it prints as well (the colour codes come from the styles and stay).
@@ -16,10 +19,13 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import sys
+from collections.abc import Callable, Sequence
 
 from rich import box
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
@@ -48,6 +54,39 @@ def output_width() -> int | None:
 def plain_table(**options) -> Table:
     """A rule under the header, two blanks between columns, no frame."""
     return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), **options)
+
+
+def minimum_width(table: Table) -> int:
+    """The fewest columns the table takes without cutting a word: its no-wrap columns whole,
+    the others as wide as their longest word (rich's own minimum wraps every column)."""
+    console = Console(width=UNBOUNDED_WIDTH)
+    widest = console.measure(table).maximum  # every column at its widest, with the padding
+    for column in table.columns:
+        cells = [Measurement.get(console, console.options, cell) for cell in [column.header, *column.cells]]
+        low, high = max(m.minimum for m in cells), max(m.maximum for m in cells)
+        need = high if column.no_wrap else low
+        if column.max_width is not None:
+            high, need = min(high, column.max_width), min(need, column.max_width)
+        if column.min_width is not None:
+            high, need = max(high, column.min_width), max(need, column.min_width)
+        widest -= high - need
+    return widest
+
+
+def fit_table(
+    build: Callable[[tuple[str, ...]], Table], width: int | None, droppable: Sequence[str]
+) -> tuple[Table, tuple[str, ...]]:
+    """`build(hidden)` with as few of the `droppable` columns hidden (in that order) as make it
+    fit in `width` without cutting a word (None: unbounded, nothing hidden); returns the table
+    and the columns hidden. When even all of them hidden it does not fit, rich lays it out."""
+    hidden: tuple[str, ...] = ()
+    table = build(hidden)
+    for column in droppable:
+        if width is None or minimum_width(table) <= width:
+            break
+        hidden += (column,)
+        table = build(hidden)
+    return table, hidden
 
 
 def render_text(renderable: RenderableType, *, width: int | None = None, color: bool = False) -> str:
@@ -110,3 +149,33 @@ def colored_diff(text: str) -> Text:
         style = next((style for prefix, style in DIFF_LINE_STYLES if line.startswith(prefix)), "")
         colored.append(line, style=style)
     return colored
+
+
+def page(text: str) -> None:
+    """Show `text` (with its colour codes) through the pager: `$PAGER` run by the shell, else
+    `less`, with `LESS=FRX` (and `LV=-c`) when unset, as git does; an empty PAGER, or no `less`
+    on this machine, prints it as it is. Quitting the pager early is no error, and Ctrl-C goes
+    to the pager (less uses it to stop a search), not to this process."""
+    command = os.environ.get("PAGER", "less").strip()
+    if not command or (command == "less" and shutil.which("less") is None):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    environment = {**os.environ}
+    environment.setdefault("LESS", "FRX")
+    environment.setdefault("LV", "-c")
+    sys.stdout.flush()
+    pager = subprocess.Popen(
+        command, shell=True, stdin=subprocess.PIPE, env=environment
+    )  # the user's own PAGER, run by the shell as git runs it
+    try:
+        with pager.stdin as pipe:
+            pipe.write(text.encode("utf-8"))
+    except (BrokenPipeError, KeyboardInterrupt):  # the pager quit before reading it all
+        pass
+    while True:
+        try:
+            pager.wait()
+            return
+        except KeyboardInterrupt:
+            continue

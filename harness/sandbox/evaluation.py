@@ -116,11 +116,38 @@ def _config_label(chosen: dict[str, dict[str, str]] | None) -> str:
     )
 
 
+# What an `unsupported` candidate needs, by the error that said so (harness.sandbox.child's
+# NO_CUDA_MESSAGES and a missing nvcc), in the harness's words.
+UNSUPPORTED_NEEDS = (
+    (
+        "CUDA_HOME environment variable is not set",
+        "needs a CUDA toolkit (CUDA_HOME unset) to build its extension",
+    ),
+    ("nvcc", "needs a CUDA toolkit (no nvcc found) to build its extension"),
+    ("Torch not compiled with CUDA enabled", "needs CUDA: this torch was built without it"),
+    ("No CUDA GPUs are available", "needs a CUDA GPU: none is visible here"),
+    ("NVIDIA driver", "needs a CUDA GPU: no NVIDIA driver here"),
+)
+
+
+def error_reason(kind: str, error: str) -> str:
+    """The reason stored for a candidate's error: the error itself, except that an `unsupported`
+    one says what the candidate needs that this machine lacks, in the harness's words (a
+    library's own advice, "Please set it to your CUDA install root", reads like an instruction
+    to the user of the harness), with the type of the error after it."""
+    if kind != "unsupported":
+        return error
+    needs = next((words for marker, words in UNSUPPORTED_NEEDS if marker in error), None)
+    if needs is None:
+        return f"needs CUDA, which is not here: {error}"
+    return f"{needs} ({error.split(':', 1)[0]})"
+
+
 def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, reply: CheckReply):
     """(status, reason, check details, the output's comparison or None) of one call. `pass` when
     either verdict passes (harness.checking); the reason then says which one fails, if any."""
     if reply.error is not None:
-        return reply.error.kind, reply.error.error, {}, None
+        return reply.error.kind, error_reason(reply.error.kind, reply.error.error), {}, None
     problem = checking.output_problem(
         reply.output, case.expected, reply.output_aliases_input, same_shape_and_dtype=task.rtol is not None
     )
@@ -531,7 +558,7 @@ class Evaluator:
         evaluation.startup_s = 0.0 if self.adopted else self.child.startup_s
         evaluation.compile_s = 0.0 if self.adopted else first.import_s
         if isinstance(first, ImportFailed):
-            evaluation.status, evaluation.reason = first.kind, first.error
+            evaluation.status, evaluation.reason = first.kind, error_reason(first.kind, first.error)
             self.stopped = True
             return False
         evaluation.isolation = describe_isolation(
@@ -777,7 +804,8 @@ class Evaluator:
         reply, parent_ms = timed.reply, list(timed.call_wall_ms.values())
         times = reply.times_ms
         if reply.error is not None:
-            outcome.status, outcome.reason = reply.error.kind, f"during timing: {reply.error.error}"
+            reason = error_reason(reply.error.kind, reply.error.error)
+            outcome.status, outcome.reason = reply.error.kind, f"during timing: {reason}"
         elif not 1 <= len(times) <= self.rule.max_runs or not all(0 < t < math.inf for t in times):
             outcome.status, outcome.reason = "crashed", "protocol violation during timing: implausible times"
         elif checked != len(times):

@@ -88,14 +88,19 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
+def open_store(url: str | None = None, *, read_only: bool = False, create: bool = True) -> Store:
     """Open the store at `url` (None: settings.db, by default harness.config.default_store_dir),
     creating or upgrading its schema. Raises HarnessError, leaving no new file behind, when it
-    cannot be opened.
+    cannot be opened; an empty `url` is an error, never the default store.
 
     `read_only` (the commands that only read): a SQLite file must exist already (a mistyped URL
     creates nothing), and one whose folder or file this process cannot write is opened read-only
-    (SQLite's `mode=ro`, `immutable` when the folder cannot hold WAL's companion files)."""
+    (SQLite's `mode=ro`, `immutable` when the folder cannot hold WAL's companion files).
+    `create=False` (the commands that evaluate revisions, which a new store cannot hold): a SQLite
+    file must exist already too. A writer on a SQLite file that it cannot write is refused in
+    words (the store is read-only here), not with SQLite's `unable to open database file`."""
+    if url is not None and not url.strip():
+        raise HarnessError("the store URL is empty: give --db a URL such as sqlite:///PATH")
     url = url or get_settings().db
     parsed = _parse_url(url)
     shown = parsed.render_as_string(hide_password=True)
@@ -106,14 +111,22 @@ def open_store(url: str | None = None, *, read_only: bool = False) -> Store:
         if sqlite_file.parent == default_store_dir() and not read_only:
             sqlite_file.parent.mkdir(parents=True, exist_ok=True)
         _check_sqlite_path(sqlite_file, shown)
-        if read_only and not sqlite_file.exists():
+        if (read_only or not create) and not sqlite_file.exists():
             raise HarnessError(
                 f"no store at {sqlite_file}: check --db/HARNESS_DB, or create one with `harness init`"
             )
         created_file = not sqlite_file.exists()
-        unwritable = read_only and not (
-            os.access(sqlite_file.parent, os.W_OK) and os.access(sqlite_file, os.W_OK)
+        writable = os.access(sqlite_file.parent, os.W_OK) and (
+            created_file or os.access(sqlite_file, os.W_OK)
         )
+        if not writable and not read_only and created_file:
+            raise HarnessError(f"cannot create store {sqlite_file}: its folder cannot be written")
+        if not writable and not read_only:
+            raise HarnessError(
+                f"store {sqlite_file} is read-only here (the file or its folder cannot be written): "
+                "this command writes to it; list, show, leaderboard and history can read it"
+            )
+        unwritable = read_only and not writable
         if unwritable:
             parsed = _read_only_sqlite_url(sqlite_file)
     engine = _create_engine(parsed, shown, read_only=unwritable)
