@@ -327,9 +327,10 @@ def test_a_slow_import_beside_the_calibration_child_ends_no_timed_run(tmp_path):
 def test_the_parents_own_work_out_of_memory_is_the_shapes_result(tmp_path):
     """Issue 33, item 4 (the parent's side), on the CPU: a task whose second shape the parent cannot
     even make (2 TiB of input: torch's CPU allocator gives up at once, as CUDA does when a child
-    beside it holds the GPU's memory), checked beside a candidate that holds memory. The shape is
-    `crashed` with the harness's reason for every revision (tried twice), the first shape's
-    results stand, the run ends with exit 1 and results, and runs again on the same store."""
+    beside it holds the GPU's memory), checked beside a candidate that holds memory. More than the
+    machine has in all (issue 34): the shape is `unsupported` here, "too large to run here", for
+    every revision, the first shape's results stand, the run ends with exit 0 (unsupported is no
+    failure) and results, and runs again on the same store."""
     problems = tmp_path / "problems"
     shutil.copytree(TASK.directory, problems / "hugeconv_py")
     shutil.copy(TASK.directory.parent / "utils.py", problems / "utils.py")
@@ -359,7 +360,11 @@ def test_the_parents_own_work_out_of_memory_is_the_shapes_result(tmp_path):
     added = harness("task", "add", str(problems / "hugeconv_py"))
     assert added.wait(timeout=120) == 0, added.communicate()
     ids = []
-    for path in (REFERENCE, ADVERSARIAL / "holds_device_memory.py"):
+    for source in (REFERENCE, ADVERSARIAL / "holds_device_memory.py"):
+        # without conv2d_v2's `#!POPCORN leaderboard` line, which --task may not contradict
+        path = tmp_path / source.name
+        lines = source.read_text().splitlines(keepends=True)
+        path.write_text("".join(line for line in lines if not line.startswith("#!POPCORN")))
         registered = harness("register", str(path), "--task", "hugeconv")
         stdout, stderr = registered.communicate(timeout=120)
         assert registered.returncode == 0, stderr
@@ -368,22 +373,19 @@ def test_the_parents_own_work_out_of_memory_is_the_shapes_result(tmp_path):
     for attempt in range(2):  # the second on the same store
         process = harness("test", *ids, "--device", "cpu")
         stdout, stderr = process.communicate(timeout=600)
-        assert process.returncode == 1, stderr  # revisions failed; the run itself ended
+        assert process.returncode == 0, stderr  # unsupported here, no failure; the run ended
         assert "Traceback" not in stderr, stderr
         assert not list(Path("/dev/shm").glob(f"harness-io-{process.pid}-*"))
         if attempt == 0:
-            assert "the harness ran out of memory" in stdout, stdout
+            assert "too large to run here" in stdout, stdout
     connection = sqlite3.connect(tmp_path / "store.sqlite")
     try:
         for revision_id in ids:
             run = connection.execute(
                 "SELECT id, status, reason FROM runs WHERE revision_id = ? AND mode = 'test'", (revision_id,)
             ).fetchone()
-            assert run[1] == "crashed", run
-            assert (
-                "smoke[1]" in run[2] and "the harness ran out of memory in its own work on smoke[1]" in run[2]
-            )
-            assert "twice" in run[2] and "can't allocate memory" in run[2], run
+            assert run[1] == "unsupported", run
+            assert "smoke[1]" in run[2] and "too large to run here" in run[2], run
             shapes = connection.execute(
                 'SELECT set_name, "index", passed FROM shape_results WHERE run_id = ? ORDER BY "index"',
                 (run[0],),
