@@ -189,7 +189,9 @@ def test_registration_test_tournament_and_evolve_print_no_raw_control(hostile):
     assert outputs["test"].returncode == 1, outputs["test"].stderr
     assert REASON_SHOWN in outputs["test"].stdout
     assert "runtime_error" in outputs["tournament"].stdout, outputs["tournament"].stderr
-    assert outputs["evolve"].returncode == 0, outputs["evolve"].stderr
+    # its one generation failed: a failed experiment exits 1 (issue 30, item 9); its story printed
+    assert outputs["evolve"].returncode == 1, outputs["evolve"].stderr
+    assert "experiment 1: failed" in outputs["evolve"].stdout, outputs["evolve"].stdout
     # JSON escapes control characters itself, and keeps the text as it is
     reports = json.loads(outputs["test json"].stdout)
     assert f"{ESC}[2J{ESC}[H" in reports[0]["reason"] and ESC not in outputs["test json"].stdout

@@ -202,17 +202,20 @@ class PhaseRun:
         listener = listener or PhaseListener()
         requests: dict[int, EvaluationRequest] = {}
         claimed: dict[int, PlannedRevision] = {}
+        not_dispatched: list[PlannedRevision] = []
         with self.store.session() as session:
             for item in items:
                 request = self._claim(session, phase, item)
                 if request is None:
-                    listener.not_dispatched(item)
+                    not_dispatched.append(item)
                     continue
                 if keep_children and getattr(self.executor, "keeps_children", False):
                     request.keep_child = True
                 requests[request.key] = request
                 claimed[request.key] = item
             companions = self._companions(session, phase, items, claimed) if phase.timed and claimed else []
+        for item in not_dispatched:  # after the claims' transaction: a listener may write to the store
+            listener.not_dispatched(item)
         joined: dict[int, PlannedRevision] = {}  # a companion's request key in a job -> its item
 
         def item_of(key: int) -> PlannedRevision:
