@@ -232,7 +232,7 @@ def test_the_wide_leaderboard_keeps_every_time_and_verdict_whole(board, columns)
 
 def test_piped_not_ranked_reasons_wrap_at_their_words(board):
     shown = harness("leaderboard", db=board["db"]).stdout
-    assert max(len(line) for line in shown.splitlines()) <= 200, shown
+    assert max(len(line) for line in shown.splitlines()[1:]) <= 200, shown  # the title is one line
     words = " ".join(shown.split())
     assert " ".join(f"step{i}" for i in range(50)) in words  # every word, in order, none cut
 

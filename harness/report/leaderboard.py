@@ -660,6 +660,9 @@ def _table_width(table: Table) -> int:
 
 def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -> Table:
     shapes = board.shapes() if wide else []
+    # GPU MODE's own score: left out of a wide table under 100 columns, where it would cut the
+    # verdicts (the JSON and a wider terminal show it)
+    gpumode = board.gpumode_ranking_by is not None and not (wide and width is not None and width < 100)
     ranked = plain_table()
     ranked.add_column("rank", justify="right", no_wrap=True)
     ranked.add_column("id", justify="right", no_wrap=True)
@@ -671,7 +674,7 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -
     if wide:
         ranked.add_column("author", overflow="fold")
     ranked.add_column("score ms", justify="right", no_wrap=True)
-    if board.gpumode_ranking_by is not None:
+    if gpumode:
         ranked.add_column("GPU MODE\nms", justify="right", no_wrap=True)
     for shape in shapes:
         ranked.add_column(
@@ -692,7 +695,7 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -
             Text(escape_controls(lineage_label(board, entry))),
             *([Text(escape_controls(entry.author))] if wide else []),
             format_ms(entry.score_ms),
-            *([format_ms(entry.gpumode_score_ms)] if board.gpumode_ranking_by is not None else []),
+            *([format_ms(entry.gpumode_score_ms)] if gpumode else []),
             *[format_timing(timings.get(shape_key(shape))) for shape in shapes],
             format_speedup(entry.speedup_vs_reference),
             Text(entry.vs_parent or "-", style=VS_PARENT_STYLES.get(entry.vs_parent or "", "")),
