@@ -181,10 +181,8 @@ def test_the_leaderboard_fits_80_columns_and_a_pipe_gets_plain_unpadded_text(boa
     lines = narrow.stdout.splitlines()
     assert max(map(len, lines)) <= 80
     header = next(line for line in lines if line.split()[:1] == ["rank"])  # not a wrapped title's "ranked by"
-    # GPU MODE's own score (its `last` shape's mean, headed "GPU MODE ms" over two lines) beside
-    # the harness's (issue 34)
-    assert header.split()[:8] == ["rank", "id", "revision", "score", "ms", "ms", "speedup", "vs"], lines[:8]
-    assert "GPU MODE" in lines[lines.index(header) - 1], lines[:8]
+    # GPU MODE's own score (issue 34) only from 100 columns: under them it cut the verdicts
+    assert header.split()[:7] == ["rank", "id", "revision", "score", "ms", "speedup", "vs"], lines[:8]
     # The per-shape columns (headed `kernelsize 2` and so on) come on request.
     assert "accurate" in narrow.stdout and "kernelsize 2" not in narrow.stdout
     wide = harness("leaderboard", "--wide", db=board["db"])

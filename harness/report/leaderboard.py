@@ -607,7 +607,10 @@ def leaderboard_renderable(
     title = board_title(board)
     parts: list[Table | Text] = [Text(escape_controls(title))]
     if board.ranked():
-        parts.append(_ranked_table(board, wide=wide and not in_blocks, width=width))
+        # GPU MODE's own score only from 100 columns: under them it cut the verdicts (the JSON and
+        # a wider terminal show it)
+        gpumode = width is None or width >= 100
+        parts.append(_ranked_table(board, wide=wide and not in_blocks, width=width, gpumode=gpumode))
         if in_blocks:
             for block in _detail_tables(board, width):
                 parts.extend([Text(""), block])
@@ -658,11 +661,9 @@ def _table_width(table: Table) -> int:
     return console.measure(table).maximum
 
 
-def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None) -> Table:
+def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None, gpumode: bool = True) -> Table:
     shapes = board.shapes() if wide else []
-    # GPU MODE's own score: left out of a wide table under 100 columns, where it would cut the
-    # verdicts (the JSON and a wider terminal show it)
-    gpumode = board.gpumode_ranking_by is not None and not (wide and width is not None and width < 100)
+    gpumode = gpumode and board.gpumode_ranking_by is not None
     ranked = plain_table()
     ranked.add_column("rank", justify="right", no_wrap=True)
     ranked.add_column("id", justify="right", no_wrap=True)
