@@ -158,8 +158,9 @@ def test_a_parent_retimed_in_the_childs_run_is_compared_within_its_own_drift(sto
 REFERENCE_FILE = CANDIDATES_DIR / "conv2d_v2_reference.py"
 BUDGET = ("--device", "cpu", "--budget", "0.2")
 # A byte-different copy of the reference times like it: within this factor of 1x on a loaded
-# machine (the stored reference score below is made 3x off, so a cross-run speedup reads ~3x).
-NOISE = 1.6
+# machine (0.61x in one CI run; the stored reference score below is made 3x off, so a cross-run
+# speedup reads ~3x).
+NOISE = 2.0
 
 
 def _register(run_cli, store_url, path, *args) -> int:

@@ -211,9 +211,10 @@ def test_a_speedup_far_below_one_is_never_0_00x(board):
     slow = board["ids"]["slow"]
     data = json.loads(harness("leaderboard", "--format", "json", db=board["db"]).stdout)
     speedups = {entry["submission_id"]: entry["speedup_vs_reference"] for entry in data["entries"]}
-    # 60 ms of sleep against a conv2d of tenths of a millisecond at most (on a loaded CPU the
-    # reference's score carries the delay its quietest call still had: harness.timing)
-    assert 0 < speedups[slow] < 0.01
+    # 60 ms of sleep against a conv2d of tenths of a millisecond (on a loaded CPU the reference's
+    # score carries the delay its quietest call still had, harness.timing: 0.69 ms in one CI run);
+    # the formats of speedups under 0.01 are pinned below
+    assert 0 < speedups[slow] < 0.05
     for output in (
         harness("leaderboard", db=board["db"]).stdout,
         harness("history", db=board["db"]).stdout,

@@ -62,6 +62,7 @@ from harness.timing import (
     TIMING_PASSES,
     BenchmarkStats,
     StoppingRule,
+    floor_harness_rel,
     host_clock_verdict,
     physical_floor_ms,
 )
@@ -672,6 +673,7 @@ class Evaluator:
             [time for item in passes for time in item["reported_ms"]],
             [bracket for item in passes for bracket in item["parent_ms"]],
             min(item["harness_ms"] for item in passes),
+            floor_harness_rel(self.device),
         )
         flags = {flag for item in passes for flag in item["flags"] if flag != HOST_CLOCK_MISMATCH}
         flags |= {HOST_CLOCK_MISMATCH} if verdict.flagged else set()
@@ -822,7 +824,7 @@ class Evaluator:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
             calibrated = calibrated_kind(self.task, check_case.data, outputs)
             harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated, again=later)
-            verdict = host_clock_verdict(times, parent_ms, harness_ms)
+            verdict = host_clock_verdict(times, parent_ms, harness_ms, floor_harness_rel(self.device))
             flags += [HOST_CLOCK_MISMATCH] if verdict.flagged else []
             flags += self._physical_floor_flags(times)
             stats = BenchmarkStats.from_times(
