@@ -526,9 +526,9 @@ def tournament(
 
             from harness.plan.tournament import run_tournament
             from harness.report.html import render_leaderboard
-            from harness.report.leaderboard import build_leaderboard
             from harness.report.progress import RichTournamentProgress, phase_summary
             from harness.report.terminal import output_width, stdout_is_terminal
+            from harness.standing.board import build_leaderboard
 
             with RichTournamentProgress(Console(stderr=True)) as progress:
                 result = run_tournament(
@@ -592,8 +592,8 @@ def leaderboard(
 ) -> None:
     """Ranked revisions of a task in one environment; failing revisions below with their reason."""
     from harness.report.html import render_leaderboard
-    from harness.report.leaderboard import build_leaderboard
     from harness.report.terminal import output_width, stdout_is_terminal
+    from harness.standing.board import build_leaderboard
     from harness.store.session import open_store
 
     with open_store(db, read_only=True) as store, store.session() as session:

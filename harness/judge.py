@@ -4,7 +4,7 @@ the store, the plan and the reports).
 Bump JUDGE_VERSION whenever a change to the judge changes what a result means (how inputs are
 made, what is checked, how calls are timed or a score computed), and add a line below. Every run
 and retiming records the version that produced it (`Run.judge_version`); a result of an older
-judge is never ranked beside a newer one (harness.report.leaderboard ranks the newest version of
+judge is never ranked beside a newer one (harness.standing.board ranks the newest version of
 an environment only) and counts as missing for the plan, so the next tournament runs it again
 (harness.store.runs.reuse_or_claim).
 

@@ -237,7 +237,7 @@ def test_the_parent_side_timing_checks_on_numbers():
 
 def test_a_timer_cheat_benched_into_the_store_shows_its_flag_on_the_leaderboard(tmp_path):
     from harness.plan.bench import bench_revisions
-    from harness.report.leaderboard import build_leaderboard
+    from harness.standing.board import build_leaderboard
 
     store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
     try:

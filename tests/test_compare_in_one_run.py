@@ -20,9 +20,9 @@ from harness.config import CANDIDATES_DIR
 from harness.environment import Environment
 from harness.judge import JUDGE_VERSION
 from harness.report.history import history_header
-from harness.report.leaderboard import build_leaderboard
 from harness.sandbox.evaluation import Evaluation, ShapeOutcome
 from harness.scoring import FASTER, SAME, score
+from harness.standing.board import build_leaderboard
 from harness.store.models import Retiming
 from harness.store.revisions import register_revision
 from harness.store.runs import claim_run, record_run

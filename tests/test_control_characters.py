@@ -287,13 +287,9 @@ def strings(data: object):
 def test_the_ranked_table_escapes_names_and_keeps_its_colours():
     """A ranked entry (the CPU timings above are flagged, never ranked) with a hostile lineage
     label, author and flag, rendered wide for a terminal."""
-    from harness.report.leaderboard import (
-        Leaderboard,
-        LeaderboardEntry,
-        VerdictSummary,
-        leaderboard_renderable,
-    )
+    from harness.report.leaderboard import leaderboard_renderable
     from harness.report.terminal import render_text
+    from harness.standing.board import Leaderboard, LeaderboardEntry, VerdictSummary
 
     entry = LeaderboardEntry(
         rank=1,

@@ -1,6 +1,6 @@
 """The import structure matches the data flow (docs/architecture.md): imports point one way,
 `cli -> evolve -> plan -> executors -> sandbox -> judge (checking, timing, scoring) -> tasks`, the
-store used by plan, evolve and report only. Every import of every module under harness/ counts,
+store used by plan, evolve, standing and report only; standing computed in harness.standing only. Every import of every module under harness/ counts,
 those inside functions and under TYPE_CHECKING too: a type import is still a dependency."""
 
 from __future__ import annotations
@@ -29,7 +29,41 @@ FORBIDDEN = {
     "harness.wire": ("harness.store", "harness.sandbox", "torch"),
     # evolution reaches the executors and the sandbox only through the plan (one planner)
     "harness.evolve": ("harness.sandbox", "harness.executors"),
+    # standing is computed from stored results only, and rendered elsewhere (one judge)
+    "harness.standing": (
+        "harness.report",
+        "harness.sandbox",
+        "harness.executors",
+        "harness.plan",
+        "harness.evolve",
+        "harness.cli",
+    ),
 }
+
+# What standing is made of: harness.scoring's comparisons and ranking, the timings of one run, and
+# the standing names themselves. Only harness.standing calls the first two, and defines the names;
+# every other module (report renders, evolve and bench read) imports the names from it.
+STANDING_COMPUTATION = tuple(
+    f"harness.scoring.{name}"
+    for name in ("compare", "rank_by_score", "speedup", "block_spread", "blocks_joined")
+) + ("harness.standing.batch.batch_timings",)
+STANDING_NAMES = frozenset(
+    {
+        "build_leaderboard",
+        "Leaderboard",
+        "LeaderboardEntry",
+        "ShapeTiming",
+        "VerdictSummary",
+        "shape_verdicts",
+        "Batches",
+        "batches_in",
+        "compare_in_run",
+        "speedup_in_run",
+        "reference_in_run",
+        "score_in_batch",
+        "timing_flags",
+    }
+)
 
 
 def module_name(path: Path) -> str:
@@ -92,6 +126,39 @@ def test_no_forbidden_import(importer: str):
     assert not wrong, "\n".join(wrong)
 
 
+def standing_outside(path: Path) -> list[str]:
+    """What of standing a module outside harness.standing computes, defines or imports from
+    elsewhere (see STANDING_COMPUTATION)."""
+    module = module_name(path)
+    wrong = []
+    for name in sorted(imported_modules(path)):
+        source, _, last = name.rpartition(".")
+        if any(within(name, computation) for computation in STANDING_COMPUTATION):
+            wrong.append(f"{module} imports {name}")
+        elif last in STANDING_NAMES and within(source, "harness") and not within(source, "harness.standing"):
+            wrong.append(f"{module} imports {last} from {source}, not from harness.standing")
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    wrong += [
+        f"{module} defines {node.name}"
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in STANDING_NAMES
+    ]
+    return wrong
+
+
+def test_standing_is_computed_in_harness_standing_only():
+    """One judge of standing: nothing outside harness.standing ranks or compares results, defines
+    a standing name, or imports one from anywhere else (evolve from the leaderboard's renderer,
+    say); report/ keeps only rendering."""
+    wrong = [
+        line
+        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        if not within(module_name(path), "harness.standing")
+        for line in standing_outside(path)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_the_unit_import_graph_has_no_cycle():
     """Units: harness's sub-packages and top-level modules. A cycle among them means two concerns
     that cannot be read (or changed) one without the other."""
@@ -142,3 +209,27 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path):
         PACKAGE_DIR = saved
     assert "harness.store.session" in found
     assert "harness.report.leaderboard" in found
+
+
+def test_the_checker_sees_standing_computed_outside_harness_standing(tmp_path: Path):
+    """A renderer that compares, defines a standing name, or hands one on from elsewhere."""
+    package = tmp_path / "harness" / "report"
+    package.mkdir(parents=True)
+    source = package / "thing.py"
+    source.write_text(
+        "from harness.scoring import compare\n"
+        "from .leaderboard import LeaderboardEntry\n"
+        "from harness.standing.board import Leaderboard\n"
+        "def build_leaderboard():\n    pass\n"
+    )
+    global PACKAGE_DIR
+    saved, PACKAGE_DIR = PACKAGE_DIR, tmp_path / "harness"
+    try:
+        found = standing_outside(source)
+    finally:
+        PACKAGE_DIR = saved
+    assert found == [
+        "harness.report.thing imports LeaderboardEntry from harness.report.leaderboard, not from harness.standing",
+        "harness.report.thing imports harness.scoring.compare",
+        "harness.report.thing defines build_leaderboard",
+    ]

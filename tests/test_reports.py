@@ -28,9 +28,9 @@ from harness.errors import HarnessError
 from harness.report.diff import render_diff
 from harness.report.history import build_history, render_history, revision_diff
 from harness.report.html import build_chart, render_markdown
-from harness.report.leaderboard import Leaderboard, build_leaderboard
 from harness.sandbox.evaluation import Evaluation, ShapeOutcome
 from harness.scoring import FASTER, SAME, score
+from harness.standing.board import Leaderboard, build_leaderboard
 from harness.store.revisions import get_revision, register_revision, register_seeds, revision_code
 from harness.store.runs import claim_run, record_run
 from harness.store.session import open_store

@@ -22,8 +22,8 @@ from harness.config import CANDIDATES_DIR
 from harness.environment import Environment
 from harness.report.history import build_history, render_history
 from harness.report.html import render_leaderboard
-from harness.report.leaderboard import build_leaderboard
 from harness.sandbox.evaluation import evaluate
+from harness.standing.board import build_leaderboard
 from harness.store.revisions import register_revision
 from harness.store.runs import claim_run, record_run
 from harness.store.session import open_store

@@ -54,12 +54,14 @@ from sqlalchemy.orm import Session
 from harness.errors import HarnessError
 from harness.evolve import outcomes
 from harness.evolve.edits import apply_reply
-from harness.evolve.judging import evaluate_children, evaluate_revisions, parent_score_in_batch
+from harness.evolve.judging import evaluate_children, evaluate_revisions
 from harness.evolve.outcomes import StepFailed
 from harness.evolve.prompts import prompt_context, render_step_prompt
 from harness.evolve.proposers import DEFAULT_TIMEOUT_S, Proposal, ProposalRequest, Proposer, make_proposer
 from harness.evolve.selection import ParentChoice, PoolMember, choose_parent
-from harness.report.leaderboard import LeaderboardEntry, build_leaderboard, format_ms
+from harness.report.leaderboard import format_ms
+from harness.standing.batch import score_in_batch
+from harness.standing.board import Leaderboard, LeaderboardEntry, build_leaderboard
 from harness.store.models import Experiment, ExperimentStep, Lineage, Revision, Run, utcnow
 from harness.store.revisions import get_revision, register_revision, revision_code
 from harness.store.session import Store
@@ -638,12 +640,16 @@ def evaluate_starting_pool(
 
 
 def _choose(
-    session: Session, experiment_id: int, settings: ExperimentSettings, generation: int, sees: int
+    session: Session,
+    experiment_id: int,
+    settings: ExperimentSettings,
+    generation: int,
+    sees: int,
+    standings: dict[int, LeaderboardEntry],
 ) -> ParentChoice | None:
     """The parent and template of `generation`, from the pool it sees (the children of the first
-    `sees` arrivals) and the parents of the earlier generations: a function of the store's
-    recorded arrivals, so `replay_parent_choices` finds it again."""
-    standings = _standings(session, settings)
+    `sees` arrivals, each with its `standings` entry) and the parents of the earlier generations:
+    a function of the store's recorded arrivals, so `replay_parent_choices` finds it again."""
     pool = [
         PoolMember(
             revision_id,
@@ -677,9 +683,10 @@ def replay_parent_choices(session: Session, experiment_id: int) -> list[tuple[in
     replay equals the record: the experiment is exact given its seed and its arrival order."""
     experiment = get_experiment(session, experiment_id)
     settings = ExperimentSettings.model_validate(experiment.settings)
+    standings = _standings(session, settings)
     replayed = []
     for step in experiment.steps:
-        choice = _choose(session, experiment_id, settings, step.generation, step.sees)
+        choice = _choose(session, experiment_id, settings, step.generation, step.sees, standings)
         replayed.append(
             (
                 step.generation,
@@ -696,11 +703,12 @@ def _prepare(
     session: Session, experiment_id: int, settings: ExperimentSettings, generation: int, sees: int
 ) -> _Prepared | None:
     started_at = utcnow()
-    choice = _choose(session, experiment_id, settings, generation, sees)
+    board = _board(session, settings)  # built once: the parent's choice and its prompt read it
+    choice = _choose(session, experiment_id, settings, generation, sees, _by_revision(board))
     if choice is None:
         return None
     parent = get_revision(session, choice.revision_id)
-    context = prompt_context(session, parent, device=settings.device)
+    context = prompt_context(session, parent, device=settings.device, board=board)
     return _Prepared(
         generation=generation,
         started_at=started_at,
@@ -735,20 +743,30 @@ def _record_standing(session: Session, step: ExperimentStep, settings: Experimen
     )
     if run is not None and step.vs_parent is not None:
         step.compared_in = run.batch
-        step.parent_score_ms = parent_score_in_batch(session, run.batch, step.parent_id, run.env_key)
+        step.parent_score_ms = score_in_batch(session, run.batch, step.parent_id, run.env_key)
     step.finished_at = utcnow()
 
 
-def _standings(session: Session, settings: ExperimentSettings) -> dict[int, LeaderboardEntry]:
+def _board(session: Session, settings: ExperimentSettings) -> Leaderboard | None:
+    """The leaderboard of the experiment's task on its device (harness.standing.board), where
+    every standing evolution reads comes from; None before anything was done there."""
     has_runs = session.scalar(
         select(Run.id)
         .where(Run.task == settings.task, Run.state == "done", Run.device == settings.device)
         .limit(1)
     )
     if has_runs is None:
-        return {}
-    board = build_leaderboard(session, settings.task, settings.device)
-    return {entry.submission_id: entry for entry in board.entries}
+        return None
+    return build_leaderboard(session, settings.task, settings.device)
+
+
+def _by_revision(board: Leaderboard | None) -> dict[int, LeaderboardEntry]:
+    return {entry.submission_id: entry for entry in board.entries} if board is not None else {}
+
+
+def _standings(session: Session, settings: ExperimentSettings) -> dict[int, LeaderboardEntry]:
+    """Each revision's entry on the experiment's leaderboard (none before anything was done)."""
+    return _by_revision(_board(session, settings))
 
 
 def _no_parent_reason(settings: ExperimentSettings) -> str:

@@ -12,7 +12,7 @@ are in this module.
   GPU) holds its children, their parents and the task's reference, each of those two timed again
   there (a `Retiming` of the job's batch) when it is not evaluated there anyway, so that the
   leaderboard, the story and `harness history` compare a child with its parent and the reference
-  inside that run only (harness.standings). Every timed evaluation times each shape in blocks of
+  inside that run only (harness.standing.batch). Every timed evaluation times each shape in blocks of
   calls (`Evaluator.time_again`, the first and the last of a shape's turns), so that drift
   between blocks widens the comparison's noise instead of passing for a difference (an A-B-A
   design; harness.scoring.timing_variance). A child whose run is already stored (a resumed
@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.store.models import Retiming, Run
 from harness.store.session import Store
 
 if TYPE_CHECKING:
@@ -93,21 +92,3 @@ def evaluate_children(
         progress=progress,
         executor=executor,
     )
-
-
-def parent_score_in_batch(session, batch: str | None, parent_id: int, env_key: str) -> float | None:
-    """The parent's score in the interleaved run `batch`: its run of that batch, or its
-    retiming there."""
-    from sqlalchemy import select
-
-    if batch is None:
-        return None
-    run = session.scalar(select(Run).where(Run.revision_id == parent_id, Run.batch == batch))
-    if run is not None:
-        return run.score_ms
-    retiming = session.scalar(
-        select(Retiming).where(
-            Retiming.revision_id == parent_id, Retiming.batch == batch, Retiming.env_key == env_key
-        )
-    )
-    return retiming.score_ms if retiming is not None else None

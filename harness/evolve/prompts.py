@@ -49,19 +49,12 @@ from sqlalchemy.orm import Session
 
 from harness.config import PROMPTS_DIR
 from harness.errors import HarnessError
-from harness.report.leaderboard import (
-    Leaderboard,
-    LeaderboardEntry,
-    build_leaderboard,
-    format_ms,
-    format_speedup,
-    reference_lineage_name,
-    shape_key,
-    shape_label,
-)
+from harness.report.leaderboard import format_ms, format_speedup
 from harness.report.text import escape_template_value
+from harness.standing.batch import shape_key
+from harness.standing.board import Leaderboard, LeaderboardEntry, build_leaderboard, shape_label
 from harness.store.models import Revision, Run
-from harness.store.revisions import revision_code
+from harness.store.revisions import reference_lineage_name, revision_code
 from harness.tasks import TaskSpec, load_task
 from harness.verdicts import VERDICT_WORDS
 
@@ -168,14 +161,17 @@ def prompt_context(
     *,
     device: str | None = None,
     leaderboard_size: int = LEADERBOARD_SIZE,
+    board: Leaderboard | None = None,
 ) -> dict[str, Any]:
     """The variables of every template (listed in the module docstring) for `revision`.
 
     `device` picks the leaderboard's environment as `harness leaderboard --device` does; None
     takes the task's most recent one. A revision that was never run there has status `not_run`.
+    `board`: that leaderboard, when the caller has built it already (evolution builds it once a
+    generation, for the choice of the parent and its prompt); None builds it here.
     """
     task = load_task(revision.task)
-    board = _leaderboard(session, revision.task, device)
+    board = board if board is not None else _leaderboard(session, revision.task, device)
     return {
         "task": {
             "name": task.name,

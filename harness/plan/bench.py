@@ -8,7 +8,7 @@ shape by shape (`evaluate_interleaved`, so that drift hits every revision alike)
 written as each evaluation ends. The task's reference candidate (its lineage, when registered)
 joins every bench, and when anything is timed, the reference and the parents of the revisions
 timed join every interleaved run of it (a stored one timed again: harness.plan.phases), so that
-each speedup and comparison comes from one run (harness.standings): a result reused from an
+each speedup and comparison comes from one run (harness.standing.batch): a result reused from an
 earlier run is compared within that run only, never with a timing of another.
 
 Modes (harness.plan.phases.TIMED_PHASES): `benchmark` checks each shape with its public seed and
@@ -28,15 +28,8 @@ from harness.errors import HarnessError
 from harness.executors import Executor, InProcess
 from harness.plan.phases import TIMED_PHASES, PhaseListener, PhaseRun, PlannedRevision, store_limits
 from harness.sandbox.limits import SandboxLimits
-from harness.scoring import BlockSpread, block_spread, blocks_joined, compare
-from harness.standings import (
-    NO_REFERENCE_IN_RUN,
-    BatchTiming,
-    batch_timings,
-    reference_in_run,
-    speedup_in_run,
-)
-from harness.store.revisions import get_revision, reference_revision_id, reference_revision_ids
+from harness.standing.batch import batches_in, compare_in_run, timing_flags
+from harness.store.revisions import get_revision, reference_revision_id
 from harness.store.runs import worker_name
 from harness.store.session import Store
 from harness.store.tasks import register_missing_reference
@@ -148,47 +141,19 @@ def with_references(
 
 def _compare(session: Session, benched: list[PlannedRevision], run_kind: str, env_key: str) -> None:
     """Each item's speedup and verdict against the reference, and its verdict against its parent,
-    from the interleaved run (batch) its result came from only (harness.standings: the
+    from the interleaved run (batch) its result came from only (harness.standing.batch: the
     reference and the parent timed in that run, by their runs or retimings there; none there,
     no comparison), and the timing flags of each revision."""
     batches = {item.run.batch for item in benched if item.run is not None and item.run.batch is not None}
     for task in dict.fromkeys(item.task for item in benched):
         spec = load_task(task)
-        timings = batch_timings(session, task, run_kind, env_key, batches)
-        references = reference_revision_ids(session, task)
-        spreads = {
-            batch: block_spread([group for timing in found.values() for group in timing.blocks])
-            for batch, found in timings.items()
-        }
+        found = batches_in(session, task, run_kind, env_key, batches)
         for item in benched:
             run = item.run
             if item.task != task or run is None:
                 continue
-            item.flags = sorted({flag for shape in run.shapes for flag in shape.timing_flags})
-            found = timings.get(run.batch or "", {})
-            own = found.get(item.revision_id)
-            if own is None or not own.passed:
-                continue
-            spread = spreads.get(run.batch or "")
-            reference = reference_in_run(found, references)
-            item.speedup = speedup_in_run(reference, own)
-            if item.speedup is None:
-                item.speedup_note = NO_REFERENCE_IN_RUN
-            elif reference.revision_id != item.revision_id:
-                item.vs_reference = _verdict(own, reference, spec.ranking_by, spread)
-            parent = found.get(item.parent_id) if item.parent_id is not None else None
-            if parent is not None and parent.passed and sorted(parent.times) == sorted(own.times):
-                item.vs_parent = _verdict(own, parent, spec.ranking_by, spread)
-
-
-def _verdict(own: BatchTiming, other: BatchTiming, ranking_by: str, spread: BlockSpread | None) -> str:
-    """`own` against `other`, both of one batch whose pooled block variance is `spread`, on the
-    shapes in `own`'s order."""
-    keys = list(own.times)
-    return compare(
-        [own.times[key] for key in keys],
-        [other.times[key] for key in keys],
-        ranking_by,
-        spread=spread,
-        blocks=(blocks_joined(own.blocks), blocks_joined(other.blocks)),
-    ).verdict
+            item.flags = timing_flags(run.shapes)
+            comparison = compare_in_run(found, run.batch, item.revision_id, item.parent_id, spec.ranking_by)
+            if comparison is not None:
+                item.speedup, item.speedup_note = comparison.speedup, comparison.speedup_note
+                item.vs_reference, item.vs_parent = comparison.vs_reference, comparison.vs_parent

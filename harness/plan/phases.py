@@ -124,7 +124,7 @@ class PlannedRevision:
     speedup: float | None = None  # reference score / score
     vs_reference: str | None = None  # scoring.compare verdict
     vs_parent: str | None = None
-    speedup_note: str | None = None  # why there is no speedup (harness.standings.NO_REFERENCE_IN_RUN)
+    speedup_note: str | None = None  # why there is no speedup (harness.standing.batch.NO_REFERENCE_IN_RUN)
     flags: list[str] = field(default_factory=list)
 
     @classmethod

@@ -16,14 +16,10 @@ from sqlalchemy.orm import Session
 
 from harness.errors import HarnessError
 from harness.report.diff import render_diff
-from harness.report.leaderboard import (
-    LeaderboardEntry,
-    build_leaderboard,
-    format_ms,
-    format_speedup,
-)
+from harness.report.leaderboard import format_ms, format_speedup
 from harness.report.text import escape_controls
 from harness.scoring import SAME
+from harness.standing.board import LeaderboardEntry, build_leaderboard
 from harness.store.revisions import get_revision, list_revisions, revision_code
 from harness.verdicts import VERDICT_WORDS, VerdictName
 

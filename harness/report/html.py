@@ -29,10 +29,7 @@ from harness.errors import HarnessError
 from harness.report.diff import DiffLine, diff_lines, format_diff_line
 from harness.report.history import diff_inputs
 from harness.report.leaderboard import (
-    Leaderboard,
-    LeaderboardEntry,
     ReportFormat,
-    ShapeTiming,
     board_title,
     format_error_ms,
     format_figure,
@@ -42,12 +39,13 @@ from harness.report.leaderboard import (
     format_verdict,
     leaderboard_renderable,
     lineage_label,
-    shape_key,
-    shape_label,
+    speedup_legend,
     verdict_notes,
 )
 from harness.report.terminal import render_text
 from harness.report.text import escape_controls, escape_json_controls, escape_template_value
+from harness.standing.batch import shape_key
+from harness.standing.board import Leaderboard, LeaderboardEntry, ShapeTiming, shape_label
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -86,6 +84,7 @@ def template_environment() -> jinja2.Environment:
         verdict=format_verdict,
         figure=format_figure,
         title=board_title,
+        speedup_legend=speedup_legend,
     )
     return environment
 

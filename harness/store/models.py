@@ -163,7 +163,7 @@ class Run(Base):
     score_ms: Mapped[float | None]
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # The interleaved run (one job: revisions evaluated together, shape by shape) this result
-    # came from; a faster/slower verdict compares timings of one batch only (harness.report.leaderboard).
+    # came from; a faster/slower verdict compares timings of one batch only (harness.standing).
     batch: Mapped[str | None] = mapped_column(String(32), index=True)
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
