@@ -798,7 +798,8 @@ def experiments_list(ctx: typer.Context, output_format: FormatOption = "table", 
     """List experiments (`harness experiments show ID` tells one step by step)."""
     if ctx.invoked_subcommand is not None:
         return
-    from harness.evolve.story import experiments_table, list_experiments
+    from harness.evolve.story import list_experiments
+    from harness.report.experiment import experiments_table
     from harness.report.terminal import print_renderable
     from harness.store.session import open_store
 
@@ -828,18 +829,21 @@ def experiments_show(
     db: DbOption = None,
 ) -> None:
     """Tell an experiment's story: each generation's parent, prompt, reply, cost and outcome."""
-    from harness.evolve.story import render_story
+    from harness.evolve.story import experiment_view
+    from harness.report.experiment import render_story
     from harness.store.session import open_store
 
     if fmt not in ("text", "html"):
         raise HarnessError(f"unknown format {fmt!r} (choose from text, html)")
     with open_store(db, read_only=True) as store, store.session() as session:
+        view = experiment_view(session, experiment_id)
         if fmt == "html":
-            from harness.evolve.tree import render_experiment_html
+            from harness.evolve.tree import build_tree
+            from harness.report.experiment import render_experiment_html
 
-            text = render_experiment_html(session, experiment_id)
+            text = render_experiment_html(view, build_tree(session, view.experiment))
         else:
-            text = render_story(session, experiment_id, full=full) + "\n"
+            text = render_story(view, full=full) + "\n"
     _write_report(text, out)
 
 

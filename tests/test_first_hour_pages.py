@@ -27,7 +27,7 @@ from conftest import HARNESS_SCRIPT, rows
 from harness.candidates import read_seeds
 from harness.config import CANDIDATES_DIR
 from harness.environment import Environment
-from harness.evolve.tree import COMPARISON_COLOURS, ROOT_COLOUR
+from harness.report.experiment import COMPARISON_COLOURS, ROOT_COLOUR
 from harness.report.html import LABEL_CHAR_PX, LABEL_HEIGHT_PX
 from harness.report.leaderboard import format_ms
 from harness.sandbox.evaluation import Evaluation, ShapeOutcome
