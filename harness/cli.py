@@ -285,7 +285,7 @@ def show(
     with open_store(db, read_only=True) as store, store.session() as session:
         revision = get_revision(session, submission_id)
         code = revision_code(revision)
-        label = f"{revision.lineage.name} r{revision.number}"
+        label = revision.label
         runs = sorted(
             (run for run in revision.runs if run.state == "done"), key=lambda run: (run.finished_at, run.id)
         )

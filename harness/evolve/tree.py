@@ -56,7 +56,7 @@ def build_tree(session: Session, experiment: Experiment) -> ExperimentTree:
             )
         node = TreeNode(
             key=key,
-            label=f"submission {revision_id} ({revision.lineage.name} r{revision.number})",
+            label=f"submission {revision_id} ({revision.label})",
             parent_key=None,
             status=status,
             score_ms=score if status == "pass" else None,

@@ -131,7 +131,7 @@ class PlannedRevision:
     def of(cls, revision: Revision, *, is_reference: bool = False) -> PlannedRevision:
         return cls(
             revision_id=revision.id,
-            label=f"{revision.lineage.name} r{revision.number}",
+            label=revision.label,
             task=revision.task,
             parent_id=revision.parent_id,
             is_reference=is_reference,

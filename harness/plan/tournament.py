@@ -220,7 +220,7 @@ def run_children(
         label_of = {}
         for child in child_ids:
             revision = get_revision(session, child)
-            label_of[f"{revision.lineage.name} r{revision.number}"] = child
+            label_of[revision.label] = child
 
     class CheckProgress(TournamentProgress):
         def step(self, description: str, advance: int = 1) -> None:
