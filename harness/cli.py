@@ -339,10 +339,10 @@ def test_command(
 ) -> None:
     """Check revisions against the task's reference in a sandbox; store one run per environment.
     Exit code 1 when a revision fails (`unsupported` on this device is no failure)."""
+    from harness.devices import resolve_device
     from harness.plan.checks import check_revisions
     from harness.report.evaluations import any_failed, checks_json, render_checks, render_summary
     from harness.report.terminal import print_renderable
-    from harness.sandbox.evaluation import resolve_device
     from harness.sandbox.limits import SandboxLimits
     from harness.store.session import open_store
 
@@ -376,11 +376,11 @@ def bench(
 ) -> None:
     """Time revisions with the task's reference in the same run; store and print per-shape tables.
     Exit code 1 when a revision fails (`unsupported` on this device is no failure)."""
+    from harness.devices import resolve_device
     from harness.environment import probe_environment
     from harness.plan.bench import bench_revisions
     from harness.report.evaluations import any_failed, bench_json, render_bench
     from harness.report.terminal import print_renderable
-    from harness.sandbox.evaluation import resolve_device
     from harness.store.session import open_store
 
     device = resolve_device(device)

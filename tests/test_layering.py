@@ -1,11 +1,15 @@
 """The import structure matches the data flow (docs/architecture.md): imports point one way,
 `cli -> evolve -> plan -> executors -> sandbox -> judge (checking, timing, scoring) -> tasks`, the
 store used by plan, evolve and report only. Every import of every module under harness/ counts,
-those inside functions and under TYPE_CHECKING too: a type import is still a dependency."""
+those inside functions and under TYPE_CHECKING too: a type import is still a dependency.
+harness.devices, which resolves `--device` for the CLI and the plan, is a leaf that imports no
+torch when it is imported: a command that runs no candidate never imports torch."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +60,21 @@ def imported_modules(path: Path) -> set[str]:
                 module = node.module or ""
             found.add(module)
             found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """The modules `path` imports when it is imported: its imports outside functions."""
+    found: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"), filename=str(path))]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            pending.extend(ast.iter_child_nodes(node))
     return found
 
 
@@ -142,3 +161,34 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path):
         PACKAGE_DIR = saved
     assert "harness.store.session" in found
     assert "harness.report.leaderboard" in found
+
+
+def test_the_device_module_is_a_leaf_without_torch_at_import():
+    """harness.devices imports torch only inside the function that must ask it, and of the
+    harness only the shared leaves."""
+    path = PACKAGE_DIR / "devices.py"
+    assert not [name for name in module_level_imports(path) if within(name, "torch")]
+    harness_units = {unit(name) for name in imported_modules(path) if within(name, "harness")}
+    assert harness_units <= {"harness.errors", "harness.environment"}, harness_units
+
+
+def test_the_module_level_checker_sees_torch_at_import_only(tmp_path: Path):
+    source = tmp_path / "thing.py"
+    source.write_text("import json\nif True:\n    import torch\ndef f():\n    import numpy\n")
+    assert module_level_imports(source) == {"json", "torch"}
+
+
+def test_a_command_that_runs_no_candidate_imports_no_torch():
+    """The CLI, the plan, the store, the reports and evolution's read-back import no torch, nor
+    does resolving the CPU: torch comes with the sandbox's evaluation only."""
+    script = (
+        "import sys\n"
+        "import harness.cli, harness.plan.tournament, harness.plan.checks, harness.store.session\n"
+        "import harness.report.html, harness.report.evaluations, harness.evolve.story, harness.evolve.tree\n"
+        "from harness.devices import resolve_device\n"
+        "print(resolve_device('cpu'), 'torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["cpu", "False"]

@@ -189,7 +189,7 @@ def create_experiment(
             if not lineage_row.revisions:
                 raise HarnessError(f"lineage {lineage!r} has no revisions")
             task = lineage_row.revisions[-1].task
-        from harness.plan import resolve_device  # after the cheap checks
+        from harness.devices import resolve_device  # after the cheap checks
 
         settings = ExperimentSettings(
             task=task,

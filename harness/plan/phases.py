@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Literal
 from sqlalchemy.orm import Session
 
 from harness.config import sqlite_directory
+from harness.devices import default_shape_set
 from harness.environment import Environment
 from harness.executors import EvaluationRequest, Executor, split_jobs
 from harness.judge import JUDGE_VERSION
-from harness.sandbox.devices import default_shape_set
 from harness.sandbox.limits import SandboxLimits
 from harness.store.models import Retiming, Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
