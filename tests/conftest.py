@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from harness.environment import Environment
+    from harness.wire import ShapeOutcome
 
 HARNESS_SCRIPT = Path(sys.executable).parent / "harness"
 
@@ -220,6 +221,28 @@ def times_around(mean_ms: float, calls: int) -> list[float]:
     return [mean_ms * (1 + 0.002 * ((i % 5) - 2)) for i in range(calls)]
 
 
+def timed_outcome(
+    index: int, shape: dict, times: list[float], *, set_name: str, **fields: Any
+) -> ShapeOutcome:
+    """A passing shape timed at `times` (and `fields`, say its verdicts or its blocks of calls)."""
+    import statistics
+
+    from harness.wire import ShapeOutcome
+
+    return ShapeOutcome(
+        set_name=set_name,
+        index=index,
+        shape=shape,
+        status="pass",
+        passed=True,
+        times_ms=times,
+        runs=len(times),
+        mean_ms=statistics.fmean(times),
+        err_ms=statistics.stdev(times) / len(times) ** 0.5,
+        **fields,
+    )
+
+
 def record_timed_run(
     session: Session,
     revision_id: int,
@@ -235,31 +258,17 @@ def record_timed_run(
     """A passing benchmark run of `revision_id` in `batch`, each shape's calls timed around its
     mean in `means` and every verdict pass, claimed and recorded as the runner does (claim_run,
     record_run)."""
-    import statistics
-
     from harness.scoring import score
     from harness.store.runs import claim_run, record_run
     from harness.verdicts import Verdict, Verdicts
-    from harness.wire import Evaluation, ShapeOutcome
+    from harness.wire import Evaluation
 
     run = claim_run(session, revision_id, task, "benchmark", environment, worker="test", ttl_s=600)
-    outcomes = []
-    for index, (shape, mean) in enumerate(zip(shapes, means, strict=True)):
-        times = times_around(mean, calls)
-        outcomes.append(
-            ShapeOutcome(
-                set_name=set_name,
-                index=index,
-                shape=shape,
-                status="pass",
-                passed=True,
-                times_ms=times,
-                runs=len(times),
-                mean_ms=statistics.fmean(times),
-                err_ms=statistics.stdev(times) / len(times) ** 0.5,
-                verdicts=Verdicts(gpumode=Verdict(status="pass"), accurate=Verdict(status="pass")),
-            )
-        )
+    verdicts = Verdicts(gpumode=Verdict(status="pass"), accurate=Verdict(status="pass"))
+    outcomes = [
+        timed_outcome(index, shape, times_around(mean, calls), set_name=set_name, verdicts=verdicts)
+        for index, (shape, mean) in enumerate(zip(shapes, means, strict=True))
+    ]
     evaluation = Evaluation(
         status="pass",
         task=task,

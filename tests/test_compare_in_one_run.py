@@ -14,14 +14,14 @@ import sqlite3
 import statistics
 
 import pytest
-from conftest import record_timed_run, rows, times_around
+from conftest import record_timed_run, rows, timed_outcome, times_around
 
 from harness.config import CANDIDATES_DIR
 from harness.environment import Environment
 from harness.judge import JUDGE_VERSION
 from harness.report.history import history_header
 from harness.report.leaderboard import build_leaderboard
-from harness.sandbox.evaluation import Evaluation, ShapeOutcome
+from harness.sandbox.evaluation import Evaluation
 from harness.scoring import FASTER, SAME, score
 from harness.store.models import Retiming
 from harness.store.revisions import register_revision
@@ -47,22 +47,8 @@ def _record(session, revision_id: int, mean_ms: float, batch: str | None) -> Non
     """A run of one shape timed in two blocks of calls (harness.timing, method 5.), both at `mean_ms`."""
     run = claim_run(session, revision_id, TASK, "benchmark", CPU, worker="w", ttl_s=600)
     times = times_around(mean_ms, 40)
-    outcome = ShapeOutcome(
-        check={
-            "passes": [
-                {"times_ms": block, "mean_ms": statistics.fmean(block)} for block in (times[:20], times[20:])
-            ]
-        },
-        set_name="smoke",
-        index=0,
-        shape=SHAPES[0],
-        status="pass",
-        passed=True,
-        times_ms=times,
-        runs=len(times),
-        mean_ms=statistics.fmean(times),
-        err_ms=statistics.stdev(times) / len(times) ** 0.5,
-    )
+    blocks = [{"times_ms": block, "mean_ms": statistics.fmean(block)} for block in (times[:20], times[20:])]
+    outcome = timed_outcome(0, SHAPES[0], times, set_name="smoke", check={"passes": blocks})
     evaluation = Evaluation(
         status="pass",
         task=TASK,
