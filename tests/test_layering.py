@@ -33,6 +33,8 @@ FORBIDDEN = {
     "harness.wire": ("harness.store", "harness.sandbox", "torch"),
     # evolution reaches the executors and the sandbox only through the plan (one planner)
     "harness.evolve": ("harness.sandbox", "harness.executors"),
+    # evolution reads an experiment back and computes what is shown; the reports render it
+    "harness.report": ("harness.evolve",),
 }
 
 
