@@ -1,6 +1,6 @@
 """Which device a command runs on and which shapes it uses there, without importing torch at
-module level: the CLI and the plan resolve `--device` before anything runs, and a command that
-runs no candidate never imports torch (seconds on some machines); the parent of a tournament
+module level: the CLI and the plan resolve `--device` before anything runs, and torch is
+imported (seconds on some machines) only where the device must ask it; the parent of a tournament
 claims its runs and starts its sandboxed children before it imports torch, so that the import
 overlaps the children's own start. A leaf: it imports only the shared leaves (errors,
 environment); tests/test_layering.py guards it."""

@@ -3,7 +3,7 @@
 store used by plan, evolve and report only. Every import of every module under harness/ counts,
 those inside functions and under TYPE_CHECKING too: a type import is still a dependency.
 harness.devices, which resolves `--device` for the CLI and the plan, is a leaf that imports no
-torch when it is imported: a command that runs no candidate never imports torch."""
+torch when it is imported, and the CLI, the plan, the store and the reports import none."""
 
 from __future__ import annotations
 
@@ -180,9 +180,9 @@ def test_the_module_level_checker_sees_torch_at_import_only(tmp_path: Path):
     assert module_level_imports(source) == {"json", "torch"}
 
 
-def test_a_command_that_runs_no_candidate_imports_no_torch():
+def test_the_cli_plan_store_and_reports_import_no_torch():
     """The CLI, the plan, the store, the reports and evolution's read-back import no torch, nor
-    does resolving the CPU: torch comes with the sandbox's evaluation only."""
+    does resolving the CPU: torch comes with the sandbox's evaluation (and a task's modules)."""
     script = (
         "import sys\n"
         "import harness.cli, harness.plan.tournament, harness.plan.checks, harness.store.session\n"
