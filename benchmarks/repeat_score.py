@@ -36,8 +36,9 @@ import tempfile
 from pathlib import Path
 
 from harness.config import CANDIDATES_DIR, get_settings
+from harness.devices import resolve_device
 from harness.environment import probe_environment
-from harness.sandbox.evaluation import Evaluation, Evaluator, evaluate_interleaved, resolve_device
+from harness.sandbox.evaluation import Evaluation, Evaluator, evaluate_interleaved
 from harness.scoring import SAME, BlockSpread, Comparison, block_means, block_spread, blocks_joined, compare
 from harness.tasks import TaskSpec, load_reference, load_task
 from harness.timing import StoppingRule

@@ -285,7 +285,7 @@ def show(
     with open_store(db, read_only=True) as store, store.session() as session:
         revision = get_revision(session, submission_id)
         code = revision_code(revision)
-        label = f"{revision.lineage.name} r{revision.number}"
+        label = revision.label
         runs = sorted(
             (run for run in revision.runs if run.state == "done"), key=lambda run: (run.finished_at, run.id)
         )
@@ -339,10 +339,10 @@ def test_command(
 ) -> None:
     """Check revisions against the task's reference in a sandbox; store one run per environment.
     Exit code 1 when a revision fails (`unsupported` on this device is no failure)."""
+    from harness.devices import resolve_device
     from harness.plan.checks import check_revisions
     from harness.report.evaluations import any_failed, checks_json, render_checks, render_summary
     from harness.report.terminal import print_renderable
-    from harness.sandbox.evaluation import resolve_device
     from harness.sandbox.limits import SandboxLimits
     from harness.store.session import open_store
 
@@ -376,11 +376,11 @@ def bench(
 ) -> None:
     """Time revisions with the task's reference in the same run; store and print per-shape tables.
     Exit code 1 when a revision fails (`unsupported` on this device is no failure)."""
+    from harness.devices import resolve_device
     from harness.environment import probe_environment
     from harness.plan.bench import bench_revisions
     from harness.report.evaluations import any_failed, bench_json, render_bench
     from harness.report.terminal import print_renderable
-    from harness.sandbox.evaluation import resolve_device
     from harness.store.session import open_store
 
     device = resolve_device(device)
@@ -798,7 +798,8 @@ def experiments_list(ctx: typer.Context, output_format: FormatOption = "table", 
     """List experiments (`harness experiments show ID` tells one step by step)."""
     if ctx.invoked_subcommand is not None:
         return
-    from harness.evolve.story import experiments_table, list_experiments
+    from harness.evolve.story import list_experiments
+    from harness.report.experiment import experiments_table
     from harness.report.terminal import print_renderable
     from harness.store.session import open_store
 
@@ -828,18 +829,21 @@ def experiments_show(
     db: DbOption = None,
 ) -> None:
     """Tell an experiment's story: each generation's parent, prompt, reply, cost and outcome."""
-    from harness.evolve.story import render_story
+    from harness.evolve.story import experiment_view
+    from harness.report.experiment import render_story
     from harness.store.session import open_store
 
     if fmt not in ("text", "html"):
         raise HarnessError(f"unknown format {fmt!r} (choose from text, html)")
     with open_store(db, read_only=True) as store, store.session() as session:
+        view = experiment_view(session, experiment_id)
         if fmt == "html":
-            from harness.evolve.tree import render_experiment_html
+            from harness.evolve.tree import build_tree
+            from harness.report.experiment import render_experiment_html
 
-            text = render_experiment_html(session, experiment_id)
+            text = render_experiment_html(view, build_tree(session, view.experiment))
         else:
-            text = render_story(session, experiment_id, full=full) + "\n"
+            text = render_story(view, full=full) + "\n"
     _write_report(text, out)
 
 

@@ -1,6 +1,8 @@
-"""Fixtures shared by the test modules: a fresh SQLite store URL, the CLI in a subprocess, a
-dump of a store's rows (to check that a rejected command wrote nothing), and a fresh PostgreSQL
-database (or each kind of store in turn) on the server that HARNESS_TEST_POSTGRES_URL names.
+"""Fixtures shared by the test modules: a fresh SQLite store URL, the CLI in a subprocess (piped,
+or on a pseudo-terminal: `on_a_terminal`), a dump of a store's rows (to check that a rejected
+command wrote nothing), a timed run recorded as the runner records it (`record_timed_run`), and a
+fresh PostgreSQL database (or each kind of store in turn) on the server that
+HARNESS_TEST_POSTGRES_URL names.
 
 Every test runs in a hermetic environment (`pytest_configure` below): HOME, the XDG folders and
 the compile caches point into a fresh folder, and the user's HARNESS_* and RAY_* settings are
@@ -10,6 +12,7 @@ the background)."""
 from __future__ import annotations
 
 import os
+import pty
 import shutil
 import signal
 import socket
@@ -18,9 +21,17 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from harness.environment import Environment
+    from harness.wire import ShapeOutcome
 
 HARNESS_SCRIPT = Path(sys.executable).parent / "harness"
 
@@ -39,7 +50,7 @@ HOME_VARIABLES = {
     "TORCH_EXTENSIONS_DIR": "home/.cache/torch_extensions",
 }
 # The user's terminal size and pager: tables and history are tested at the sizes the tests set.
-TERMINAL_VARIABLES = ("COLUMNS", "LINES", "PAGER", "MANPAGER")
+TERMINAL_VARIABLES = ("COLUMNS", "LINES", "PAGER", "MANPAGER", "LESS")
 _saved_environment: dict[str, str] = {}
 
 
@@ -125,6 +136,150 @@ def run_cli(store_url: str) -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture
+def harness(run_cli, tmp_path: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """run_cli with the harness's caches (the stored tasks' files among them) in the test's tmp dir."""
+    cache = tmp_path / "cache"
+
+    def run(
+        *args: object, env: dict[str, str] | None = None, **options: object
+    ) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, env={"HARNESS_CACHE_DIR": str(cache), **(env or {})}, **options)
+
+    return run
+
+
+@dataclass(frozen=True)
+class TerminalRun:
+    output: str  # everything the terminal got
+    stderr: str  # what went to the pipe ("" with stderr_too)
+
+
+def on_a_terminal(
+    args: list[str],
+    env: dict[str, str],
+    *,
+    rows: int | None = None,
+    columns: int | None = None,
+    keys: bytes = b"",
+    stderr_too: bool = False,
+    code: int | None = 0,
+) -> TerminalRun:
+    """Run the `harness` console script on a pseudo-terminal (its stdin and stdout; stderr too
+    with `stderr_too`, else piped), with TERM=xterm and `env` over this process's environment.
+    The terminal is `rows` x `columns` when either is given (24 x 80 for the other), else it has
+    no size (the CLI takes 80 columns). Once the command has printed something, type `keys` (say
+    `q` to leave a pager). Its exit code must be `code` (None: any)."""
+    import fcntl
+    import select
+    import struct
+    import termios
+    import time
+
+    primary, secondary = pty.openpty()
+    if rows is not None or columns is not None:
+        fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", rows or 24, columns or 80, 0, 0))
+    process = subprocess.Popen(
+        [str(HARNESS_SCRIPT), *args],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary if stderr_too else subprocess.PIPE,
+        env={**os.environ, "TERM": "xterm", **env},
+        start_new_session=True,  # the pty becomes its controlling terminal, as in a shell
+    )
+    os.close(secondary)
+    output = b""
+    deadline = time.monotonic() + 400
+    typed = not keys
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([primary], [], [], 0.5)
+        if not ready:
+            if output and not typed:
+                os.write(primary, keys)
+                typed = True
+            if process.poll() is not None:
+                break
+            continue
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the command and its children closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(primary)
+    stderr = "" if stderr_too else process.stderr.read().decode(errors="replace")
+    returncode = process.wait(timeout=60)
+    assert code is None or returncode == code, output.decode(errors="replace")[-2000:] + stderr
+    return TerminalRun(output=output.decode(errors="replace"), stderr=stderr)
+
+
+def times_around(mean_ms: float, calls: int) -> list[float]:
+    """Per-call times within 0.4 % of `mean_ms`, the same in every block of five calls."""
+    return [mean_ms * (1 + 0.002 * ((i % 5) - 2)) for i in range(calls)]
+
+
+def timed_outcome(
+    index: int, shape: dict, times: list[float], *, set_name: str, **fields: Any
+) -> ShapeOutcome:
+    """A passing shape timed at `times` (and `fields`, say its verdicts or its blocks of calls)."""
+    import statistics
+
+    from harness.wire import ShapeOutcome
+
+    return ShapeOutcome(
+        set_name=set_name,
+        index=index,
+        shape=shape,
+        status="pass",
+        passed=True,
+        times_ms=times,
+        runs=len(times),
+        mean_ms=statistics.fmean(times),
+        err_ms=statistics.stdev(times) / len(times) ** 0.5,
+        **fields,
+    )
+
+
+def record_timed_run(
+    session: Session,
+    revision_id: int,
+    task: str,
+    environment: Environment,
+    shapes: list[dict],
+    means: list[float],
+    *,
+    batch: str,
+    set_name: str,
+    calls: int = 30,
+) -> None:
+    """A passing benchmark run of `revision_id` in `batch`, each shape's calls timed around its
+    mean in `means` and every verdict pass, claimed and recorded as the runner does (claim_run,
+    record_run)."""
+    from harness.scoring import score
+    from harness.store.runs import claim_run, record_run
+    from harness.verdicts import Verdict, Verdicts
+    from harness.wire import Evaluation
+
+    run = claim_run(session, revision_id, task, "benchmark", environment, worker="test", ttl_s=600)
+    verdicts = Verdicts(gpumode=Verdict(status="pass"), accurate=Verdict(status="pass"))
+    outcomes = [
+        timed_outcome(index, shape, times_around(mean, calls), set_name=set_name, verdicts=verdicts)
+        for index, (shape, mean) in enumerate(zip(shapes, means, strict=True))
+    ]
+    evaluation = Evaluation(
+        status="pass",
+        task=task,
+        filename="candidate.py",
+        code_sha256="",
+        device=environment.device,
+        mode="benchmark",
+        shape_set=set_name,
+        shapes=outcomes,
+    )
+    assert record_run(session, run.id, "test", evaluation, score_ms=score(means), batch=batch) is not None
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ import sqlite3
 import statistics
 
 import pytest
-from conftest import rows
+from conftest import record_timed_run, rows, timed_outcome, times_around
 
 from harness.config import CANDIDATES_DIR
 from harness.environment import Environment
 from harness.judge import JUDGE_VERSION
 from harness.report.history import history_header
-from harness.sandbox.evaluation import Evaluation, ShapeOutcome
+from harness.sandbox.evaluation import Evaluation
 from harness.scoring import FASTER, SAME, score
 from harness.standing.board import build_leaderboard
 from harness.store.models import Retiming
@@ -43,30 +43,12 @@ CPU = Environment(
 SHAPES = [{"size": 16, "kernelsize": 3, "channels": 2, "batch": 1, "seed": 21}]
 
 
-def _times(mean_ms: float, calls: int = 40) -> list[float]:
-    return [mean_ms * (1 + 0.002 * ((i % 5) - 2)) for i in range(calls)]
-
-
 def _record(session, revision_id: int, mean_ms: float, batch: str | None) -> None:
     """A run of one shape timed in two blocks of calls (harness.timing, method 5.), both at `mean_ms`."""
     run = claim_run(session, revision_id, TASK, "benchmark", CPU, worker="w", ttl_s=600)
-    times = _times(mean_ms)
-    outcome = ShapeOutcome(
-        check={
-            "passes": [
-                {"times_ms": block, "mean_ms": statistics.fmean(block)} for block in (times[:20], times[20:])
-            ]
-        },
-        set_name="smoke",
-        index=0,
-        shape=SHAPES[0],
-        status="pass",
-        passed=True,
-        times_ms=times,
-        runs=len(times),
-        mean_ms=statistics.fmean(times),
-        err_ms=statistics.stdev(times) / len(times) ** 0.5,
-    )
+    times = times_around(mean_ms, 40)
+    blocks = [{"times_ms": block, "mean_ms": statistics.fmean(block)} for block in (times[:20], times[20:])]
+    outcome = timed_outcome(0, SHAPES[0], times, set_name="smoke", check={"passes": blocks})
     evaluation = Evaluation(
         status="pass",
         task=TASK,
@@ -122,7 +104,7 @@ def test_runs_of_one_batch_are_compared(store):
 
 
 def _retime(session, revision_id: int, batch: str, first_ms: float, last_ms: float) -> None:
-    times = _times(first_ms) + _times(last_ms)
+    times = times_around(first_ms, 40) + times_around(last_ms, 40)
     session.add(
         Retiming(
             batch=batch,
@@ -193,39 +175,21 @@ def _record_alone(store_url: str, revision_id: int) -> None:
     timed it on a store without one; `bench` now registers the reference and times it beside)."""
     from harness.environment import probe_environment
     from harness.tasks import load_task
-    from harness.verdicts import Verdict, Verdicts
 
-    store = open_store(store_url)
-    try:
-        with store.session() as session:
-            run = claim_run(
-                session, revision_id, TASK, "benchmark", probe_environment("cpu"), worker="w", ttl_s=600
-            )
-            outcomes = []
-            for index, shape in enumerate(load_task(TASK).smoke):
-                times = _times(1.0)
-                outcomes.append(
-                    ShapeOutcome(
-                        set_name="smoke",
-                        index=index,
-                        shape=shape.model_dump(),
-                        status="pass",
-                        passed=True,
-                        times_ms=times,
-                        runs=len(times),
-                        mean_ms=statistics.fmean(times),
-                        err_ms=statistics.stdev(times) / len(times) ** 0.5,
-                        verdicts=Verdicts(gpumode=Verdict(status="pass"), accurate=Verdict(status="pass")),
-                    )
-                )
-            evaluation = Evaluation(
-                status="pass", task=TASK, filename="alone.py", code_sha256="", device="cpu",
-                mode="benchmark", shape_set="smoke", shapes=outcomes,
-            )  # fmt: skip
-            score_ms = score([outcome.mean_ms for outcome in outcomes])
-            assert record_run(session, run.id, "w", evaluation, score_ms=score_ms, batch="alone-batch")
-    finally:
-        store.close()
+    shapes = [shape.model_dump() for shape in load_task(TASK).smoke]
+    with open_store(store_url) as store, store.session() as session:
+        environment = probe_environment("cpu")
+        record_timed_run(
+            session,
+            revision_id,
+            TASK,
+            environment,
+            shapes,
+            [1.0] * len(shapes),
+            batch="alone-batch",
+            set_name="smoke",
+            calls=40,
+        )
 
 
 def test_bench_times_the_reference_and_the_parent_in_the_same_run(tmp_path, run_cli, store_url):

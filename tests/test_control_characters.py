@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from conftest import HARNESS_SCRIPT
+from conftest import HARNESS_SCRIPT, on_a_terminal
 
 from harness.report.diff import render_diff
 from harness.report.text import escape_controls, escape_template_value
@@ -92,31 +91,13 @@ def harness(
     )
 
 
-def on_a_terminal(db: str, *args: str, env: dict[str, str] | None = None) -> str:
+def terminal_text(db: str, *args: str, env: dict[str, str] | None = None) -> str:
     """What a command writes to a terminal (a pty for stdin and stdout; stderr piped and
     appended), with the pty's CR before each newline taken out."""
-    primary, secondary = pty.openpty()
-    process = subprocess.Popen(
-        [str(HARNESS_SCRIPT), *args],
-        stdout=secondary,
-        stderr=subprocess.PIPE,
-        stdin=secondary,
-        env={**os.environ, "HARNESS_DB": db, "COLUMNS": "200", "LINES": "40", **(env or {})},
+    shown = on_a_terminal(
+        list(args), {"HARNESS_DB": db, "COLUMNS": "200", "LINES": "40", **(env or {})}, code=None
     )
-    os.close(secondary)
-    output = b""
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        output += chunk
-    os.close(primary)
-    stderr = process.stderr.read().decode()
-    process.wait(timeout=120)
-    return output.decode().replace("\r\n", "\n") + stderr
+    return shown.output.replace("\r\n", "\n") + shown.stderr
 
 
 @pytest.fixture(scope="module")
@@ -332,7 +313,7 @@ def test_the_ranked_table_escapes_names_and_keeps_its_colours():
 def test_on_a_terminal_only_the_harness_colours_are_escape_codes(hostile, command):
     """On a pty the harness colours its tables and diffs; the candidate's text is still escaped
     (LINES=10 sends the history through the pager, here `cat`)."""
-    shown = on_a_terminal(hostile["db"], *command, env={"PAGER": "cat", "LINES": "10"})
+    shown = terminal_text(hostile["db"], *command, env={"PAGER": "cat", "LINES": "10"})
     plain = HARNESS_COLOUR.sub("", shown)
     assert_no_raw_controls(plain, f"{' '.join(command)} on a terminal")
     assert "\\x1b" in plain

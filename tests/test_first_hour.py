@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
 import shutil
 import signal
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HARNESS_SCRIPT, hermetic_environment
+from conftest import HARNESS_SCRIPT, hermetic_environment, on_a_terminal
 
 from harness.config import CANDIDATES_DIR, PROJECT_ROOT
 from harness.report.leaderboard import format_error_ms, format_speedup
@@ -187,11 +186,9 @@ def test_the_leaderboard_fits_80_columns_and_a_pipe_gets_plain_unpadded_text(boa
     assert "accurate" in narrow.stdout and "kernelsize 2" not in narrow.stdout
     wide = harness("leaderboard", "--wide", db=board["db"])
     assert "kernelsize 2" in wide.stdout and "author" in wide.stdout
-    on_a_terminal = _on_a_terminal(
-        ["leaderboard"], {"HARNESS_DB": board["db"]}
-    )  # 80 columns: the pty has no size
-    assert "\x1b[" in on_a_terminal
-    plain_lines = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", on_a_terminal).replace("\r", "").splitlines()
+    shown = on_a_terminal(["leaderboard"], {"HARNESS_DB": board["db"]}).output  # 80 columns: no size
+    assert "\x1b[" in shown
+    plain_lines = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", shown).replace("\r", "").splitlines()
     assert max(map(len, plain_lines)) <= 80 and all(line == line.rstrip() for line in plain_lines)
     piped = harness("leaderboard", db=board["db"])
     assert "\x1b[" not in piped.stdout
@@ -364,41 +361,17 @@ def test_more_gpus_than_seen_is_one_line_and_exit_2(tmp_path):
 # --- 12. diff and history ---------------------------------------------------------------------------
 
 
-def _on_a_terminal(args: list[str], env: dict[str, str]) -> str:
-    primary, secondary = pty.openpty()
-    process = subprocess.Popen(
-        [str(HARNESS_SCRIPT), *args],
-        stdout=secondary,
-        stderr=subprocess.PIPE,
-        stdin=secondary,
-        env={**os.environ, **env},
-    )
-    os.close(secondary)
-    output = b""
-    while True:
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        output += chunk
-    os.close(primary)
-    assert process.wait(timeout=60) == 0, process.stderr.read()
-    return output.decode()
-
-
 def test_history_is_bounded_and_paged_on_a_terminal(board):
     db = board["db"]
     piped = harness("history", "slow", db=db).stdout
     assert piped.endswith("\n") and piped.count("== ") == 3 and "\x1b[" not in piped
     last = harness("history", "slow", "--limit", "1", db=db).stdout
     assert last.count("== ") == 1 and f"submission {board['ids']['late']}" in last
-    paged = _on_a_terminal(["history"], {"HARNESS_DB": db, "LINES": "10", "PAGER": "echo PAGED; cat"})
+    paged = on_a_terminal(["history"], {"HARNESS_DB": db, "LINES": "10", "PAGER": "echo PAGED; cat"}).output
     assert "PAGED" in paged and "\x1b[" in paged
-    short = _on_a_terminal(
+    short = on_a_terminal(
         ["history", "--limit", "1"], {"HARNESS_DB": db, "LINES": "200", "PAGER": "echo PAGED; cat"}
-    )
+    ).output
     assert "PAGED" not in short
 
 

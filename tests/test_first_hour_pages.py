@@ -16,27 +16,22 @@ import os
 import re
 import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import HARNESS_SCRIPT, rows
+from conftest import HARNESS_SCRIPT, record_timed_run, rows
 
 from harness.candidates import read_seeds
 from harness.config import CANDIDATES_DIR
 from harness.environment import Environment
-from harness.evolve.tree import COMPARISON_COLOURS, ROOT_COLOUR
+from harness.report.experiment import COMPARISON_COLOURS, ROOT_COLOUR
 from harness.report.html import LABEL_CHAR_PX, LABEL_HEIGHT_PX
 from harness.report.leaderboard import format_ms
-from harness.sandbox.evaluation import Evaluation, ShapeOutcome
-from harness.scoring import score
 from harness.store.revisions import register_revision, register_seeds
-from harness.store.runs import claim_run, record_run
 from harness.store.session import open_store
 from harness.tasks import load_task
-from harness.verdicts import Verdict, Verdicts
 
 PROBLEMS = Path(__file__).parent / "data" / "gpumode_problems"
 REPLY_SCRIPT = Path(__file__).parent / "proposers" / "reply.py"
@@ -290,48 +285,6 @@ def _register_reference(session) -> int:
     return register_seeds(session, [seed])[0].revision.id
 
 
-def _record_timed(
-    session,
-    revision_id: int,
-    env: Environment,
-    shapes: list[dict],
-    means: list[float],
-    batch: str,
-    set_name: str,
-) -> None:
-    """A passing benchmark run with per-call times around `means`, recorded as the runner does."""
-    run = claim_run(session, revision_id, TASK, "benchmark", env, worker="test", ttl_s=600)
-    outcomes = []
-    for index, (shape, mean) in enumerate(zip(shapes, means, strict=True)):
-        times = [mean * (1 + 0.002 * ((i % 5) - 2)) for i in range(30)]
-        outcomes.append(
-            ShapeOutcome(
-                set_name=set_name,
-                index=index,
-                shape=shape,
-                status="pass",
-                passed=True,
-                times_ms=times,
-                runs=len(times),
-                mean_ms=statistics.fmean(times),
-                err_ms=statistics.stdev(times) / len(times) ** 0.5,
-                verdicts=Verdicts(gpumode=Verdict(status="pass"), accurate=Verdict(status="pass")),
-            )
-        )
-    evaluation = Evaluation(
-        status="pass",
-        reason="",
-        task=TASK,
-        filename="candidate.py",
-        code_sha256="",
-        device=env.device,
-        mode="benchmark",
-        shape_set=set_name,
-        shapes=outcomes,
-    )
-    assert record_run(session, run.id, "test", evaluation, score_ms=score(means), batch=batch) is not None
-
-
 @pytest.fixture(scope="module")
 def gpu_like(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The reference and two revisions with long names, timed on an H200-like device in one run
@@ -353,7 +306,9 @@ def gpu_like(tmp_path_factory: pytest.TempPathFactory) -> dict:
             ids.append(outcome.revision.id)
         for revision_id, factor in ((reference, 1.0), (ids[0], 0.8), (ids[1], 0.5)):
             means = [factor * (i + 1) for i in range(len(shapes))]
-            _record_timed(session, revision_id, H200, shapes, means, "h200-batch", "benchmarks")
+            record_timed_run(
+                session, revision_id, TASK, H200, shapes, means, batch="h200-batch", set_name="benchmarks"
+            )
     return {"db": db, "ids": ids, "folder": folder}
 
 
@@ -498,13 +453,17 @@ def test_the_chart_of_a_long_lineage_with_failures_has_no_overlapping_labels(tmp
     shapes = [shape.model_dump() for shape in load_task(TASK).smoke]
     with open_store(db) as store, store.session() as session:
         reference = _register_reference(session)
-        _record_timed(session, reference, CPU, shapes, [3.0] * len(shapes), "cpu-batch", "smoke")
+        record_timed_run(
+            session, reference, TASK, CPU, shapes, [3.0] * len(shapes), batch="cpu-batch", set_name="smoke"
+        )
         for number in range(40):
             revision = register_revision(
                 session, MY_CONV + f"# step {number}\n".encode(), "evolved.py"
             ).revision
             means = [3.05 + 0.001 * number] * len(shapes)  # close to each other and to the reference
-            _record_timed(session, revision.id, CPU, shapes, means, "cpu-batch", "smoke")
+            record_timed_run(
+                session, revision.id, TASK, CPU, shapes, means, batch="cpu-batch", set_name="smoke"
+            )
     for number in range(3):  # not ranked: registered, never run
         (tmp_path / f"late_{number}.py").write_bytes(MY_CONV + f"# late {number}\n".encode())
         assert harness("register", tmp_path / f"late_{number}.py", db=db).returncode == 0

@@ -6,20 +6,14 @@ the README's paths)."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import re
-import select
 import shutil
-import struct
 import subprocess
-import termios
-import time
 from pathlib import Path
 
 import pytest
-from conftest import HARNESS_SCRIPT
+from conftest import HARNESS_SCRIPT, on_a_terminal
 
 from harness.config import CANDIDATES_DIR, PROJECT_ROOT
 
@@ -61,60 +55,6 @@ def registered_ids(db: str) -> list[int]:
     return [row["submission_id"] for row in json.loads(done.stdout)]
 
 
-def on_a_terminal(
-    args: list[str],
-    env: dict[str, str],
-    *,
-    rows: int = 24,
-    columns: int = 80,
-    keys: bytes = b"",
-    stderr_too: bool = False,
-    code: int = 0,
-) -> str:
-    """Run the CLI on a pseudo-terminal of `rows` x `columns` (TERM=xterm; stderr there too with
-    `stderr_too`); once it has printed something, type `keys` (say `q` to leave a pager).
-    Returns everything the terminal got."""
-    primary, secondary = pty.openpty()
-    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    environment = {**os.environ, "TERM": "xterm", **env}
-    for name in ("COLUMNS", "LINES", "LESS", "PAGER"):
-        if name not in env:
-            environment.pop(name, None)
-    process = subprocess.Popen(
-        [str(HARNESS_SCRIPT), *args],
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary if stderr_too else subprocess.PIPE,
-        env=environment,
-        start_new_session=True,  # the pty becomes its controlling terminal, as in a shell
-    )
-    os.close(secondary)
-    output = b""
-    deadline = time.monotonic() + 400
-    typed = not keys
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([primary], [], [], 0.5)
-        if not ready:
-            if output and not typed:
-                os.write(primary, keys)
-                typed = True
-            if process.poll() is not None:
-                break
-            continue
-        try:
-            chunk = os.read(primary, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        output += chunk
-    os.close(primary)
-    assert process.wait(timeout=60) == code, output.decode(errors="replace")[-2000:] + (
-        "" if stderr_too else process.stderr.read().decode(errors="replace")
-    )
-    return output.decode(errors="replace")
-
-
 @pytest.fixture(scope="module")
 def lineage_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A store with five revisions of one lineage (no results): a history of a few screens."""
@@ -135,11 +75,11 @@ def lineage_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_history_through_less_shows_colours_not_their_codes(lineage_store):
     """PAGER and LESS unset: `less` with LESS=FRX (as git): the colour codes reach the terminal
     as colours, never as the `ESC[32m` text that plain `less` shows."""
-    shown = on_a_terminal(["history"], {"HARNESS_DB": lineage_store}, rows=10, keys=b"q")
+    shown = on_a_terminal(["history"], {"HARNESS_DB": lineage_store}, rows=10, keys=b"q").output
     assert "first_try r1" in shown
     assert "\x1b[32m" in shown or "\x1b[1m" in shown  # the diff's colours, passed through
     assert "ESC[" not in shown
-    direct = on_a_terminal(["history"], {"HARNESS_DB": lineage_store, "PAGER": ""}, rows=10)
+    direct = on_a_terminal(["history"], {"HARNESS_DB": lineage_store, "PAGER": ""}, rows=10).output
     assert "ESC[" not in direct and "first_try r5" in direct  # an empty PAGER: no pager
 
 
@@ -251,7 +191,7 @@ def test_the_progress_bars_fit_80_columns_and_count_what_was_dispatched(board, t
         columns=80,
         stderr_too=True,
         code=1,  # the failing revision of the board
-    )
+    ).output
     frames = last_frames(screen)
     assert [frame.split(" ", 1)[0] for frame in frames] == ["test", "benchmark"], screen[-3000:]
     for frame in frames:

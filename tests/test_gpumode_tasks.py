@@ -19,17 +19,6 @@ from conftest import rows
 PROBLEMS = Path(__file__).parent / "data" / "gpumode_problems"
 
 
-@pytest.fixture
-def harness(run_cli, tmp_path):
-    """run_cli with the harness's caches (the stored tasks' files among them) in the test's tmp dir."""
-    cache = tmp_path / "cache"
-
-    def run(*args, env: dict[str, str] | None = None, **options):
-        return run_cli(*args, env={"HARNESS_CACHE_DIR": str(cache), **(env or {})}, **options)
-
-    return run
-
-
 def ok(result) -> str:
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -1,11 +1,15 @@
 """The import structure matches the data flow (docs/architecture.md): imports point one way,
 `cli -> evolve -> plan -> executors -> sandbox -> judge (checking, timing, scoring) -> tasks`, the
 store used by plan, evolve, standing and report only; standing computed in harness.standing only. Every import of every module under harness/ counts,
-those inside functions and under TYPE_CHECKING too: a type import is still a dependency."""
+those inside functions and under TYPE_CHECKING too: a type import is still a dependency.
+harness.devices, which resolves `--device` for the CLI and the plan, is a leaf that imports no
+torch when it is imported, and the CLI, the plan, the store and the reports import none."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +42,8 @@ FORBIDDEN = {
         "harness.evolve",
         "harness.cli",
     ),
+    # evolution reads an experiment back and computes what is shown; the reports render it
+    "harness.report": ("harness.evolve",),
 }
 
 # What standing is made of: harness.scoring's comparisons and ranking, the timings of one run, and
@@ -90,6 +96,21 @@ def imported_modules(path: Path) -> set[str]:
                 module = node.module or ""
             found.add(module)
             found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """The modules `path` imports when it is imported: its imports outside functions."""
+    found: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"), filename=str(path))]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            pending.extend(ast.iter_child_nodes(node))
     return found
 
 
@@ -233,3 +254,34 @@ def test_the_checker_sees_standing_computed_outside_harness_standing(tmp_path: P
         "harness.report.thing imports harness.scoring.compare",
         "harness.report.thing defines build_leaderboard",
     ]
+
+
+def test_the_device_module_is_a_leaf_without_torch_at_import():
+    """harness.devices imports torch only inside the function that must ask it, and of the
+    harness only the shared leaves."""
+    path = PACKAGE_DIR / "devices.py"
+    assert not [name for name in module_level_imports(path) if within(name, "torch")]
+    harness_units = {unit(name) for name in imported_modules(path) if within(name, "harness")}
+    assert harness_units <= {"harness.errors", "harness.environment"}, harness_units
+
+
+def test_the_module_level_checker_sees_torch_at_import_only(tmp_path: Path):
+    source = tmp_path / "thing.py"
+    source.write_text("import json\nif True:\n    import torch\ndef f():\n    import numpy\n")
+    assert module_level_imports(source) == {"json", "torch"}
+
+
+def test_the_cli_plan_store_and_reports_import_no_torch():
+    """The CLI, the plan, the store, the reports and evolution's read-back import no torch, nor
+    does resolving the CPU: torch comes with the sandbox's evaluation (and a task's modules)."""
+    script = (
+        "import sys\n"
+        "import harness.cli, harness.plan.tournament, harness.plan.checks, harness.store.session\n"
+        "import harness.report.html, harness.report.evaluations, harness.evolve.story, harness.evolve.tree\n"
+        "from harness.devices import resolve_device\n"
+        "print(resolve_device('cpu'), 'torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["cpu", "False"]

@@ -493,7 +493,7 @@ def test_a_cpu_only_torch_decides_the_device_without_being_imported():
     if torch.version.cuda is not None or torch.version.hip is not None:
         pytest.skip("this torch is built for a GPU")
     script = (
-        "import sys\nfrom harness.errors import HarnessError\nfrom harness.sandbox.devices import resolve_device\n"
+        "import sys\nfrom harness.errors import HarnessError\nfrom harness.devices import resolve_device\n"
         "print(resolve_device(None))\ntry:\n    resolve_device('cuda')\nexcept HarnessError as exc:\n    print(exc)\n"
         "print('torch' in sys.modules)"
     )

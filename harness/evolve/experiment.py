@@ -59,7 +59,7 @@ from harness.evolve.outcomes import StepFailed
 from harness.evolve.prompts import prompt_context, render_step_prompt
 from harness.evolve.proposers import DEFAULT_TIMEOUT_S, Proposal, ProposalRequest, Proposer, make_proposer
 from harness.evolve.selection import ParentChoice, PoolMember, choose_parent
-from harness.report.leaderboard import format_ms
+from harness.report.experiment import describe_outcome
 from harness.standing.batch import score_in_batch
 from harness.standing.board import Leaderboard, LeaderboardEntry, build_leaderboard
 from harness.store.models import Experiment, ExperimentStep, Lineage, Revision, Run, utcnow
@@ -190,7 +190,7 @@ def create_experiment(
             if not lineage_row.revisions:
                 raise HarnessError(f"lineage {lineage!r} has no revisions")
             task = lineage_row.revisions[-1].task
-        from harness.plan import resolve_device  # after the cheap checks
+        from harness.devices import resolve_device  # after the cheap checks
 
         settings = ExperimentSettings(
             task=task,
@@ -806,31 +806,3 @@ def _register_child(
     if not outcome.created:
         step.status = outcomes.DUPLICATE
         step.reason = f"these bytes are already submission {outcome.revision.id}: nothing new to evaluate"
-
-
-def describe_outcome(step: ExperimentStep) -> str:
-    """One line: what the generation produced, and how the child compares with its parent in
-    the interleaved run that timed them together."""
-    if step.child_id is None or step.status in (outcomes.DUPLICATE,):
-        return f"{step.status}: {step.reason}"
-    text = f"submission {step.child_id}: {step.status}"
-    if step.score_ms is not None:
-        text += f", {format_ms(step.score_ms)} ms"
-    if step.vs_parent:
-        text += (
-            f", {step.vs_parent} than its parent"
-            if step.vs_parent != "same within noise"
-            else ", same as its parent within noise"
-        )
-        if step.compared_in:
-            parent = (
-                f", the parent {format_ms(step.parent_score_ms)} ms"
-                if step.parent_score_ms is not None
-                else ""
-            )
-            text += f" (timed together in run {step.compared_in}{parent})"
-    elif step.score_ms is not None:
-        text += ", not compared with its parent in one run"
-    if step.status != "pass" and step.reason:
-        text += f" ({step.reason})"
-    return text

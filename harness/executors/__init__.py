@@ -282,7 +282,7 @@ class InProcess:
     keeps_children = True
 
     def resolve_device(self, device: str | None) -> str:
-        from harness.sandbox.devices import resolve_device
+        from harness.devices import resolve_device
 
         return resolve_device(device)
 

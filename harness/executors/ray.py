@@ -36,8 +36,8 @@ CONNECT_TIMEOUT_S = 5.0
 def _probe_task(device: str | None) -> str:
     """On a cluster GPU: the device (resolved as locally) and its environment, or an error (a
     harness.wire message as JSON)."""
+    from harness.devices import resolve_device
     from harness.environment import probe_environment
-    from harness.sandbox.evaluation import resolve_device
     from harness.wire import DeviceProbed, JobFailed
 
     try:

@@ -7,8 +7,7 @@ executors and the sandbox run knows nothing of the store.
 """
 
 from harness.executors import Executor, make_executor
-from harness.sandbox.devices import resolve_device
 
-# what callers that hand the plan its executor and device need (evolve, cli): they reach the
-# executors and the sandbox through the plan only
-__all__ = ["Executor", "make_executor", "resolve_device"]
+# what callers that hand the plan its executor need (evolve, cli): they reach the executors and
+# the sandbox through the plan only (the device: harness.devices)
+__all__ = ["Executor", "make_executor"]

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Literal
 from sqlalchemy.orm import Session
 
 from harness.config import sqlite_directory
+from harness.devices import default_shape_set
 from harness.environment import Environment
 from harness.executors import EvaluationRequest, Executor, split_jobs
 from harness.judge import JUDGE_VERSION
-from harness.sandbox.devices import default_shape_set
 from harness.sandbox.limits import SandboxLimits
 from harness.store.models import Retiming, Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
@@ -131,7 +131,7 @@ class PlannedRevision:
     def of(cls, revision: Revision, *, is_reference: bool = False) -> PlannedRevision:
         return cls(
             revision_id=revision.id,
-            label=f"{revision.lineage.name} r{revision.number}",
+            label=revision.label,
             task=revision.task,
             parent_id=revision.parent_id,
             is_reference=is_reference,

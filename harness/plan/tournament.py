@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from harness.config import get_settings
+from harness.devices import default_shape_set
 from harness.environment import Environment
 from harness.errors import HarnessError
 from harness.executors import Executor, InProcess
 from harness.plan.bench import run_bench, with_references
 from harness.plan.checks import run_checks
 from harness.plan.phases import PhaseListener, PhaseRun, PlannedRevision, store_limits
-from harness.sandbox.devices import default_shape_set
 from harness.sandbox.limits import SandboxLimits
 from harness.store.revisions import get_revision, list_revisions
 from harness.store.runs import worker_name
@@ -220,7 +220,7 @@ def run_children(
         label_of = {}
         for child in child_ids:
             revision = get_revision(session, child)
-            label_of[f"{revision.lineage.name} r{revision.number}"] = child
+            label_of[revision.label] = child
 
     class CheckProgress(TournamentProgress):
         def step(self, description: str, advance: int = 1) -> None:

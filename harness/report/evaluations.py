@@ -16,10 +16,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from harness.devices import default_shape_set
 from harness.report.leaderboard import format_ms, format_speedup
 from harness.report.terminal import plain_table
 from harness.report.text import escape_controls
-from harness.sandbox.devices import default_shape_set
 from harness.verdicts import VERDICT_WORDS, VERDICTS
 
 if TYPE_CHECKING:

@@ -36,6 +36,7 @@ from typing_extensions import Self
 
 from harness import checking, scoring
 from harness.config import get_settings
+from harness.devices import default_shape_set, resolve_device
 from harness.environment import confirm_device_name
 from harness.errors import HarnessError
 from harness.sandbox.calibration import Calibrator, calibrated_kind
@@ -43,9 +44,7 @@ from harness.sandbox.devices import (
     INTERLEAVE_GROUP,
     MODES,
     check_parallelism,
-    default_shape_set,
     gpu_check_parallelism,
-    resolve_device,
 )
 from harness.sandbox.isolation import IsolationLevel
 from harness.sandbox.limits import SandboxLimits

@@ -97,6 +97,11 @@ class Revision(Base):
     parent: Mapped[Revision | None] = relationship(remote_side=[id])
     runs: Mapped[list[Run]] = relationship(back_populates="revision")
 
+    @property
+    def label(self) -> str:
+        """The name every output gives a revision, "LINEAGE rN" (it reads the lineage: in a session)."""
+        return f"{self.lineage.name} r{self.number}"
+
 
 class TaskVersion(Base):
     """One version of a task added from a GPU MODE problem directory (`harness task add`): its

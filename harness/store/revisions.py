@@ -41,11 +41,10 @@ class RegisterOutcome:
         """One line saying what registration did (its lineage must be loaded: call it in the
         session)."""
         revision = self.revision
-        where = f"{revision.lineage.name} r{revision.number}"
         if not self.created:
-            return f"unchanged: these bytes are already submission {revision.id} ({where})"
+            return f"unchanged: these bytes are already submission {revision.id} ({revision.label})"
         parent = "no parent" if revision.parent_id is None else f"parent {revision.parent_id}"
-        return f"registered submission {revision.id}: {where} ({parent})"
+        return f"registered submission {revision.id}: {revision.label} ({parent})"
 
 
 def register_revision(
@@ -99,9 +98,7 @@ def register_revision(
     if submission_id is not None:
         taken = session.get(Revision, submission_id)
         if taken is not None:
-            raise HarnessError(
-                f"submission id {submission_id} is already taken ({_describe(session, taken)})"
-            )
+            raise HarnessError(f"submission id {submission_id} is already taken ({taken.label})")
 
     if lineage_row is None:
         lineage_row = Lineage(name=lineage_name)
@@ -282,11 +279,6 @@ def _check_lineage_name(name: str, *, given: bool) -> None:
         f"{name!r} is not a valid lineage name: up to {_MAX_NAME} letters, digits, '_', '-', '.', "
         f"starting with a letter or digit{hint}"
     )
-
-
-def _describe(session: Session, revision: Revision) -> str:
-    lineage_name = session.scalar(select(Lineage.name).where(Lineage.id == revision.lineage_id))
-    return f"{lineage_name} r{revision.number}"
 
 
 def _advance_id_sequence(session: Session) -> None:
