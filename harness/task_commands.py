@@ -105,7 +105,7 @@ def task_show(name: Annotated[str, typer.Argument(help="Task name.")], db: DbOpt
         f"  shapes: {len(spec.tests)} tests, {len(spec.benchmarks)} benchmarks, {len(spec.smoke)} smoke (CPU)"
     )
     print(
-        f"  data: {', '.join(spec.data) or 'as generate_input returns it (not a named tuple)'}"
+        f"  data: {', '.join(spec.data) or 'as generate_input returns it; its output buffer learned when first run'}"
         + (f" (output buffer: {spec.output_buffer})" if spec.output_buffer else "")
     )
     if spec.exact_answer is None:

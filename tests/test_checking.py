@@ -132,12 +132,12 @@ def test_output_problem_accepts_the_right_tensor_unless_it_aliases_an_input(case
 
 
 def _reply(case, changed: list[int | None]) -> CheckReply:
-    inputs = [describe(case.data[i]) for i in TASK.input_indices]
+    inputs = [describe(case.data[i]) for i in checking.data_layout(TASK, "cpu").tensor_inputs(case.data)]
     return CheckReply(token="t", id=1, inputs=inputs, inputs_changed=changed)
 
 
 def test_a_single_changed_bit_is_counted_and_judged(case):
-    before = [case.data[i].clone() for i in TASK.input_indices]
+    before = [case.data[i].clone() for i in checking.data_layout(TASK, "cpu").tensor_inputs(case.data)]
     after = [b.clone() for b in before]
     assert [changed_elements(b, a) for b, a in zip(before, after)] == [0, 0]
     assert checking.inputs_problem(TASK, case, _reply(case, [0, 0])) is None

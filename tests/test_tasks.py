@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness import checking
 from harness.errors import HarnessError
 from harness.tasks import (
     SHAPE_SETS,
@@ -34,7 +35,8 @@ def test_conv2d_v2_is_known_and_copies_gpu_modes_shapes():
     assert (CONV2D.rtol, CONV2D.atol, CONV2D.dtype) == (1e-3, 1e-3, "float32")
     assert CONV2D.ranking_by == "geom" and CONV2D.gpumode_ranking_by == "last"
     assert CONV2D.reference_candidate == "conv2d_v2_reference.py"
-    assert (CONV2D.output_index, CONV2D.input_indices) == (2, [0, 1])
+    layout = checking.data_layout(CONV2D, "cpu")  # named by its task.yml
+    assert (layout.output, layout.names) == (2, ("input", "kernel", "output"))
 
 
 def test_smoke_shapes_are_small_and_distinct_in_seed():
@@ -97,7 +99,7 @@ def test_a_problem_directory_elsewhere_loads_with_its_files_in_it(tmp_path: Path
         ({}, {"output_buffer": "result"}, "output_buffer 'result'"),
         ({}, {"ranking_by": "best"}, "ranking_by"),
         ({"tests": [{"size": 32}]}, {}, "seed"),
-        ({"tests": [{"size": [1, 2], "seed": 1}]}, {}, "size"),
+        ({"tests": [{"size": {"rows": 2}, "seed": 1}]}, {}, "size"),
         ({}, {"surprise": 1}, "surprise"),
     ],
 )

@@ -68,6 +68,7 @@ from harness.standings import (
 from harness.store.models import Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions, reference_lineage_name, reference_revision_ids
 from harness.tasks import load_task
+from harness.tasks.spec import parameter_text
 from harness.verdicts import VERDICT_WORDS, VERDICTS, Accuracy, VerdictName
 
 # Most trusted first: timing with secret seeds and every output checked, timing, checks with
@@ -169,7 +170,7 @@ class Leaderboard(BaseModel):
 def shape_label(shape: dict[str, Any]) -> str:
     """`size=256 kernelsize=3 channels=64 batch=8`: the task file's keys, without the seed (it
     picks the data, not the size of the problem)."""
-    return " ".join(f"{key}={value}" for key, value in shape.items() if key != "seed")
+    return " ".join(f"{key}={parameter_text(value)}" for key, value in shape.items() if key != "seed")
 
 
 def format_ms(value: float | None) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
-import json
 import math
 import queue
 import random
@@ -822,7 +821,9 @@ class Evaluator:
             outcome.status, outcome.reason = "wrong_answer", f"{check}: {outcome.verdicts.reasons()}"
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
-            calibrated = calibrated_kind(self.task, check_case.data, outputs)
+            calibrated = calibrated_kind(
+                checking.data_layout(self.task, self.device).output, check_case.data, outputs
+            )
             harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated, again=later)
             verdict = host_clock_verdict(times, parent_ms, harness_ms, floor_harness_rel(self.device))
             flags += [HOST_CLOCK_MISMATCH] if verdict.flagged else []
@@ -862,12 +863,10 @@ class Evaluator:
         (harness.timing)."""
         flags = []
         data = self._timed_case[1].data if self._timed_case is not None else ()  # the timed calls' inputs
-        if not isinstance(data, tuple | list):
-            input_bytes = getattr(data, "nbytes", 0)
-        else:
-            input_bytes = sum(
-                getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data)
-            )
+        layout = checking.data_layout(self.task, self.device)
+        input_bytes = sum(
+            getattr(data if key is None else data[key], "nbytes", 0) for key in layout.tensor_inputs(data)
+        )
         if min(times) < physical_floor_ms(input_bytes, self.peak_bandwidth_gbs):
             flags.append(BELOW_PHYSICAL_FLOOR)
         return flags
@@ -885,7 +884,7 @@ class Evaluator:
         """The inputs and reference of a timed call's seed (a seed per call: a case of this
         evaluator's own, not the shared cache of the checks' cases), the previous one freed
         first; the exact answer only when a check asks for it."""
-        key = (json.dumps(shape.parameters, sort_keys=True), seed)
+        key = (shape.key(), seed)
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
             case = checking.make_reference_case(
@@ -895,7 +894,7 @@ class Evaluator:
                 self.device,
                 exact_now=False,
                 exact_answer=self.task.exact_answer,
-                clone_inputs=not self.task.data,
+                clone_inputs=checking.data_layout(self.task, self.device).output is None,
             )
             self._timed_case = (key, case)
         return self._timed_case[1]
