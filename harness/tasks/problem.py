@@ -3,8 +3,8 @@
 A problem directory (reference-kernels: `problems/<set>/<name>_py/`) holds
 - `task.yml`: `lang: py`, `description`, `tests` and `benchmarks` (lists of shapes: the keyword
   arguments of generate_input, the seed among them, each a number, a string or a list of them,
-  nested), optionally `ranking_by` (geom, mean or last)
-  and the run limits; `files`, `config` and `templates` name GPU MODE's own runner and are not used;
+  nested), optionally `ranking_by` (geom, mean or last) and the run limits; `files`, `config`
+  and `templates` name GPU MODE's own runner and are not used;
 - `reference.py`: `generate_input(**shape)`, `ref_kernel(data)` and `check_implementation(data,
   output)` (returning `(ok, message)`, a message that is empty when ok, or a bool);
 - `task.py`: the types a submission imports (`from task import input_t, output_t`);
@@ -18,8 +18,7 @@ reference function computed on the inputs cast to float64, usually `ref_kernel`;
 `accurate` verdict), `verdict`, `data` and `output_buffer` (names of generate_input's tuple and
 the one that is the output buffer; when left out, the parent learns which item is the buffer by
 calling generate_input and the reference the first time it needs to: harness.tasks.layout),
-`entry_point`,
-`unpacked_entry_points`, `reference_candidate`, `ranking_by`, `gpumode_ranking_by`.
+`entry_point`, `unpacked_entry_points`, `reference_candidate`, `ranking_by`, `gpumode_ranking_by`.
 
 Validation is static (ast): adding a task needs neither torch nor a GPU, and runs nothing of it.
 """
