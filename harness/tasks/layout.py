@@ -15,6 +15,7 @@ its answer afresh and ignores the buffer, as pmpp's matmul does). task.yml's `ha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -69,23 +70,22 @@ def learn_layout(reference: ModuleType, parameters: dict[str, Any], seed: int, d
     the reference writes into more than one item, which leaves the buffer for task.yml to name."""
     import torch
 
-    with _watching() as made:
-        data = generate_inputs(reference, parameters, seed, device)
+    data, made = _watched(lambda: generate_inputs(reference, parameters, seed, device))
     keys = _keys(data)
     if not keys:
         return DataLayout()
-    copy = copied(data)
-    with _watching() as reference_run:
-        result = reference.ref_kernel(copy)
+    copies = []
+
+    def run_reference() -> object:
+        copies.append(copied(data))  # a fresh copy for each try
+        return reference.ref_kernel(copies[-1])
+
+    result, reference_run = _watched(run_reference)
+    copy = copies[-1]
     returned = {_storage(t) for t in _tensors(result)}
+    written = reference_run.written if reference_run is not None else set()
     tensors = [key for key in keys if isinstance(data[key], torch.Tensor)]
-    answered = [
-        key
-        for key in tensors
-        if _storage(copy[key]) in returned
-        or _storage(copy[key]) in reference_run.written
-        or not _same_bits(copy[key], data[key])
-    ]
+    answered = [key for key in tensors if _answered_in(copy[key], data[key], returned | written)]
     if len(answered) > 1:
         names = ", ".join(DataLayout().describe(key) for key in answered)
         raise HarnessError(
@@ -94,8 +94,28 @@ def learn_layout(reference: ModuleType, parameters: dict[str, Any], seed: int, d
         )
     if answered:
         return DataLayout(output=answered[0])
-    unwritten = [key for key in tensors if _storage(data[key]) in made.unwritten_empties()]
+    empties = made.unwritten_empties() if made is not None else set()
+    unwritten = [key for key in tensors if _storage(data[key]) in empties]
     return DataLayout(output=unwritten[-1] if unwritten else None)
+
+
+def _answered_in(after, before, storages: set[int]) -> bool:
+    """Whether the reference answered in this item of its copy: returned or wrote into its storage
+    (an item without elements has none to match), or changed its bits."""
+    storage = _storage(after)
+    return bool(storage and storage in storages) or not _same_bits(after, before)
+
+
+def _watched(call: Callable[[], Any]) -> tuple[Any, Any]:
+    """call() with its writes recorded (`_writes_mode`), and the recorder; where the task's code
+    fails under torch's dispatch mode (a compiled function may refuse it), call() once more
+    without it and no recorder (what it raises then is the task's error)."""
+    recorder = _writes_mode()()
+    try:
+        with recorder:
+            return call(), recorder
+    except Exception:  # noqa: BLE001 - the plain call below raises the task's own error
+        return call(), None
 
 
 def copied(data: object) -> object:
