@@ -71,7 +71,7 @@ def main() -> None:
         device,
         results,
     )
-    layout = checking.data_layout(task, device)
+    layout = checking.data_layout(task, device, case.data)
     memfd = create_shared_memory("harness-inputs")
     writer, reader = InputsWriter(memfd, cuda=device == "cuda"), SharedBuffer(memfd, cuda=device == "cuda")
     items = timed(

@@ -29,7 +29,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.tasks import Shape, TaskSpec
-from harness.tasks.layout import DataLayout, copied, learn_layout
+from harness.tasks.layout import DataLayout, copied, learn_layout, structure
 from harness.tasks.spec import TaskUnsupported, generate_inputs, load_reference
 from harness.verdicts import Accuracy, Verdict, Verdicts
 from harness.wire import CheckReply, TensorInfo
@@ -239,25 +239,37 @@ def _evict_cases() -> None:
         _recent_cases.popitem(last=False)
 
 
-_layouts: dict[tuple, DataLayout] = {}  # learned data layouts, by task version
+_layouts: dict[tuple, dict[tuple | None, DataLayout]] = {}  # by task version, then by structure
 _layouts_lock = threading.Lock()
 
 
-def data_layout(task: TaskSpec, device: str) -> DataLayout:
+def data_layout(task: TaskSpec, device: str, data: object = None, shape: Shape | None = None) -> DataLayout:
     """Where the task's output buffer is in its data: named by task.yml (`harness: data`,
-    `output_buffer`), or else learned once per task version in this process, the first time it is
-    needed, by running generate_input on the first smoke shape and the reference on a copy of its
-    data (harness.tasks.layout; the task's errors as a reference case's: `task_code_errors`)."""
+    `output_buffer`), or else learned in this process by running generate_input and the reference
+    on a copy of its data (harness.tasks.layout; the task's errors as a reference case's:
+    `task_code_errors`), once per task version and structure of the data (`structure`: a tuple
+    built in a loop may be longer for another shape). For `data` (made for `shape`, the first
+    smoke shape when not given) the layout of data like it; without, the first smoke shape's."""
     if task.data:
         output = task.data.index(task.output_buffer) if task.output_buffer is not None else None
         return DataLayout(output=output, names=tuple(task.data))
-    key = (task.name, task.version, task.files_sha256, str(task.directory))
+    version = (task.name, task.version, task.files_sha256, str(task.directory))
+    wanted = None if data is None else structure(data)
     with _layouts_lock:
-        if key not in _layouts:
-            shape = task.smoke[0]
-            with task_code_errors(shape, shape.seed, device):
-                _layouts[key] = learn_layout(load_reference(task), shape.parameters, shape.seed, device)
-        return _layouts[key]
+        learned = _layouts.setdefault(version, {})  # None: the first smoke shape's
+        if wanted not in learned:
+            probe = task.smoke[0] if data is None or shape is None else shape
+            with task_code_errors(probe, probe.seed, device):
+                found = learn_layout(load_reference(task), probe.parameters, probe.seed, device)
+            learned.setdefault(found.structure, found)
+            if probe is task.smoke[0]:
+                learned[None] = found
+            if wanted not in learned:
+                raise HarnessError(
+                    f"task {task.name}'s data is laid out otherwise than on {probe.label()}, where "
+                    "its output buffer was learned"
+                )
+        return learned[wanted]
 
 
 def reference_case(
@@ -287,7 +299,7 @@ def reference_case(
                 device,
                 exact_now=exact_now,
                 exact_answer=task.exact_answer,
-                clone_inputs=data_layout(task, device).output is None,
+                clone_inputs=lambda data: data_layout(task, device, data, shape).output is None,
             )
         elif exact_now and slot.case.exact() is not None:
             slot.case.scale()
@@ -322,18 +334,20 @@ def make_reference_case(
     *,
     exact_now: bool = True,
     exact_answer: str | None = "ref_kernel",
-    clone_inputs: bool = False,
+    clone_inputs: bool | Callable[[object], bool] = False,
 ) -> ReferenceCase:
     """The inputs, the reference, and with `exact_now` (a check: computed while children import)
     the exact answer and the scale; without it they are computed when first asked for (a timed
     call's check asks only where GPU MODE's rule fails). Whether the exact answer is computed, and
     where, is decided by the shape's arithmetic (the task's `flops`, when its reference module has
     one), not by a measured time, so that the same shape always gets the same measures.
-    With `clone_inputs` (data without an output buffer) the reference runs on a copy, so that no
-    answer it writes into the data reaches the child. Errors: `task_code_errors`."""
+    With `clone_inputs` (data without an output buffer; a function of the data: whether it has
+    none) the reference runs on a copy, so that no answer it writes into the data reaches the
+    child. Errors: `task_code_errors`."""
     with task_code_errors(shape, seed, device):
         data = generate_inputs(reference, shape.parameters, seed, device)
-        expected = reference.ref_kernel(copied(data) if clone_inputs else data)
+        clone = clone_inputs(data) if callable(clone_inputs) else clone_inputs
+        expected = reference.ref_kernel(copied(data) if clone else data)
     _synchronize(device)
     flops = reference.flops(**shape.parameters) if hasattr(reference, "flops") else None
     case = ReferenceCase(
@@ -477,7 +491,7 @@ def inputs_problem(task: TaskSpec, case: ReferenceCase, reply: CheckReply) -> st
     None. The reply carries, for each input of the data that is a tensor (in order:
     `harness.sandbox.transfer.tensor_inputs`), its description after the call and the count of its
     elements that differ bit for bit from the child's copy taken before the call."""
-    layout = data_layout(task, output_device(case.data))  # the data's device
+    layout = data_layout(task, output_device(case.data), case.data)  # on the data's device
     counted = layout.tensor_inputs(case.data)
     if not len(reply.inputs) == len(reply.inputs_changed) == len(counted):
         return "the inputs were not reported after the call"

@@ -268,7 +268,7 @@ def test_an_output_buffer_in_a_tuple_built_in_a_loop_is_learned_by_calling_the_t
     shown = ok(harness("task", "show", "loopbuffer"))
     assert "data: as generate_input returns it; output buffer data[2] (found by running" in shown
     entries = _test(harness, PROBLEMS / "loopbuffer_py", "loopbuffer", ("correct", "modifies"))
-    assert entries["correct"]["status"] == "pass"
+    assert entries["correct"]["status"] == "pass", entries["correct"]["reason"]
     assert entries["modifies"]["status"] == "wrong_answer"
     assert entries["modifies"]["reason"].startswith("smoke[0] (size=8 terms=2): input data[0] was modified (")
 

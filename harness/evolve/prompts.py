@@ -57,12 +57,12 @@ from harness.report.leaderboard import (
     format_speedup,
     reference_lineage_name,
     shape_key,
-    shape_label,
 )
 from harness.report.text import escape_template_value
 from harness.store.models import Revision, Run
 from harness.store.revisions import revision_code
 from harness.tasks import TaskSpec, load_task
+from harness.tasks.spec import shape_label
 from harness.verdicts import VERDICT_WORDS
 
 TEMPLATE_SUFFIX = ".j2"

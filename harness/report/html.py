@@ -43,11 +43,11 @@ from harness.report.leaderboard import (
     leaderboard_renderable,
     lineage_label,
     shape_key,
-    shape_label,
     verdict_notes,
 )
 from harness.report.terminal import render_text
 from harness.report.text import escape_controls, escape_json_controls, escape_template_value
+from harness.tasks.spec import shape_label
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 

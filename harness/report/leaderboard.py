@@ -68,7 +68,7 @@ from harness.standings import (
 from harness.store.models import Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions, reference_lineage_name, reference_revision_ids
 from harness.tasks import load_task
-from harness.tasks.spec import parameter_text
+from harness.tasks.spec import parameter_text, shape_label
 from harness.verdicts import VERDICT_WORDS, VERDICTS, Accuracy, VerdictName
 
 # Most trusted first: timing with secret seeds and every output checked, timing, checks with
@@ -165,12 +165,6 @@ class Leaderboard(BaseModel):
             for timing in entry.benchmarks:
                 seen.setdefault(shape_key(timing.shape), timing.shape)
         return list(seen.values())
-
-
-def shape_label(shape: dict[str, Any]) -> str:
-    """`size=256 kernelsize=3 channels=64 batch=8`: the task file's keys, without the seed (it
-    picks the data, not the size of the problem)."""
-    return " ".join(f"{key}={parameter_text(value)}" for key, value in shape.items() if key != "seed")
 
 
 def format_ms(value: float | None) -> str:
@@ -680,7 +674,8 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None, g
         ranked.add_column("GPU MODE\nms", justify="right", no_wrap=True)
     for shape in shapes:
         ranked.add_column(
-            "\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed"), justify="right"
+            "\n".join(f"{key} {parameter_text(value)}" for key, value in shape.items() if key != "seed"),
+            justify="right",
         )
     ranked.add_column("speedup", justify="right", no_wrap=True)
     # "same within noise" on two lines in a narrow terminal (rich would crop a later column).
@@ -725,7 +720,7 @@ def _detail_tables(board: Leaderboard, width: int) -> list[Table]:
         ("author", {"no_wrap": True}, [Text(escape_controls(entry.author)) for entry in ranked])
     ]
     for shape in board.shapes():
-        header = "\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed")
+        header = "\n".join(f"{key} {parameter_text(value)}" for key, value in shape.items() if key != "seed")
         cells = [format_timing(found.get(shape_key(shape))) for found in timings]
         columns.append((header, {"justify": "right", "no_wrap": True}, cells))
     figures = [

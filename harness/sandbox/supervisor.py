@@ -533,7 +533,7 @@ class ChildProcess:
         from harness.checking import data_layout  # torch: not before the spawn
         from harness.sandbox.transfer import lay_out_inputs
 
-        return lay_out_inputs(data, data_layout(self.task, self.device).output)
+        return lay_out_inputs(data, data_layout(self.task, self.device, data).output)
 
     def copy_inputs(self, data: tuple, laid_out, phase: str = "a call") -> None:
         """The bytes of a laid-out data tuple into the child's inputs memory (grown first by

@@ -35,6 +35,7 @@ class DataLayout:
 
     output: Key | None = None
     names: tuple[str, ...] = ()
+    structure: tuple = ()  # `structure(data)` of the data it was learned on
 
     def tensor_inputs(self, data: object) -> list[Key | None]:
         """The keys of the data's inputs that are tensors, whose changes a check counts: every
@@ -56,6 +57,16 @@ class DataLayout:
         return f"data[{key!r}]"
 
 
+def structure(data: object) -> tuple:
+    """What a layout holds for: a tuple's or list's length, a dict's keys (a generate_input that
+    builds its tuple in a loop may make a longer one for another shape)."""
+    if isinstance(data, tuple | list):
+        return (type(data).__name__, len(data))
+    if isinstance(data, dict):
+        return ("dict", *data)
+    return (type(data).__name__,)
+
+
 def _keys(data: object) -> list[Key]:
     if isinstance(data, tuple | list):
         return list(range(len(data)))
@@ -73,7 +84,7 @@ def learn_layout(reference: ModuleType, parameters: dict[str, Any], seed: int, d
     data, made = _watched(lambda: generate_inputs(reference, parameters, seed, device))
     keys = _keys(data)
     if not keys:
-        return DataLayout()
+        return DataLayout(structure=structure(data))
     copies = []
 
     def run_reference() -> object:
@@ -93,10 +104,10 @@ def learn_layout(reference: ModuleType, parameters: dict[str, Any], seed: int, d
             "(harness: data, output_buffer)"
         )
     if answered:
-        return DataLayout(output=answered[0])
+        return DataLayout(output=answered[0], structure=structure(data))
     empties = made.unwritten_empties() if made is not None else set()
     unwritten = [key for key in tensors if _storage(data[key]) in empties]
-    return DataLayout(output=unwritten[-1] if unwritten else None)
+    return DataLayout(output=unwritten[-1] if unwritten else None, structure=structure(data))
 
 
 def _answered_in(after, before, storages: set[int]) -> bool:

@@ -30,9 +30,9 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
-from typing_extensions import TypeAliasType
 
 from harness.errors import HarnessError
+from harness.wire import ShapeValue
 
 TASKS_DIR = Path(__file__).resolve().parent
 PROBLEMS_DIR = TASKS_DIR / "problems"  # the built-in tasks, GPU MODE problem directories
@@ -45,13 +45,15 @@ class TaskUnsupported(HarnessError):
     `unsupported` with this one line, never an error of the run."""
 
 
-# a shape's parameter; lists (nested) as nvfp4_group_gemm's `m: [..]`
-ShapeValue = TypeAliasType("ShapeValue", "int | float | str | bool | list[ShapeValue]")
+def shape_label(shape: dict[str, object]) -> str:
+    """`size=256 kernelsize=3 m=[64,128]`: a shape's parameters without its seed (it picks the
+    data, not the size of the problem); a list written compactly, so that a label has spaces only
+    between its parameters."""
+    return " ".join(f"{key}={parameter_text(value)}" for key, value in shape.items() if key != "seed")
 
 
 def parameter_text(value: object) -> str:
-    """A shape's parameter as labels write it: a list compactly (`[64,128]`), so that a label has
-    spaces only between its parameters."""
+    """A shape's parameter as labels and tables write it (`shape_label`)."""
     return json.dumps(value, separators=(",", ":")) if isinstance(value, list) else str(value)
 
 
@@ -71,7 +73,7 @@ class Shape(BaseModel):
         return dict(self.__pydantic_extra__ or {})
 
     def label(self) -> str:
-        return " ".join(f"{key}={parameter_text(value)}" for key, value in self.parameters.items())
+        return shape_label(self.parameters)
 
     def key(self) -> str:
         """The parameters as one stable string (JSON with sorted keys): what identifies the shape
