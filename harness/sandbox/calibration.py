@@ -167,8 +167,10 @@ class Calibrator:
         self.close()
 
     def _output(self) -> Key | None:
-        """The output buffer's key in the task's data: learned by running the task's code in the
-        parent the first time (harness.checking.data_layout)."""
+        """The output buffer's key in the task's data on its first smoke shape: learned by running
+        the task's code in the parent the first time (harness.checking.data_layout). A task whose
+        data is laid out otherwise on another shape (a tuple built in a loop) is calibrated with
+        the no-op returning that key's item all the same: the cost measured is the harness's."""
         return data_layout(self.task, self.device).output
 
     def _noop_child(self) -> ChildProcess:
