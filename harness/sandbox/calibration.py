@@ -52,6 +52,8 @@ CALIBRATION_WARMUP_CALLS = 2  # the first export allocates its pinned buffer
 def _returned_code(output: Key | None) -> str:
     """The no-op's returned item as code: the output buffer (at its key in the data), or for data
     without one its first item; data that is not a tuple (one tensor, a dict) whole."""
+    if isinstance(output, int):  # the last item where a shape's tuple is shorter (built in a loop)
+        return f"(data[{output}] if len(data) > {output} else data[-1])"
     if output is not None:
         return f"data[{output!r}]"
     return "(data[0] if isinstance(data, (tuple, list)) else data)"
@@ -67,7 +69,7 @@ def noop_candidate(task: TaskSpec, output: Key | None) -> bytes:
     code = f"from reference import ref_kernel\ndef {task.entry_point}(data):\n    result = ref_kernel(data)\n"
     if output is not None:
         code += (
-            f"    buffer = data[{output!r}]\n"
+            f"    buffer = {_returned_code(output)}\n"
             "    if getattr(result, 'shape', None) == buffer.shape and result.dtype == buffer.dtype:\n"
             "        return buffer.copy_(result)\n"
         )
@@ -170,7 +172,8 @@ class Calibrator:
         """The output buffer's key in the task's data on its first smoke shape: learned by running
         the task's code in the parent the first time (harness.checking.data_layout). A task whose
         data is laid out otherwise on another shape (a tuple built in a loop) is calibrated with
-        the no-op returning that key's item all the same: the cost measured is the harness's."""
+        the no-op returning that item or the last (`_returned_code`): the cost measured is the
+        harness's all the same."""
         return data_layout(self.task, self.device).output
 
     def _noop_child(self) -> ChildProcess:
