@@ -71,11 +71,12 @@ def main() -> None:
         device,
         results,
     )
+    layout = checking.data_layout(task, device, case.data)
     memfd = create_shared_memory("harness-inputs")
     writer, reader = InputsWriter(memfd, cuda=device == "cuda"), SharedBuffer(memfd, cuda=device == "cuda")
     items = timed(
         "parent: write the inputs into the memfd",
-        lambda: writer.write(case.data, task.output_index),
+        lambda: writer.write(case.data, layout.output),
         repeats,
         device,
         results,
@@ -87,7 +88,7 @@ def main() -> None:
         device,
         results,
     )
-    inputs = [data[i] for i in task.input_indices]
+    inputs = [data[i] for i in layout.tensor_inputs(data)]
     output = case.expected.clone()
     io = Path(tempfile.mkdtemp(prefix="harness-io-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     io_fd = os.open(io, os.O_RDONLY | os.O_DIRECTORY)

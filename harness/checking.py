@@ -29,7 +29,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -39,7 +39,8 @@ from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.tasks import Shape, TaskSpec
-from harness.tasks.spec import TaskUnsupported, generate_inputs
+from harness.tasks.layout import DataLayout, copied, learn_layout, structure
+from harness.tasks.spec import TaskUnsupported, generate_inputs, load_reference
 from harness.verdicts import Accuracy, Verdict, Verdicts
 from harness.wire import CheckReply, TensorInfo
 
@@ -238,6 +239,39 @@ def _evict_cases() -> None:
         _recent_cases.popitem(last=False)
 
 
+_layouts: dict[tuple, dict[tuple | None, DataLayout]] = {}  # by task version, then by structure
+_layouts_lock = threading.Lock()
+
+
+def data_layout(task: TaskSpec, device: str, data: object = None, shape: Shape | None = None) -> DataLayout:
+    """Where the task's output buffer is in its data: named by task.yml (`harness: data`,
+    `output_buffer`), or else learned in this process by running generate_input and the reference
+    on a copy of its data (harness.tasks.layout; the task's errors as a reference case's:
+    `task_code_errors`), once per task version and structure of the data (`structure`: a tuple
+    built in a loop may be longer for another shape). For `data` (made for `shape`, the first
+    smoke shape when not given) the layout of data like it; without, the first smoke shape's."""
+    if task.data:
+        output = task.data.index(task.output_buffer) if task.output_buffer is not None else None
+        return DataLayout(output=output, names=tuple(task.data))
+    version = (task.name, task.version, task.files_sha256, str(task.directory))
+    wanted = None if data is None else structure(data)
+    with _layouts_lock:
+        learned = _layouts.setdefault(version, {})  # None: the first smoke shape's
+        if wanted not in learned:
+            probe = task.smoke[0] if data is None or shape is None else shape
+            with task_code_errors(probe, probe.seed, device):
+                found = learn_layout(load_reference(task), probe.parameters, probe.seed, device)
+            learned.setdefault(found.structure, found)
+            if probe is task.smoke[0]:
+                learned[None] = found
+            if wanted not in learned:
+                raise HarnessError(
+                    f"task {task.name}'s data is laid out otherwise than on {probe.label()}, where "
+                    "its output buffer was learned"
+                )
+        return learned[wanted]
+
+
 def reference_case(
     task: TaskSpec, reference: ModuleType, shape: Shape, seed: int, device: str, *, exact_now: bool = True
 ) -> ReferenceCase:
@@ -251,7 +285,7 @@ def reference_case(
     a case made without `exact_now` computes its exact answer when first asked, once. Threads that
     want different cases make them at the same time; those that want the same one wait for the
     first to make it."""
-    key = (task.name, reference.__name__, tuple(sorted(shape.parameters.items())), seed, device)
+    key = (task.name, reference.__name__, shape.key(), seed, device)
     with _recent_cases_lock:
         slot = _recent_cases.pop(key, None) or _CaseSlot()
         _recent_cases[key] = slot
@@ -265,35 +299,20 @@ def reference_case(
                 device,
                 exact_now=exact_now,
                 exact_answer=task.exact_answer,
-                clone_inputs=not task.data,
+                clone_inputs=lambda data: data_layout(task, device, data, shape).output is None,
             )
         elif exact_now and slot.case.exact() is not None:
             slot.case.scale()
         return slot.case
 
 
-def make_reference_case(
-    reference: ModuleType,
-    shape: Shape,
-    seed: int,
-    device: str,
-    *,
-    exact_now: bool = True,
-    exact_answer: str | None = "ref_kernel",
-    clone_inputs: bool = False,
-) -> ReferenceCase:
-    """The inputs, the reference, and with `exact_now` (a check: computed while children import)
-    the exact answer and the scale; without it they are computed when first asked for (a timed
-    call's check asks only where GPU MODE's rule fails). Whether the exact answer is computed, and
-    where, is decided by the shape's arithmetic (the task's `flops`, when its reference module has
-    one), not by a measured time, so that the same shape always gets the same measures.
-    With `clone_inputs` (data whose output buffer is not known) the reference runs on a copy, so
-    that no answer it writes into the data reaches the child. A reference that fails on this GPU
-    with an error of the GPU's (a cuBLAS status, no kernel image for it) is a task for another
-    GPU: `TaskUnsupported`."""
+@contextmanager
+def task_code_errors(shape: Shape, seed: int, device: str) -> Iterator[None]:
+    """The task's own code (generate_input, ref_kernel) failing is the task's error, said in one
+    line; one that fails on this GPU with an error of the GPU's (a cuBLAS status, no kernel image
+    for it) is a task for another GPU: `TaskUnsupported`."""
     try:
-        data = generate_inputs(reference, shape.parameters, seed, device)
-        expected = reference.ref_kernel(_cloned(data) if clone_inputs else data)
+        yield
     except HarnessError:
         raise
     except Exception as exc:  # the task's own code failing is the task's error, said in one line
@@ -305,6 +324,30 @@ def make_reference_case(
         raise HarnessError(
             f"the task's reference failed on {shape.label()} (seed {seed}): {_one_line(exc)}"
         ) from exc
+
+
+def make_reference_case(
+    reference: ModuleType,
+    shape: Shape,
+    seed: int,
+    device: str,
+    *,
+    exact_now: bool = True,
+    exact_answer: str | None = "ref_kernel",
+    clone_inputs: bool | Callable[[object], bool] = False,
+) -> ReferenceCase:
+    """The inputs, the reference, and with `exact_now` (a check: computed while children import)
+    the exact answer and the scale; without it they are computed when first asked for (a timed
+    call's check asks only where GPU MODE's rule fails). Whether the exact answer is computed, and
+    where, is decided by the shape's arithmetic (the task's `flops`, when its reference module has
+    one), not by a measured time, so that the same shape always gets the same measures.
+    With `clone_inputs` (data without an output buffer; a function of the data: whether it has
+    none) the reference runs on a copy, so that no answer it writes into the data reaches the
+    child. Errors: `task_code_errors`."""
+    with task_code_errors(shape, seed, device):
+        data = generate_inputs(reference, shape.parameters, seed, device)
+        clone = clone_inputs(data) if callable(clone_inputs) else clone_inputs
+        expected = reference.ref_kernel(copied(data) if clone else data)
     _synchronize(device)
     flops = reference.flops(**shape.parameters) if hasattr(reference, "flops") else None
     case = ReferenceCase(
@@ -448,25 +491,22 @@ def inputs_problem(task: TaskSpec, case: ReferenceCase, reply: CheckReply) -> st
     None. The reply carries, for each input of the data that is a tensor (in order:
     `harness.sandbox.transfer.tensor_inputs`), its description after the call and the count of its
     elements that differ bit for bit from the child's copy taken before the call."""
-    whole = not isinstance(case.data, tuple | list)
-    if whole:  # one tensor (one input) or a dict (no input counted), as transfer.tensor_inputs
-        counted = [None] if isinstance(case.data, torch.Tensor) else []
-    else:
-        counted = [index for index in task.input_indices if isinstance(case.data[index], torch.Tensor)]
+    layout = data_layout(task, output_device(case.data), case.data)  # on the data's device
+    counted = layout.tensor_inputs(case.data)
     if not len(reply.inputs) == len(reply.inputs_changed) == len(counted):
         return "the inputs were not reported after the call"
-    for position, index in enumerate(counted):
+    for position, key in enumerate(counted):
         info, changed = reply.inputs[position], reply.inputs_changed[position]
-        before = case.data if index is None else case.data[index]
-        name = "data" if index is None else (task.data[index] if index < len(task.data) else f"item {index}")
+        before = case.data if key is None else case.data[key]
+        name = layout.describe(key)
         if not info.exact_tensor:
-            return f"input {name!r} is no longer a plain tensor after the call"
+            return f"input {name} is no longer a plain tensor after the call"
         if info.shape != list(before.shape) or info.dtype != str(before.dtype):
-            return f"input {name!r} changed shape or dtype during the call"
+            return f"input {name} changed shape or dtype during the call"
         if changed is None:
-            return f"input {name!r} could not be compared with its copy from before the call"
+            return f"input {name} could not be compared with its copy from before the call"
         if changed:
-            return f"input {name!r} was modified ({changed} elements differ)"
+            return f"input {name} was modified ({changed} elements differ)"
     return None
 
 
@@ -702,7 +742,7 @@ def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> Out
     MODE's eval.py calls it: on a copy of the inputs. It returns (ok, message), a message (empty
     when ok) or a bool. Such a task has no exact answer: `accurate` repeats the verdict."""
     received = _to_device(received, output_device(case.expected))
-    data = _cloned(case.data)
+    data = copied(case.data)
     try:
         ok, message = _check_result(case.reference.check_implementation(data, received))
     except Exception as exc:  # a check that cannot judge this output fails it
@@ -734,18 +774,6 @@ def _to_device(value: object, device: str) -> object:
     if isinstance(value, dict):
         return {key: _to_device(item, device) for key, item in value.items()}
     return value
-
-
-def _cloned(data: object) -> object:
-    """A copy of the inputs for the problem's check (GPU MODE's eval.py hands it a clone): every
-    tensor of the data, tuples, lists and dicts included."""
-    if isinstance(data, torch.Tensor):
-        return data.clone()
-    if isinstance(data, tuple | list):
-        return type(data)(_cloned(item) for item in data)
-    if isinstance(data, dict):
-        return {key: _cloned(item) for key, item in data.items()}
-    return data
 
 
 def _check_result(result: object) -> tuple[bool, str]:

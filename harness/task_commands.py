@@ -104,10 +104,7 @@ def task_show(name: Annotated[str, typer.Argument(help="Task name.")], db: DbOpt
     print(
         f"  shapes: {len(spec.tests)} tests, {len(spec.benchmarks)} benchmarks, {len(spec.smoke)} smoke (CPU)"
     )
-    print(
-        f"  data: {', '.join(spec.data) or 'as generate_input returns it (not a named tuple)'}"
-        + (f" (output buffer: {spec.output_buffer})" if spec.output_buffer else "")
-    )
+    print(f"  data: {_data(spec)}")
     if spec.exact_answer is None:
         rule = (
             "the problem's check_implementation"
@@ -123,6 +120,23 @@ def task_show(name: Annotated[str, typer.Argument(help="Task name.")], db: DbOpt
     print(f"  ranking_by: {spec.ranking_by}; {_cpu(spec)}")
     for line in lines:
         print(f"  {line}")
+
+
+def _data(spec) -> str:
+    """task.yml's names of the data, or what running the task's generate_input and reference on
+    the CPU finds (harness.checking.data_layout: an evaluation learns it the same way)."""
+    if spec.data:
+        return ", ".join(spec.data) + (
+            f" (output buffer: {spec.output_buffer})" if spec.output_buffer else ""
+        )
+    from harness.checking import data_layout  # torch, as `devices_known` loads it
+
+    try:
+        layout = data_layout(spec, "cpu")
+    except HarnessError as exc:
+        return f"as generate_input returns it; its output buffer is learned when first run ({exc})"
+    found = "no output buffer" if layout.output is None else f"output buffer {layout.describe(layout.output)}"
+    return f"as generate_input returns it; {found} (found by running it and the reference on the CPU)"
 
 
 def _cpu(spec) -> str:

@@ -16,8 +16,13 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from typing_extensions import TypeAliasType
 
 from harness.verdicts import Accuracy, Verdicts
+
+# A shape's parameter (harness.tasks.Shape): a number, a string, or a list of them, nested
+# (nvfp4_group_gemm's `m: [..]`).
+ShapeValue = TypeAliasType("ShapeValue", "int | float | str | bool | list[ShapeValue]")
 
 
 class Message(BaseModel):
@@ -101,7 +106,7 @@ class ShapeOutcome(BaseModel):
 
     set_name: str
     index: int
-    shape: dict[str, int | float | str | bool]
+    shape: dict[str, ShapeValue]
     status: ShapeStatus = "not_run"
     passed: bool | None = None
     reason: str = ""

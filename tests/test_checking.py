@@ -132,12 +132,12 @@ def test_output_problem_accepts_the_right_tensor_unless_it_aliases_an_input(case
 
 
 def _reply(case, changed: list[int | None]) -> CheckReply:
-    inputs = [describe(case.data[i]) for i in TASK.input_indices]
+    inputs = [describe(case.data[i]) for i in checking.data_layout(TASK, "cpu").tensor_inputs(case.data)]
     return CheckReply(token="t", id=1, inputs=inputs, inputs_changed=changed)
 
 
 def test_a_single_changed_bit_is_counted_and_judged(case):
-    before = [case.data[i].clone() for i in TASK.input_indices]
+    before = [case.data[i].clone() for i in checking.data_layout(TASK, "cpu").tensor_inputs(case.data)]
     after = [b.clone() for b in before]
     assert [changed_elements(b, a) for b, a in zip(before, after)] == [0, 0]
     assert checking.inputs_problem(TASK, case, _reply(case, [0, 0])) is None
@@ -444,7 +444,7 @@ def test_inputs_travel_to_the_child_as_raw_bytes_in_the_parents_memfd_never_the_
 
     from harness.errors import HarnessError
     from harness.sandbox.protocol import REQUEST, CheckRequest, OutputBufferItem, TensorItem
-    from harness.sandbox.transfer import InputsWriter, SharedBuffer, read_inputs, tensor_inputs
+    from harness.sandbox.transfer import InputsWriter, SharedBuffer, output_key, read_inputs, tensor_inputs
     from harness.sandbox.workspace import create_shared_memory
 
     weights = torch.randn(3, 5).t()  # dense, not contiguous
@@ -467,7 +467,7 @@ def test_inputs_travel_to_the_child_as_raw_bytes_in_the_parents_memfd_never_the_
     )
     fd = create_shared_memory("harness-inputs")
     writer = InputsWriter(fd, cuda=False)
-    items = writer.write(data, output_index=12)
+    items = writer.write(data, output_key=12)
     assert isinstance(items[12], OutputBufferItem) and isinstance(items[13], TensorItem)
     assert items[1].stride == [1, 5] and items[2].stride is None
     assert all(item.offset % 256 == 0 for item in items if isinstance(item, TensorItem))
@@ -492,22 +492,30 @@ def test_inputs_travel_to_the_child_as_raw_bytes_in_the_parents_memfd_never_the_
         assert nested[:2] == (1, (2.0, "x")) and isinstance(nested[2], list) and nested[2][0] == 3
         assert nested[2][1]["scale"] == 0.5 and torch.equal(nested[2][1]["bias"], torch.ones(2))
         assert rebuilt[12].shape == (2, 2) and bool(rebuilt[12].isnan().all())
-        assert tensor_inputs(rebuilt, [0, 1, 6, 11, 13]) == [0, 1, 13]
+        assert output_key(request.data) == 12  # the child finds the buffer in the items
+        assert tensor_inputs(rebuilt, 12) == [0, 1, 2, 3, 4, 5, 13]
         rebuilt[0].fill_(0)
         assert not torch.equal(read_inputs(request.data, reader, "cpu")[0], rebuilt[0]), (
             "a copy, not the memfd"
         )
         # a second, larger tuple grows the memfd; the child maps it anew
         bigger = (torch.randn(4096), 1)
-        rebuilt = read_inputs(writer.write(bigger, output_index=None), reader, "cpu")
+        rebuilt = read_inputs(writer.write(bigger, output_key=None), reader, "cpu")
         assert torch.equal(rebuilt[0], bigger[0]) and rebuilt[1] == 1
+        # a dict's output buffer, by its key
+        mapping = {"x": torch.randn(3), "out": torch.full((3,), 42.0), "scale": 2}
+        items = writer.write(mapping, output_key="out")
+        rebuilt = read_inputs(items, reader, "cpu")
+        assert output_key(items) == "out" and bool(rebuilt["out"].isnan().all())
+        assert torch.equal(rebuilt["x"], mapping["x"]) and rebuilt["scale"] == 2
+        assert tensor_inputs(rebuilt, "out") == ["x"]
     finally:
         reader.close()
         writer.close()
         os.close(child_fd)
         os.close(fd)
     with pytest.raises(HarnessError, match=r"item 1\[0\] is a object: only tensors"):
-        InputsWriter(create_shared_memory("x"), cuda=False).write((1, (object(),)), output_index=None)
+        InputsWriter(create_shared_memory("x"), cuda=False).write((1, (object(),)), output_key=None)
     with pytest.raises(HarnessError, match="complex"):
         InputsWriter(create_shared_memory("x"), cuda=False).write(
             (torch.zeros(2, dtype=torch.complex128),), None

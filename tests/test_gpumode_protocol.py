@@ -44,7 +44,10 @@ def test_one_tensor_as_the_data_judged_by_a_property_check(harness):
     factor computed another way passes, the right values in the wrong triangle fail."""
     ok(harness("task", "add", PROBLEMS / "cholesky_py"))
     shown = ok(harness("task", "show", "cholesky"))
-    assert "data: as generate_input returns it (not a named tuple)" in shown
+    assert (
+        "data: as generate_input returns it; no output buffer (found by running it and the reference on the CPU)"
+        in shown
+    )
     for kind in ("correct", "wrong"):
         register(harness, PROBLEMS / "cholesky_py" / "solutions" / f"{kind}.py", "cholesky", kind)
     result = harness(
@@ -234,3 +237,74 @@ def test_the_parent_judges_the_structure_the_child_describes_never_trusting_it()
     )
     assert output_problem(container([tensor, tensor]), expected, False, same_shape_and_dtype=False) is None
     assert output_problem(tensor, expected, False) == "returned a torch.Tensor, expected a tuple of 2"
+
+
+def _test(harness, problem: Path, task: str, kinds: tuple[str, ...]) -> dict[str, dict]:
+    """Each of the problem's solutions registered and tested on the CPU; the board's entries."""
+    for kind in kinds:
+        submission = register(harness, problem / "solutions" / f"{kind}.py", task, kind)
+        result = harness("test", submission, "--device", "cpu", timeout=300)
+        assert "Traceback" not in result.stderr, result.stderr
+    return board(harness, task)
+
+
+def test_an_output_buffer_in_a_tuple_built_in_a_loop_is_learned_by_calling_the_task(harness):
+    """loopbuffer_py's generate_input builds its tuple in a loop and ends in `return data`, and
+    its reference answers with a new tensor and leaves the buffer alone: the buffer is the item
+    generate_input made empty and never wrote, learned in the parent by running both. A
+    submission that answers in the buffer passes (were the buffer taken for an input, writing it
+    would fail the check); one that writes into an input fails, the input named by position."""
+    ok(harness("task", "add", PROBLEMS / "loopbuffer_py"))
+    shown = ok(harness("task", "show", "loopbuffer"))
+    assert "data: as generate_input returns it; output buffer data[2] (found by running" in shown
+    entries = _test(harness, PROBLEMS / "loopbuffer_py", "loopbuffer", ("correct", "modifies"))
+    assert entries["correct"]["status"] == "pass", entries["correct"]["reason"]
+    assert entries["modifies"]["status"] == "wrong_answer"
+    assert entries["modifies"]["reason"].startswith("smoke[0] (size=8 terms=2): input data[0] was modified (")
+
+
+def test_an_output_buffer_in_a_dict_is_learned_and_its_other_tensors_are_inputs(harness):
+    """dictbuffer_py's data is one dict whose "out" the reference writes into and returns: "out"
+    is the output buffer (the child gets it NaN-filled, not the reference's answer: a submission
+    returning it untouched fails), and "x" an input that must come back unchanged."""
+    problem = PROBLEMS / "dictbuffer_py"
+    ok(harness("task", "add", problem))
+    shown = ok(harness("task", "show", "dictbuffer"))
+    assert "output buffer data['out'] (found by running" in shown
+    entries = _test(harness, problem, "dictbuffer", ("correct", "modifies"))
+    untouched = register(harness, PROBLEMS / "dictbuffer_py" / "untouched.py", "dictbuffer", "untouched")
+    assert harness("test", untouched, "--device", "cpu", timeout=300).returncode == 1
+    entries = board(harness, "dictbuffer")
+    assert entries["correct"]["status"] == "pass"
+    assert entries["modifies"]["status"] == "wrong_answer"
+    assert "input data['x'] was modified (" in entries["modifies"]["reason"]
+    assert entries["untouched"]["status"] == "wrong_answer"
+    assert "input" not in entries["untouched"]["reason"]
+
+
+def test_shapes_whose_parameters_hold_lists(harness):
+    """groupsizes_py's shapes hold a list (`m`, a row count per group, as nvfp4_group_gemm's) and
+    a nested list (`scales`), which generate_input takes as they are; labels write them
+    compactly, and a tournament on the CPU ranks the right submission and fails the wrong one."""
+    problem = PROBLEMS / "groupsizes_py"
+    out = ok(harness("task", "add", problem))
+    assert out.startswith("added task groupsizes version 1")
+    shown = ok(harness("task", "show", "groupsizes"))
+    assert "shapes: 2 tests, 1 benchmarks, 2 smoke (CPU)" in shown
+    for kind in ("correct", "wrong"):
+        register(harness, problem / "solutions" / f"{kind}.py", "groupsizes", kind)
+    result = harness(
+        "tournament", "--task", "groupsizes", "--device", "cpu", "--mode", "benchmark", timeout=600
+    )
+    assert result.returncode == 1, result.stderr  # a revision failed
+    assert "Traceback" not in result.stderr
+    entries = board(harness, "groupsizes")
+    assert {name for name, entry in entries.items() if entry["rank"] is not None} == {
+        "groupsizes_reference",
+        "correct",
+    }
+    assert entries["wrong"]["reason"] == (
+        "smoke[0] (m=[3,5,2] k=4 scales=[[1,0],[2,1],[0.5,-1]]): GPU MODE check: group 1 differs"
+    )
+    table = ok(harness("leaderboard", "--task", "groupsizes"))
+    assert "correct" in table

@@ -54,7 +54,7 @@ def test_add_list_show_and_the_same_files_again(harness, store_url, dump_store):
 
     shown = ok(harness("task", "show", "vectoradd"))
     assert "shapes: 2 tests, 2 benchmarks, 2 smoke (CPU)" in shown
-    assert "data: a, b, out (output buffer: out)" in shown
+    assert "data: as generate_input returns it; output buffer data[2] (found by running" in shown
     assert "no exact answer, so no accurate verdict" in shown
     assert "v1  files " in shown and "runs: 0" in shown
     builtin = ok(harness("task", "show", "conv2d_v2"))
@@ -367,7 +367,7 @@ def test_the_calibration_no_op_takes_only_a_known_dtype_and_whole_sizes():
     from harness.tasks import load_task
 
     task = load_task("conv2d_v2")
-    code = returning_candidate(task, ("torch.float64", (2, 3))).decode()
+    code = returning_candidate(task, ("torch.float64", (2, 3)), 2).decode()
     assert "torch.empty((2, 3), dtype=torch.float64, device=device)" in code
     namespace: dict = {}
     exec(compile(code, "<no-op>", "exec"), namespace)  # noqa: S102 - the harness's own code
@@ -381,7 +381,7 @@ def test_the_calibration_no_op_takes_only_a_known_dtype_and_whole_sizes():
         ("torch.float32", (True,)),
     ]:
         with pytest.raises(HarnessError, match="cannot calibrate an output"):
-            returning_candidate(task, kind)
+            returning_candidate(task, kind, 2)
 
 
 def test_the_reference_runs_only_in_the_parent_and_the_child_gets_its_inputs_as_bytes(harness, store_url):
@@ -456,10 +456,9 @@ def test_the_calibrated_kind_is_the_smallest_written_output_by_its_dtype_and_sha
     and shape (a child claiming a large output is small buys no slack), and an output the parent
     could not read (an unknown dtype, not written) counts for nothing."""
     from harness.sandbox.calibration import calibrated_kind
-    from harness.tasks import load_task
     from harness.wire import TensorInfo
 
-    task = load_task("conv2d_v2")
+    output = 2  # conv2d_v2's output buffer
     data = (torch.zeros(1), torch.zeros(1), torch.zeros(2, 3))  # the output buffer: float32 (2, 3)
 
     def info(dtype: str, shape: list[int], nbytes: int, written: bool = True) -> TensorInfo:
@@ -467,12 +466,12 @@ def test_the_calibrated_kind_is_the_smallest_written_output_by_its_dtype_and_sha
             type_name="Tensor", exact_tensor=True, dtype=dtype, shape=shape, nbytes=nbytes, written=written
         )
 
-    assert calibrated_kind(task, data, []) is None
-    assert calibrated_kind(task, data, [info("torch.float32", [2, 3], 24)]) is None
+    assert calibrated_kind(output, data, []) is None
+    assert calibrated_kind(output, data, [info("torch.float32", [2, 3], 24)]) is None
     large, small = info("torch.float64", [100, 100], 1), info("torch.float64", [2, 3], 48)
-    assert calibrated_kind(task, data, [large, small]) == ("torch.float64", (2, 3))
+    assert calibrated_kind(output, data, [large, small]) == ("torch.float64", (2, 3))
     # the smallest is the buffer's kind: the no-op that returns the buffer serves
-    assert calibrated_kind(task, data, [large, info("torch.float32", [2, 3], 24)]) is None
+    assert calibrated_kind(output, data, [large, info("torch.float32", [2, 3], 24)]) is None
     unreadable = [info("torch.complex64", [1], 8), info("torch.float64", [1], 8, written=False)]
-    assert calibrated_kind(task, data, unreadable) is None
-    assert calibrated_kind(task, data, [*unreadable, large]) == ("torch.float64", (100, 100))
+    assert calibrated_kind(output, data, unreadable) is None
+    assert calibrated_kind(output, data, [*unreadable, large]) == ("torch.float64", (100, 100))

@@ -3,14 +3,17 @@ reference against an independent computation, and the leaderboard seeds."""
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
+from harness import checking
 from harness.errors import HarnessError
 from harness.tasks import (
     SHAPE_SETS,
+    Shape,
     combine_seeds,
     known_tasks,
     load_reference,
@@ -34,7 +37,8 @@ def test_conv2d_v2_is_known_and_copies_gpu_modes_shapes():
     assert (CONV2D.rtol, CONV2D.atol, CONV2D.dtype) == (1e-3, 1e-3, "float32")
     assert CONV2D.ranking_by == "geom" and CONV2D.gpumode_ranking_by == "last"
     assert CONV2D.reference_candidate == "conv2d_v2_reference.py"
-    assert (CONV2D.output_index, CONV2D.input_indices) == (2, [0, 1])
+    layout = checking.data_layout(CONV2D, "cpu")  # named by its task.yml
+    assert (layout.output, layout.names) == (2, ("input", "kernel", "output"))
 
 
 def test_smoke_shapes_are_small_and_distinct_in_seed():
@@ -97,7 +101,7 @@ def test_a_problem_directory_elsewhere_loads_with_its_files_in_it(tmp_path: Path
         ({}, {"output_buffer": "result"}, "output_buffer 'result'"),
         ({}, {"ranking_by": "best"}, "ranking_by"),
         ({"tests": [{"size": 32}]}, {}, "seed"),
-        ({"tests": [{"size": [1, 2], "seed": 1}]}, {}, "size"),
+        ({"tests": [{"size": {"rows": 2}, "seed": 1}]}, {}, "size"),
         ({}, {"surprise": 1}, "surprise"),
     ],
 )
@@ -175,3 +179,73 @@ def test_revision_secret_is_stable_per_revision_and_differs_between_revisions():
     assert first != revision_secret("store-secret", "b" * 64)
     assert first != revision_secret("other-secret", "a" * 64)
     assert 2**31 <= first < 2**32
+
+
+def _reference(source: str) -> types.ModuleType:
+    """A reference module made from source, as a task's reference.py would be loaded."""
+    module = types.ModuleType("layout_reference")
+    exec(compile("import torch\n" + source, "<reference>", "exec"), module.__dict__)  # noqa: S102 - the test's own code
+    return module
+
+
+@pytest.mark.parametrize(
+    ("generate", "reference", "output"),
+    [
+        # returned: a buffer made by zeros, written and returned
+        (
+            "return (torch.ones(3, device=device), torch.zeros(3, device=device))",
+            "x, out = data\n    out.copy_(x * 2)\n    return out",
+            1,
+        ),
+        # written without being returned, in a list built in a loop
+        (
+            "items = []\n    for _ in range(3):\n        items.append(torch.ones(2, device=device))\n    return items",
+            "data[1].fill_(5)\n    return 0",
+            1,
+        ),
+        # left alone by the reference: the item made empty and never written
+        (
+            "a = torch.empty(4, device=device).uniform_()\n    b = torch.empty_like(a)\n    return a, b",
+            "return data[0] * 2",
+            1,
+        ),
+        # no buffer: every item an input
+        ("return torch.ones(2, device=device), 3", "return data[0] + data[1]", None),
+        # a dict's key
+        (
+            "return {'x': torch.ones(2, device=device), 'out': torch.empty(2, device=device)}",
+            "torch.neg(data['x'], out=data['out'])\n    return data['out']",
+            "out",
+        ),
+        # one tensor: never a buffer
+        ("return torch.ones(2, device=device)", "data.zero_()\n    return data", None),
+    ],
+)
+def test_the_output_buffer_is_learned_by_calling_generate_input_and_the_reference(
+    generate, reference, output
+):
+    from harness.tasks.layout import learn_layout
+
+    module = _reference(
+        f"def generate_input(seed, device):\n    {generate}\n\ndef ref_kernel(data):\n    {reference}\n"
+    )
+    assert learn_layout(module, {}, 1, "cpu").output == output
+
+
+def test_a_reference_that_writes_into_two_items_leaves_the_buffer_for_task_yml_to_name():
+    from harness.tasks.layout import learn_layout
+
+    module = _reference(
+        "def generate_input(seed, device):\n    return torch.ones(2), torch.ones(2)\n\n"
+        "def ref_kernel(data):\n    data[0].zero_()\n    data[1].zero_()\n    return data[1]\n"
+    )
+    with pytest.raises(HarnessError, match=r"writes into data\[0\], data\[1\]: name the output buffer"):
+        learn_layout(module, {}, 1, "cpu")
+
+
+def test_shapes_hold_lists_with_compact_labels_and_stable_keys():
+    shape = Shape.model_validate({"m": [64, 128], "k": 256, "pairs": [[1, 2.5], [3]], "seed": 7})
+    assert shape.label() == "m=[64,128] k=256 pairs=[[1,2.5],[3]]"
+    assert shape.key() == '{"k": 256, "m": [64, 128], "pairs": [[1, 2.5], [3]]}'
+    with pytest.raises(ValueError):
+        Shape.model_validate({"m": {"rows": 2}, "seed": 7})

@@ -20,6 +20,7 @@ from harness.devices import default_shape_set
 from harness.report.leaderboard import format_ms, format_speedup
 from harness.report.terminal import plain_table
 from harness.report.text import escape_controls
+from harness.tasks.spec import parameter_text
 from harness.verdicts import VERDICT_WORDS, VERDICTS
 
 if TYPE_CHECKING:
@@ -260,7 +261,7 @@ def shape_table(item: PlannedRevision) -> Table | None:
     for name in STATISTICS:
         table.add_column(name.removesuffix("_ms") + (" ms" if name.endswith("_ms") else ""), justify="right")
     for shape in run.shapes:
-        label = ",".join(str(shape.shape.get(key, "")) for key in keys)
+        label = ",".join(parameter_text(shape.shape.get(key, "")) for key in keys)
         status = shape.check.get("status", "")
         if shape.mean_ms is None:
             table.add_row(label, status or "-", *[""] * (len(STATISTICS) - 1))

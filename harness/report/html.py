@@ -45,7 +45,8 @@ from harness.report.leaderboard import (
 from harness.report.terminal import render_text
 from harness.report.text import escape_controls, escape_json_controls, escape_template_value
 from harness.standing.batch import shape_key
-from harness.standing.board import Leaderboard, LeaderboardEntry, ShapeTiming, shape_label
+from harness.standing.board import Leaderboard, LeaderboardEntry, ShapeTiming
+from harness.tasks.spec import shape_label
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 

@@ -17,6 +17,7 @@ from harness.report.terminal import fit_table, minimum_width, plain_table
 from harness.report.text import escape_controls
 from harness.standing.batch import NO_REFERENCE_IN_RUN, shape_key
 from harness.standing.board import NOT_RUN, Leaderboard, LeaderboardEntry, ShapeTiming, VerdictSummary
+from harness.tasks.spec import parameter_text
 from harness.verdicts import VERDICT_WORDS, VERDICTS, VerdictName
 
 ReportFormat = Literal["table", "json", "markdown", "html"]
@@ -194,7 +195,8 @@ def _ranked_table(board: Leaderboard, *, wide: bool, width: int | None = None, g
         ranked.add_column("GPU MODE\nms", justify="right", no_wrap=True)
     for shape in shapes:
         ranked.add_column(
-            "\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed"), justify="right"
+            "\n".join(f"{key} {parameter_text(value)}" for key, value in shape.items() if key != "seed"),
+            justify="right",
         )
     ranked.add_column("speedup", justify="right", no_wrap=True)
     # "same within noise" on two lines in a narrow terminal (rich would crop a later column).
@@ -239,7 +241,7 @@ def _detail_tables(board: Leaderboard, width: int) -> list[Table]:
         ("author", {"no_wrap": True}, [Text(escape_controls(entry.author)) for entry in ranked])
     ]
     for shape in board.shapes():
-        header = "\n".join(f"{key} {value}" for key, value in shape.items() if key != "seed")
+        header = "\n".join(f"{key} {parameter_text(value)}" for key, value in shape.items() if key != "seed")
         cells = [format_timing(found.get(shape_key(shape))) for found in timings]
         columns.append((header, {"justify": "right", "no_wrap": True}, cells))
     figures = [

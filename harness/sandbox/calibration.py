@@ -28,18 +28,19 @@ slack with one large output.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import secrets
 from collections.abc import Iterable
 
 from typing_extensions import Self
 
+from harness.checking import data_layout
 from harness.errors import HarnessError
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.protocol import CallDone, Ready
 from harness.sandbox.supervisor import ChildFailure, ChildProcess
 from harness.tasks import Shape, TaskSpec, load_reference
+from harness.tasks.layout import Key
 from harness.tasks.spec import generate_inputs
 from harness.timing import StoppingRule
 from harness.wire import TensorInfo
@@ -48,19 +49,17 @@ CALIBRATION_RULE = StoppingRule(min_runs=10, max_runs=10)  # its least bracket l
 CALIBRATION_WARMUP_CALLS = 2  # the first export allocates its pinned buffer
 
 
-def _returned_index(task: TaskSpec) -> int:
-    """The item of the data the no-op returns: the output buffer, or for a task without one its
-    first input."""
-    return task.output_index if task.output_index is not None else task.input_indices[0]
+def _returned_code(output: Key | None) -> str:
+    """The no-op's returned item as code: the output buffer (at its key in the data), or for data
+    without one its first item; data that is not a tuple (one tensor, a dict) whole."""
+    if isinstance(output, int):  # the last item where a shape's tuple is shorter (built in a loop)
+        return f"(data[{output}] if len(data) > {output} else data[-1])"
+    if output is not None:
+        return f"data[{output!r}]"
+    return "(data[0] if isinstance(data, (tuple, list)) else data)"
 
 
-def _returned_code(task: TaskSpec) -> str:
-    """The no-op's returned item as code: data that is not a tuple (one tensor, a dict) is
-    returned whole."""
-    return f"(data[{_returned_index(task)}] if isinstance(data, (tuple, list)) else data)"
-
-
-def noop_candidate(task: TaskSpec) -> bytes:
+def noop_candidate(task: TaskSpec, output: Key | None) -> bytes:
     """The harness's calibration candidate for `task`: it runs the task's own reference
     (`ref_kernel`, from the reference.py beside every submission) and returns its answer in the
     output buffer (a copy) when it has the buffer's shape, else as it is. So the calibrated calls
@@ -68,23 +67,23 @@ def noop_candidate(task: TaskSpec) -> bytes:
     output of the buffer's kind exported and NaN-filled) on harness code only, and the child's
     own clock of each call is trusted: the harness's cost is each bracket less that clock."""
     code = f"from reference import ref_kernel\ndef {task.entry_point}(data):\n    result = ref_kernel(data)\n"
-    if task.output_index is not None:
+    if output is not None:
         code += (
-            f"    buffer = data[{task.output_index}]\n"
+            f"    buffer = {_returned_code(output)}\n"
             "    if getattr(result, 'shape', None) == buffer.shape and result.dtype == buffer.dtype:\n"
             "        return buffer.copy_(result)\n"
         )
     return (code + "    return result\n").encode()
 
 
-def bare_noop_candidate(task: TaskSpec) -> bytes:
+def bare_noop_candidate(task: TaskSpec, output: Key | None) -> bytes:
     """The fallback when the task's reference cannot serve as the calibration candidate (it fails
     to import or to run in a child): returns the output buffer (or, for a task without one, its
     first input) as it finds it."""
-    return f"def {task.entry_point}(data):\n    return {_returned_code(task)}\n".encode()
+    return f"def {task.entry_point}(data):\n    return {_returned_code(output)}\n".encode()
 
 
-def returning_candidate(task: TaskSpec, returns: Returned) -> bytes:
+def returning_candidate(task: TaskSpec, returns: Returned, output: Key | None) -> bytes:
     """A no-op for `task` that returns a tensor of `returns` (dtype, shape), made at its first
     call on the device of the data, and the same tensor at every later call. Only a dtype of
     harness.sandbox.transfer and whole numbers go into the code."""
@@ -98,7 +97,7 @@ def returning_candidate(task: TaskSpec, returns: Returned) -> bytes:
         "_made = []\n"
         f"def {task.entry_point}(data):\n"
         "    if not _made:\n"
-        f"        returned = {_returned_code(task)}\n"
+        f"        returned = {_returned_code(output)}\n"
         "        device = returned.device if isinstance(returned, torch.Tensor) else 'cpu'\n"
         f"        _made.append(torch.empty({tuple(shape)!r}, dtype={dtype}, device=device))\n"
         "    return _made[0]\n"
@@ -108,7 +107,7 @@ def returning_candidate(task: TaskSpec, returns: Returned) -> bytes:
 Returned = tuple[str, tuple[int, ...]]  # a timed output's dtype (as str(torch.dtype)) and shape
 
 
-def calibrated_kind(task: TaskSpec, data: tuple, outputs: Iterable[TensorInfo]) -> Returned | None:
+def calibrated_kind(output: Key | None, data: object, outputs: Iterable[TensorInfo]) -> Returned | None:
     """The kind of output the no-op returns when calibrating a shape whose timed outputs were
     `outputs` (what the child said of each): the smallest of their kinds, or None (what
     `noop_candidate` returns, the output buffer of `data`) when that is the buffer's kind.
@@ -126,8 +125,10 @@ def calibrated_kind(task: TaskSpec, data: tuple, outputs: Iterable[TensorInfo]) 
     if not kinds:
         return None
     smallest = min(kinds, key=lambda kind: (DTYPES[kind[0]].itemsize * math.prod(kind[1]), kind))
-    index = _returned_index(task)
-    returned = data[index] if isinstance(data, tuple | list) and index < len(data) else None
+    if output is not None:
+        returned = data[output] if isinstance(data, tuple | list | dict) else None
+    else:
+        returned = data[0] if isinstance(data, tuple | list) and data else None
     if isinstance(returned, torch.Tensor) and smallest == (str(returned.dtype), tuple(returned.shape)):
         return None
     return smallest
@@ -145,7 +146,7 @@ class Calibrator:
         # and let that work through on a smoke shape in both modes (issue 28); with the bare
         # no-op an honest CPU candidate pays the 0.3-0.6 ms its own threads add around a call
         self.bare = device == "cpu"  # else the task's reference; bare again if that fails
-        self.child = self._child(bare_noop_candidate(task) if self.bare else noop_candidate(task))
+        self.child: ChildProcess | None = None  # made when first spawned (`_noop_child`)
         self.children: dict[Returned, ChildProcess] = {}  # the others, by kind of output
         self.spawned = False
         self.ready: dict[int, Ready] = {}  # by id() of the child
@@ -167,10 +168,28 @@ class Calibrator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _output(self) -> Key | None:
+        """The output buffer's key in the task's data on its first smoke shape: learned by running
+        the task's code in the parent the first time (harness.checking.data_layout). A task whose
+        data is laid out otherwise on another shape (a tuple built in a loop) is calibrated with
+        the no-op returning that item or the last (`_returned_code`): the cost measured is the
+        harness's all the same."""
+        return data_layout(self.task, self.device).output
+
+    def _noop_child(self) -> ChildProcess:
+        if self.child is None:
+            candidate = bare_noop_candidate if self.bare else noop_candidate
+            self.child = self._child(candidate(self.task, self._output()))
+        return self.child
+
     def spawn(self) -> None:
         if not self.spawned:
+            try:
+                child = self._noop_child()
+            except HarnessError:  # the task's code fails or cannot run here: its evaluations say so
+                return
             self.spawned = True
-            self.child.spawn()
+            child.spawn()
 
     def harness_ms(
         self, shape: Shape, output_bytes: int = 0, returns: Returned | None = None, again: bool = False
@@ -178,7 +197,7 @@ class Calibrator:
         """The least parent's bracket, less the call, of a calibration call of `shape` (the
         task's reference, `noop_candidate`; with `returns` a no-op returning a tensor of that
         dtype and shape), with a fresh seed per call as the candidate's calls have."""
-        key = (json.dumps(shape.parameters, sort_keys=True), returns)
+        key = (shape.key(), returns)
         if key not in self.harness_ms_by_shape:
             self.harness_ms_by_shape[key] = self._measure(shape, output_bytes, returns)
         elif again and key not in self.measured_again:
@@ -200,18 +219,19 @@ class Calibrator:
             if returns is not None or self.bare:
                 raise
         # the task's reference did not run in the calibration child: a bare no-op instead
-        self.child.close()
+        if self.child is not None:
+            self.child.close()
         self.bare, self.spawned = True, False
-        self.child = self._child(bare_noop_candidate(self.task))
+        self.child = self._child(bare_noop_candidate(self.task, self._output()))
         return self._measure_once(shape, output_bytes, returns)
 
     def _measure_once(self, shape: Shape, output_bytes: int, returns: Returned | None) -> float:
         if returns is None:
+            child = self._noop_child()
             self.spawn()
-            child = self.child
         else:
             if returns not in self.children:
-                self.children[returns] = self._child(returning_candidate(self.task, returns))
+                self.children[returns] = self._child(returning_candidate(self.task, returns, self._output()))
                 self.children[returns].spawn()
             child = self.children[returns]
 
@@ -246,5 +266,5 @@ class Calibrator:
         )
 
     def close(self) -> None:
-        for child in [self.child, *self.children.values()]:
+        for child in [*([self.child] if self.child is not None else []), *self.children.values()]:
             child.close()

@@ -563,6 +563,7 @@ class Worker:
         self.shared_output = None  # transfer.SharedBuffer over output_fd, made on the first timing
         self.inputs_fd = inputs_fd
         self.inputs = None  # transfer.SharedBuffer over inputs_fd, made at the start
+        self.output_key: int | str | None = None  # the output buffer's place in the data handed over
         self.autotuners = Autotuners()
         self.called = False
         self.handlers = {CheckRequest: self.check, TimeRequest: self.time}
@@ -671,13 +672,14 @@ class Worker:
         """The data tuple the parent handed over in the inputs memory, on this child's device
         (a GPU's copy from the host here, outside any timed region)."""
         data = self.transfer.read_inputs(items, self.inputs, self.hello.device)
+        self.output_key = self.transfer.output_key(items)
         self.synchronize()
         return data
 
-    def fill_output_buffer(self, data: tuple) -> None:
-        index = self.hello.output_index
-        if index is not None and isinstance(data, tuple | list) and data[index].is_floating_point():
-            data[index].fill_(float("nan"))
+    def fill_output_buffer(self, data: object) -> None:
+        key = self.output_key
+        if key is not None and isinstance(data, tuple | list | dict) and data[key].is_floating_point():
+            data[key].fill_(float("nan"))
 
     def check(self, request: CheckRequest) -> CheckReply:
         """One call on the parent's inputs. The output buffer is NaN before the call; afterwards
@@ -690,7 +692,7 @@ class Worker:
             self.autotuners.forget()
         data = self.make_inputs(request.data)
         self.fill_output_buffer(data)
-        counted = self.transfer.tensor_inputs(data, self.hello.input_indices)
+        counted = self.transfer.tensor_inputs(data, self.output_key)
         item = self.transfer.data_item
         before = [item(data, index).detach().clone() for index in counted]
         self.autotuners.force(request.autotune_config)
@@ -750,10 +752,13 @@ class Worker:
         )
 
     def inputs_of(self, data: object) -> list[object]:
-        """The data's inputs (all but the output buffer); data that is not a tuple is one input."""
-        if not isinstance(data, tuple | list):
-            return [data]
-        return [data[index] for index in self.hello.input_indices if index < len(data)]
+        """The data's inputs: every item of a tuple, list or dict but the output buffer; other data
+        (one tensor) is one input."""
+        if isinstance(data, tuple | list):
+            return [item for index, item in enumerate(data) if index != self.output_key]
+        if isinstance(data, dict):
+            return [item for key, item in data.items() if key != self.output_key]
+        return [data]
 
     def time(self, request: TimeRequest) -> TimeReply:
         """Warm up and time the entry point on one shape (harness.timing.time_calls).

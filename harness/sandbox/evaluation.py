@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
-import json
 import math
 import queue
 import random
@@ -53,7 +52,7 @@ from harness.sandbox.protocol import CallDone, ImportFailed, IsolationReport, Re
 from harness.sandbox.supervisor import SHUTDOWN_GRACE_S, ChildFailure, ChildProcess
 from harness.sandbox.transfer import SharedBuffer, read_output, read_shared
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
-from harness.tasks.spec import TaskUnsupported
+from harness.tasks.spec import TaskUnsupported, shape_label
 from harness.timing import (
     BELOW_PHYSICAL_FLOOR,
     HOST_CLOCK_MISMATCH,
@@ -733,9 +732,9 @@ class Evaluator:
         evaluation.log_tail = self.child.log_tail(LOG_TAIL_CHARS)
         failed = next((s for s in evaluation.shapes if s.status not in ("pass", "not_run")), None)
         if evaluation.status == "pass" and failed is not None:
-            shape_label = " ".join(f"{k}={v}" for k, v in failed.shape.items() if k != "seed")
+            label = shape_label(failed.shape)
             evaluation.status = failed.status
-            evaluation.reason = f"{failed.set_name}[{failed.index}] ({shape_label}): {failed.reason}"
+            evaluation.reason = f"{failed.set_name}[{failed.index}] ({label}): {failed.reason}"
         trimmed = self.child.trim_caches()
         if trimmed is not None and evaluation.status not in ("timeout", "crashed"):
             evaluation.status, evaluation.reason = "crashed", trimmed
@@ -821,7 +820,9 @@ class Evaluator:
             outcome.status, outcome.reason = "wrong_answer", f"{check}: {outcome.verdicts.reasons()}"
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
-            calibrated = calibrated_kind(self.task, check_case.data, outputs)
+            calibrated = calibrated_kind(
+                checking.data_layout(self.task, self.device, check_case.data).output, check_case.data, outputs
+            )
             harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated, again=later)
             verdict = host_clock_verdict(times, parent_ms, harness_ms, floor_harness_rel(self.device))
             flags += [HOST_CLOCK_MISMATCH] if verdict.flagged else []
@@ -860,12 +861,12 @@ class Evaluator:
         """`below_physical_floor` when the fastest reported call beats the shape's floor
         (harness.timing)."""
         flags = []
-        data = self._timed_case[1].data if self._timed_case is not None else ()  # the timed calls' inputs
-        if not isinstance(data, tuple | list):
-            input_bytes = getattr(data, "nbytes", 0)
-        else:
+        input_bytes = 0
+        if self._timed_case is not None:
+            data = self._timed_case[1].data  # the timed calls' inputs
+            layout = checking.data_layout(self.task, self.device, data)
             input_bytes = sum(
-                getattr(data[index], "nbytes", 0) for index in self.task.input_indices if index < len(data)
+                getattr(data if key is None else data[key], "nbytes", 0) for key in layout.tensor_inputs(data)
             )
         if min(times) < physical_floor_ms(input_bytes, self.peak_bandwidth_gbs):
             flags.append(BELOW_PHYSICAL_FLOOR)
@@ -884,7 +885,7 @@ class Evaluator:
         """The inputs and reference of a timed call's seed (a seed per call: a case of this
         evaluator's own, not the shared cache of the checks' cases), the previous one freed
         first; the exact answer only when a check asks for it."""
-        key = (json.dumps(shape.parameters, sort_keys=True), seed)
+        key = (shape.key(), seed)
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
             case = checking.make_reference_case(
@@ -894,7 +895,9 @@ class Evaluator:
                 self.device,
                 exact_now=False,
                 exact_answer=self.task.exact_answer,
-                clone_inputs=not self.task.data,
+                clone_inputs=lambda data: (
+                    checking.data_layout(self.task, self.device, data, shape).output is None
+                ),
             )
             self._timed_case = (key, case)
         return self._timed_case[1]

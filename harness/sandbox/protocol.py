@@ -126,8 +126,6 @@ class Hello(Message):
     device: Literal["cpu", "cuda"]
     entry_point: str  # called entry(data)
     unpacked_entry_points: list[str] = []  # when entry_point is missing: the first found, entry(*data)
-    output_index: int | None
-    input_indices: list[int]
     workdir: str
     io_dir: str
     isolation: IsolationPlan = IsolationPlan()

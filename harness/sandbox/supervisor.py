@@ -338,8 +338,6 @@ class ChildProcess:
             device=self.device,
             entry_point=self.task.entry_point,
             unpacked_entry_points=self.task.unpacked_entry_points,
-            output_index=self.task.output_index,
-            input_indices=self.task.input_indices,
             workdir=str(self.workdir),
             io_dir=str(self.io_dir),
             isolation=plan,
@@ -530,10 +528,12 @@ class ChildProcess:
         return self.inputs_written is not None and self.inputs_written[0] is data
 
     def lay_out_inputs(self, data: tuple):
-        """`transfer.lay_out_inputs` for this task: the items, and where each tensor goes."""
-        from harness.sandbox.transfer import lay_out_inputs  # torch: not before the spawn
+        """`transfer.lay_out_inputs` for this task: the items, and where each tensor goes (the output
+        buffer where the task's data layout puts it: harness.checking.data_layout)."""
+        from harness.checking import data_layout  # torch: not before the spawn
+        from harness.sandbox.transfer import lay_out_inputs
 
-        return lay_out_inputs(data, self.task.output_index)
+        return lay_out_inputs(data, data_layout(self.task, self.device, data).output)
 
     def copy_inputs(self, data: tuple, laid_out, phase: str = "a call") -> None:
         """The bytes of a laid-out data tuple into the child's inputs memory (grown first by

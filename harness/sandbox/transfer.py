@@ -476,18 +476,33 @@ def read_shared(buffer: SharedBuffer, capacity: int, info: TensorInfo, device: s
 INPUT_ALIGNMENT = 256  # each tensor's bytes start at a multiple of this in the inputs memory
 
 
-def tensor_inputs(data: object, input_indices: list[int]) -> list[int | None]:
-    """The positions among `input_indices` whose item is a tensor: the inputs whose changes a
-    check counts (both sides compute this list on their own data: harness.checking too). Data
-    that is one tensor, not a tuple, is position None (`data_item`); one dict has none."""
-    if not isinstance(data, tuple | list):
-        return [None] if isinstance(data, torch.Tensor) else []
-    return [index for index in input_indices if index < len(data) and isinstance(data[index], torch.Tensor)]
+def tensor_inputs(data: object, output_key: int | str | None) -> list[int | str | None]:
+    """The keys of the data's inputs that are tensors, whose changes a check counts: every item of
+    a tuple, list or dict but the output buffer (at `output_key`); data that is one tensor is key
+    None (`data_item`). The parent computes the same list on its data
+    (harness.tasks.layout.DataLayout.tensor_inputs)."""
+    if isinstance(data, torch.Tensor):
+        return [None]
+    keys = (
+        range(len(data)) if isinstance(data, tuple | list) else list(data) if isinstance(data, dict) else []
+    )
+    return [key for key in keys if key != output_key and isinstance(data[key], torch.Tensor)]
 
 
-def data_item(data: object, position: int | None) -> object:
-    """The item of the data at a position of `tensor_inputs`."""
-    return data if position is None else data[position]
+def output_key(items: list[DataItem]) -> int | str | None:
+    """Where the output buffer is in the data these items describe (`lay_out_inputs`): a tuple's
+    position, a dict's key, or None. The child learns it from the items, so that the parent
+    decides it when it first hands data over (harness.checking.data_layout)."""
+    if len(items) == 1 and isinstance(items[0], WholeItem):
+        whole = items[0].item
+        parts = whole.items.items() if isinstance(whole, MappingItem) else []
+        return next((key for key, part in parts if isinstance(part, OutputBufferItem)), None)
+    return next((index for index, item in enumerate(items) if isinstance(item, OutputBufferItem)), None)
+
+
+def data_item(data: object, key: int | str | None) -> object:
+    """The item of the data at a key of `tensor_inputs`."""
+    return data if key is None else data[key]
 
 
 def _stride_kept(value: torch.Tensor) -> list[int] | None:
@@ -512,11 +527,13 @@ def _tensor_facts(value: torch.Tensor, where: str) -> tuple[str, list[int], int]
 
 
 def lay_out_inputs(
-    data: tuple, output_index: int | None
+    data: object, output_key: int | str | None
 ) -> tuple[list[DataItem], list[tuple[int, torch.Tensor]], int]:
     """`data` as typed items, with each tensor's place in the inputs memory: (items, every
-    (offset, tensor) to copy, the bytes needed). Raises HarnessError for an item that is neither
-    a tensor, a number, a string, None, nor a tuple, list or dict (string keys) of those."""
+    (offset, tensor) to copy, the bytes needed). The tensor at `output_key` (a tuple's position or
+    a dict's key) is the output buffer, whose bytes do not travel. Raises HarnessError for an item
+    that is neither a tensor, a number, a string, None, nor a tuple, list or dict (string keys) of
+    those."""
     placed: list[tuple[int, torch.Tensor]] = []
     end = 0
 
@@ -542,15 +559,18 @@ def lay_out_inputs(
             "None and tuples, lists and dicts of them can be handed to the child"
         )
 
-    if not isinstance(data, tuple | list):  # one tensor or dict: GPU MODE's protocol allows it
+    def top(key: int | str, value: object, where: str) -> DataItem:
+        if key == output_key and isinstance(value, torch.Tensor):
+            dtype, shape, _nbytes = _tensor_facts(value, f"output buffer ({where})")
+            return OutputBufferItem(dtype=dtype, shape=shape, stride=_stride_kept(value))
+        return item(value, where)
+
+    if isinstance(data, dict) and all(isinstance(key, str) for key in data):
+        mapping = MappingItem(items={key: top(key, v, f"data[{key!r}]") for key, v in data.items()})
+        return [WholeItem(item=mapping)], placed, end
+    if not isinstance(data, tuple | list):  # one tensor: GPU MODE's protocol allows it
         return [WholeItem(item=item(data, "data"))], placed, end
-    items: list[DataItem] = []
-    for index, value in enumerate(data):
-        if index == output_index and isinstance(value, torch.Tensor):
-            dtype, shape, _nbytes = _tensor_facts(value, f"output buffer (item {index})")
-            items.append(OutputBufferItem(dtype=dtype, shape=shape, stride=_stride_kept(value)))
-        else:
-            items.append(item(value, f"item {index}"))
+    items = [top(index, value, f"item {index}") for index, value in enumerate(data)]
     return items, placed, end
 
 
@@ -565,8 +585,8 @@ class InputsWriter:
         self.size = 0
         self.buffer = SharedBuffer(fd, cuda=cuda)
 
-    def write(self, data: tuple, output_index: int | None) -> list[DataItem]:
-        laid_out = lay_out_inputs(data, output_index)
+    def write(self, data: object, output_key: int | str | None) -> list[DataItem]:
+        laid_out = lay_out_inputs(data, output_key)
         self.copy(laid_out)
         return laid_out[0]
 

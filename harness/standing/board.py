@@ -57,6 +57,7 @@ from harness.standing.batch import NO_REFERENCE_IN_RUN, Batches, batches_in, sha
 from harness.store.models import Revision, Run, ShapeResult
 from harness.store.revisions import list_revisions, reference_lineage_name
 from harness.tasks import load_task
+from harness.tasks.spec import shape_label
 from harness.verdicts import VERDICTS, Accuracy, VerdictName
 
 # Most trusted first: timing with secret seeds and every output checked, timing, checks with
@@ -143,12 +144,6 @@ class Leaderboard(BaseModel):
             for timing in entry.benchmarks:
                 seen.setdefault(shape_key(timing.shape), timing.shape)
         return list(seen.values())
-
-
-def shape_label(shape: dict[str, Any]) -> str:
-    """`size=256 kernelsize=3 channels=64 batch=8`: the task file's keys, without the seed (it
-    picks the data, not the size of the problem)."""
-    return " ".join(f"{key}={value}" for key, value in shape.items() if key != "seed")
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 A problem directory (reference-kernels: `problems/<set>/<name>_py/`) holds
 - `task.yml`: `lang: py`, `description`, `tests` and `benchmarks` (lists of shapes: the keyword
-  arguments of generate_input, the seed among them), optionally `ranking_by` (geom, mean or last)
-  and the run limits; `files`, `config` and `templates` name GPU MODE's own runner and are not used;
+  arguments of generate_input, the seed among them, each a number, a string or a list of them,
+  nested), optionally `ranking_by` (geom, mean or last) and the run limits; `files`, `config`
+  and `templates` name GPU MODE's own runner and are not used;
 - `reference.py`: `generate_input(**shape)`, `ref_kernel(data)` and `check_implementation(data,
   output)` (returning `(ok, message)`, a message that is empty when ok, or a bool);
 - `task.py`: the types a submission imports (`from task import input_t, output_t`);
@@ -15,9 +16,9 @@ check_implementation is GPU MODE's elementwise match at these tolerances, so the
 the `gpumode` verdict itself, with counts and positions), `exact_answer` (with a tolerance: the
 reference function computed on the inputs cast to float64, usually `ref_kernel`; it brings the
 `accurate` verdict), `verdict`, `data` and `output_buffer` (names of generate_input's tuple and
-the one that is the output buffer; read from its `return a, b, ...` when left out, and without
-one the data is whatever generate_input returns, one tensor or a dict among them), `entry_point`,
-`unpacked_entry_points`, `reference_candidate`, `ranking_by`, `gpumode_ranking_by`.
+the one that is the output buffer; when left out, the parent learns which item is the buffer by
+calling generate_input and the reference the first time it needs to: harness.tasks.layout),
+`entry_point`, `unpacked_entry_points`, `reference_candidate`, `ranking_by`, `gpumode_ranking_by`.
 
 Validation is static (ast): adding a task needs neither torch nor a GPU, and runs nothing of it.
 """
@@ -42,7 +43,6 @@ TASK_YML, REFERENCE, TASK_TYPES, UTILS = "task.yml", "reference.py", "task.py", 
 REQUIRED_FUNCTIONS = ("generate_input", "ref_kernel", "check_implementation")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_FILE_BYTES = 1_000_000
-BUFFER_FACTORIES = {"empty", "empty_like", "empty_strided"}
 
 
 class HarnessExtension(BaseModel):
@@ -172,13 +172,6 @@ def problem_spec(
                 raise HarnessError(
                     f"{where}: {set_name}[{index}] has {', '.join(unknown)}, which generate_input does not take"
                 )
-    data, output_buffer = extension.data, extension.output_buffer
-    if data is None:
-        # named from a final `return a, b, ...` when there is one; else learned from what
-        # generate_input returns when it runs (one tensor, a dict, a tuple of any length)
-        data, found_buffer = _data_layout(reference)
-        output_buffer = output_buffer or found_buffer
-        data = data or []
     tolerance = extension.tolerance or {}
     if extension.tolerance is not None and set(tolerance) != {"rtol", "atol"}:
         raise HarnessError(f"{where}: harness: tolerance needs exactly rtol and atol")
@@ -194,8 +187,8 @@ def problem_spec(
             reference_candidate=extension.reference_candidate,
             entry_point=extension.entry_point,
             unpacked_entry_points=extension.unpacked_entry_points,
-            data=data,
-            output_buffer=output_buffer,
+            data=extension.data or [],  # without them, learned when first run (harness.tasks.layout)
+            output_buffer=extension.output_buffer,
             dtype=extension.dtype,
             rtol=tolerance.get("rtol"),
             atol=tolerance.get("atol"),
@@ -290,32 +283,3 @@ def _generator_parameters(module: ast.Module) -> tuple[set[str], bool]:
     arguments = function.args
     names = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
     return names, arguments.kwarg is not None
-
-
-def _data_layout(module: ast.Module) -> tuple[list[str] | None, str | None]:
-    """The names in generate_input's final `return a, b, c`, and the last of them made by
-    torch.empty/empty_like (GPU MODE's output buffer), or (None, None)."""
-    function = _generator(module)
-    if function is None or not function.body or not isinstance(function.body[-1], ast.Return):
-        return None, None
-    value = function.body[-1].value
-    if not isinstance(value, ast.Tuple):
-        return None, None
-    names = [
-        element.id if isinstance(element, ast.Name) else f"data{index}"
-        for index, element in enumerate(value.elts)
-    ]
-    made_empty = {f"data{index}" for index, element in enumerate(value.elts) if _calls_factory(element)}
-    for node in ast.walk(function):
-        if isinstance(node, ast.Assign) and any(_calls_factory(call) for call in ast.walk(node.value)):
-            made_empty.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    buffers = [name for name in names if name in made_empty]
-    return names, buffers[-1] if buffers else None
-
-
-def _calls_factory(node: ast.AST) -> bool:
-    if not isinstance(node, ast.Call):
-        return False
-    function = node.func
-    name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
-    return name in BUFFER_FACTORIES

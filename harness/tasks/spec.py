@@ -32,11 +32,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from harness.errors import HarnessError
+from harness.wire import ShapeValue
 
 TASKS_DIR = Path(__file__).resolve().parent
 PROBLEMS_DIR = TASKS_DIR / "problems"  # the built-in tasks, GPU MODE problem directories
 SHAPE_SETS = ("tests", "benchmarks", "smoke")
-MAX_DATA_ITEMS = 64  # items of a data tuple whose names are not known: all counted as inputs
 
 
 class TaskUnsupported(HarnessError):
@@ -45,22 +45,40 @@ class TaskUnsupported(HarnessError):
     `unsupported` with this one line, never an error of the run."""
 
 
+def shape_label(shape: dict[str, object]) -> str:
+    """`size=256 kernelsize=3 m=[64,128]`: a shape's parameters without its seed (it picks the
+    data, not the size of the problem); a list written compactly, so that a label has spaces only
+    between its parameters."""
+    return " ".join(f"{key}={parameter_text(value)}" for key, value in shape.items() if key != "seed")
+
+
+def parameter_text(value: object) -> str:
+    """A shape's parameter as labels and tables write it (`shape_label`)."""
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, list) else str(value)
+
+
 class Shape(BaseModel):
     """One test case: the task's parameters (for conv2d_v2: size, kernelsize, channels, batch)
-    and its public seed, written flat as GPU MODE writes them."""
+    and its public seed, written flat as GPU MODE writes them. A parameter may hold a list (of
+    numbers, nested), which generate_input takes as it is."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
-    __pydantic_extra__: dict[str, int | float | str | bool]
+    __pydantic_extra__: dict[str, ShapeValue]
 
     seed: int
 
     @property
-    def parameters(self) -> dict[str, int | float | str | bool]:
+    def parameters(self) -> dict[str, ShapeValue]:
         """The shape without its seed, in file order."""
         return dict(self.__pydantic_extra__ or {})
 
     def label(self) -> str:
-        return " ".join(f"{key}={value}" for key, value in self.parameters.items())
+        return shape_label(self.parameters)
+
+    def key(self) -> str:
+        """The parameters as one stable string (JSON with sorted keys): what identifies the shape
+        where the seed does not count."""
+        return json.dumps(self.parameters, sort_keys=True)
 
 
 class TaskSpec(BaseModel):
@@ -153,20 +171,6 @@ class TaskSpec(BaseModel):
     @property
     def shim_file(self) -> Path:
         return self.directory / self.task_shim
-
-    @property
-    def output_index(self) -> int | None:
-        """Position of the preallocated output buffer in the data tuple, or None."""
-        return None if self.output_buffer is None else self.data.index(self.output_buffer)
-
-    @property
-    def input_indices(self) -> list[int]:
-        """Positions of the data that are inputs: everything but the output buffer; for data whose
-        items were not named (learned from what generate_input returns), every item (the
-        users filter by the data's length)."""
-        if not self.data:
-            return list(range(MAX_DATA_ITEMS))
-        return [index for index, name in enumerate(self.data) if name != self.output_buffer]
 
     def shapes(self, set_name: str) -> list[Shape]:
         if set_name not in SHAPE_SETS:

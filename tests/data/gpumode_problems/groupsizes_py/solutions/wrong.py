@@ -1,0 +1,6 @@
+from task import input_t, output_t
+
+
+def custom_kernel(data: input_t) -> output_t:
+    xs, w, scales = data
+    return [(x @ w) * scale for x, (scale, _shift) in zip(xs, scales, strict=True)]
