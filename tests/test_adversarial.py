@@ -31,7 +31,14 @@ from harness.sandbox.pool import CHILD_POOL
 from harness.store.revisions import get_or_create_secret, register_revision
 from harness.store.session import open_store
 from harness.tasks import load_task
-from harness.timing import BELOW_PHYSICAL_FLOOR, HOST_CLOCK_MISMATCH, TIMING_MISMATCH, StoppingRule
+from harness.timing import (
+    BELOW_PHYSICAL_FLOOR,
+    HOST_CLOCK_MISMATCH,
+    HOST_CONFIRM_PASSES,
+    TIMING_MISMATCH,
+    TIMING_PASSES,
+    StoppingRule,
+)
 
 TASK = load_task("conv2d_v2")
 ADVERSARIAL = Path(__file__).parent / "adversarial"
@@ -178,6 +185,38 @@ def test_replaced_timers_are_flagged_by_the_parents_clock(timed):
         assert BELOW_PHYSICAL_FLOOR in shape.timing_flags
         # flagged, or (the brackets too widely spread by load for the flag) scored by them: 20 ms
         assert HOST_CLOCK_MISMATCH in shape.timing_flags or shape.min_ms > 20.0, shape.check["timing"]
+
+
+def test_a_shape_flagged_for_load_on_its_blocks_is_timed_again_and_judged_over_all_calls(tmp_path):
+    """Issue 28: a host loaded through every call of a shape's blocks looks like work hidden from
+    the child's timer. A flagged shape is timed again (harness.timing, step 6): here the first 16
+    calls' NaN fill sleeps 20 ms (every call of the regular passes), the later calls are honest,
+    and a later block clears the flag; with the sleep in every call the flag stands after
+    HOST_CONFIRM_PASSES more blocks, each scored with the 20 ms."""
+    code = (ADVERSARIAL / "hides_work_for_a_while.py").read_bytes()
+    always = code.replace(b"HIDDEN_FILLS = 16", b"HIDDEN_FILLS = 10**9")
+    task = TASK.model_copy(update={"smoke": TASK.smoke[:1]})
+    rule = StoppingRule(min_runs=10, max_runs=10, budget_s=5.0)
+    evaluators = [
+        Evaluator(
+            source,
+            name,
+            task,
+            device="cpu",
+            timed=True,
+            rule=rule,
+            limits=SandboxLimits.from_settings(**QUICK),
+        )
+        for source, name in ((code, "for_a_while.py"), (always, "always.py"))
+    ]
+    for_a_while, hiding = (evaluation.shapes[0] for evaluation in evaluate_interleaved(evaluators))
+    assert for_a_while.status == hiding.status == "pass", (for_a_while.reason, hiding.reason)
+    assert HOST_CLOCK_MISMATCH in hiding.timing_flags, hiding.check["timing"]
+    assert len(hiding.check["passes"]) == TIMING_PASSES + HOST_CONFIRM_PASSES
+    assert hiding.min_ms > 20.0, "scored by its brackets"
+    assert for_a_while.timing_flags == [], for_a_while.check["timing"]
+    assert TIMING_PASSES < len(for_a_while.check["passes"]) <= TIMING_PASSES + HOST_CONFIRM_PASSES
+    assert HOST_CLOCK_MISMATCH in for_a_while.check["passes"][0]["flags"]  # its first block: flagged
 
 
 def test_an_honest_candidate_is_not_flagged_by_the_parents_clock(timed):
