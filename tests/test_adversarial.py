@@ -538,6 +538,7 @@ FILL_CASES = [
     ("computes_in_the_fill.py", "leaderboard"),
     (REFERENCE.name, "test"),
     (REFERENCE.name, "leaderboard"),
+    ("computes_in_some_fills.py", "test"),
 ]
 
 
@@ -584,6 +585,25 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
         cheat_ms,
         honest_ms,
     )
+
+
+def test_a_computation_in_some_fills_only_is_scored_by_those_calls_brackets(fill_cheat):
+    """Issue 28: the convolution in the NaN fill on 2 calls of 5, honest in the others. The least
+    excess is an honest call's, so only the calls reported far below the others show the work:
+    each is scored by its bracket (harness.timing.host_clock_verdict). Before, those calls were
+    scored at a microsecond plus the least excess (0.06 ms against honest calls of 0.17 ms); now
+    at about an honest call's time (at least half of it, for the brackets' noise)."""
+    evaluation = fill_cheat["computes_in_some_fills.py", "test"]
+    assert evaluation.status == "pass", evaluation.reason
+    for shape in evaluation.shapes:
+        calls = [
+            pair for block in shape.check["passes"] for pair in zip(block["reported_ms"], block["times_ms"])
+        ]
+        honest = [reported for reported, _ in calls if reported >= 0.01]
+        answered = [scored for reported, scored in calls if reported < 0.01]  # in the fill
+        assert honest and answered, calls
+        assert shape.check["timing"]["joined"]["rescored_calls"] > 0, shape.check["timing"]
+        assert statistics.mean(answered) >= 0.5 * statistics.median(honest), calls
 
 
 @pytest.mark.parametrize("mode", ["test", "leaderboard"])

@@ -605,3 +605,10 @@ def test_the_host_clock_adds_work_hidden_in_every_bracket_and_ignores_load_on_so
     assert host_clock_verdict(*fill, harness_rel=floor_harness_rel("cuda")).hidden_ms == 0.0
     on_cpu = host_clock_verdict(*fill, harness_rel=floor_harness_rel("cpu"))
     assert on_cpu.hidden_ms == pytest.approx(0.1383) and min(on_cpu.times_ms) > 0.139
+    # work hidden in two calls of five: the least excess is an honest call's; the two calls
+    # reported far below the others are scored by their brackets less the others' typical excess
+    some = host_clock_verdict([0.2, 0.001, 0.21, 0.001, 0.2], [0.55, 0.56, 0.56, 0.6, 0.54], harness_ms=0.3)
+    assert (some.hidden_ms, some.rescored_calls, some.flagged) == (0.0, 2, False)
+    assert some.times_ms == pytest.approx([0.2, 0.21, 0.21, 0.25, 0.2])
+    steady = host_clock_verdict([0.2, 0.11, 0.21, 0.4], [0.55, 0.9, 0.56, 0.8], harness_ms=0.3)
+    assert (steady.rescored_calls, steady.times_ms) == (0, [0.2, 0.11, 0.21, 0.4]), "above half the median"

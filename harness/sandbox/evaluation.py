@@ -694,6 +694,7 @@ class Evaluator:
         outcome.check["timing"]["joined"] = {
             "hidden_ms": round(verdict.hidden_ms, 4),
             "spread_ms": round(verdict.spread_ms, 4),
+            "rescored_calls": verdict.rescored_calls,
         }
         outcome.verdicts = again.verdicts
         return outcome
@@ -852,6 +853,7 @@ class Evaluator:
                 "reported_ms": list(times),
                 "hidden_ms": round(verdict.hidden_ms, 4),
                 "spread_ms": round(verdict.spread_ms, 4),
+                "rescored_calls": verdict.rescored_calls,
                 # what the harness's no-op returned when calibrating: None, the output buffer
                 "calibrated_output": None if calibrated is None else [calibrated[0], list(calibrated[1])],
             }
