@@ -37,6 +37,21 @@ def board(harness, task: str) -> dict[str, dict]:
     return {entry["lineage"]: entry for entry in entries}
 
 
+def _correct_ranked_wrong_not(harness, problem: Path, task: str) -> dict[str, dict]:
+    """Registers the problem's solutions/correct.py and wrong.py, runs a CPU tournament (exit 1:
+    a revision failed, no traceback) and returns the board's entries by lineage, the reference
+    and the correct one ranked, nothing else."""
+    for kind in ("correct", "wrong"):
+        register(harness, problem / "solutions" / f"{kind}.py", task, kind)
+    result = harness("tournament", "--task", task, "--device", "cpu", "--mode", "benchmark", timeout=600)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    entries = board(harness, task)
+    ranked = {name for name, entry in entries.items() if entry["rank"] is not None}
+    assert ranked == {f"{task}_reference", "correct"}, entries
+    return entries
+
+
 def test_one_tensor_as_the_data_judged_by_a_property_check(harness):
     """cholesky_py's generate_input returns one tensor (no `return a, b, ...` to read: the
     structure is what the call returns), takes no `device` but makes CPU data without a GPU (as
@@ -48,18 +63,7 @@ def test_one_tensor_as_the_data_judged_by_a_property_check(harness):
         "data: as generate_input returns it; no output buffer (found by running it and the reference on the CPU)"
         in shown
     )
-    for kind in ("correct", "wrong"):
-        register(harness, PROBLEMS / "cholesky_py" / "solutions" / f"{kind}.py", "cholesky", kind)
-    result = harness(
-        "tournament", "--task", "cholesky", "--device", "cpu", "--mode", "benchmark", timeout=600
-    )
-    assert result.returncode == 1, result.stderr  # a revision failed
-    assert "Traceback" not in result.stderr
-    entries = board(harness, "cholesky")
-    assert {name for name, entry in entries.items() if entry["rank"] is not None} == {
-        "cholesky_reference",
-        "correct",
-    }
+    entries = _correct_ranked_wrong_not(harness, PROBLEMS / "cholesky_py", "cholesky")
     wrong = entries["wrong"]
     assert wrong["status"] == "wrong_answer"
     assert "GPU MODE check: not lower triangular:" in wrong["reason"]
@@ -291,18 +295,7 @@ def test_shapes_whose_parameters_hold_lists(harness):
     assert out.startswith("added task groupsizes version 1")
     shown = ok(harness("task", "show", "groupsizes"))
     assert "shapes: 2 tests, 1 benchmarks, 2 smoke (CPU)" in shown
-    for kind in ("correct", "wrong"):
-        register(harness, problem / "solutions" / f"{kind}.py", "groupsizes", kind)
-    result = harness(
-        "tournament", "--task", "groupsizes", "--device", "cpu", "--mode", "benchmark", timeout=600
-    )
-    assert result.returncode == 1, result.stderr  # a revision failed
-    assert "Traceback" not in result.stderr
-    entries = board(harness, "groupsizes")
-    assert {name for name, entry in entries.items() if entry["rank"] is not None} == {
-        "groupsizes_reference",
-        "correct",
-    }
+    entries = _correct_ranked_wrong_not(harness, problem, "groupsizes")
     assert entries["wrong"]["reason"] == (
         "smoke[0] (m=[3,5,2] k=4 scales=[[1,0],[2,1],[0.5,-1]]): GPU MODE check: group 1 differs"
     )
