@@ -10,9 +10,8 @@ an environment only) and counts as missing for the plan, so the next tournament 
 
 1. Every result recorded before the judge kept its version (db/migrations 0006).
 2. Issue 28: speedups drawn within one run; the judge records its version.
-3. Issues 28 and 33: on the CPU the score's floor allows no share of the harness cost; a call
-   reported far below its shape's others is scored by its bracket; a shape flagged
-   `host_clock_mismatch` is timed again (harness.timing, step 6).
+3. Issues 28 and 33: a call reported far below its shape's others is scored by its bracket; a
+   shape flagged `host_clock_mismatch` is timed again (harness.timing, step 6).
 """
 
 from __future__ import annotations

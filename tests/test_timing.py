@@ -23,7 +23,6 @@ from harness.timing import (
     TIMING_MISMATCH,
     BenchmarkStats,
     StoppingRule,
-    floor_harness_rel,
     host_clock_verdict,
     left_work_flagged,
     time_calls,
@@ -599,12 +598,6 @@ def test_the_host_clock_adds_work_hidden_in_every_bracket_and_ignores_load_on_so
     calibrated_high = host_clock_verdict([0.2] * 3, [0.3, 0.31, 0.4], harness_ms=0.5)
     assert calibrated_high.times_ms == [0.2] * 3, "a report is never lowered"
     assert host_clock_verdict([1.0, 2.0], [0.9, 5.0]).flagged, "a call longer than its whole bracket"
-    # on the CPU (under load, 2026-12-02): 0.14 ms of a convolution hidden in the NaN fill over a
-    # calibrated cost of 0.49 ms; the GPU's allowance of a share of that cost hid it, the CPU's none
-    fill = ([0.0009] * 3, [0.6253, 0.7, 1.4], 0.4861)
-    assert host_clock_verdict(*fill, harness_rel=floor_harness_rel("cuda")).hidden_ms == 0.0
-    on_cpu = host_clock_verdict(*fill, harness_rel=floor_harness_rel("cpu"))
-    assert on_cpu.hidden_ms == pytest.approx(0.1383) and min(on_cpu.times_ms) > 0.139
     # work hidden in two calls of five: the least excess is an honest call's; the two calls
     # reported far below the others are scored by their brackets less the others' typical excess
     some = host_clock_verdict([0.2, 0.001, 0.21, 0.001, 0.2], [0.55, 0.56, 0.56, 0.6, 0.54], harness_ms=0.3)

@@ -61,7 +61,6 @@ from harness.timing import (
     TIMING_PASSES,
     BenchmarkStats,
     StoppingRule,
-    floor_harness_rel,
     host_clock_verdict,
     physical_floor_ms,
 )
@@ -680,7 +679,6 @@ class Evaluator:
             [time for item in passes for time in item["reported_ms"]],
             [bracket for item in passes for bracket in item["parent_ms"]],
             min(item["harness_ms"] for item in passes),
-            floor_harness_rel(self.device),
         )
         flags = {flag for item in passes for flag in item["flags"] if flag != HOST_CLOCK_MISMATCH}
         flags |= {HOST_CLOCK_MISMATCH} if verdict.flagged else set()
@@ -834,7 +832,7 @@ class Evaluator:
                 checking.data_layout(self.task, self.device, check_case.data).output, check_case.data, outputs
             )
             harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated, again=later)
-            verdict = host_clock_verdict(times, parent_ms, harness_ms, floor_harness_rel(self.device))
+            verdict = host_clock_verdict(times, parent_ms, harness_ms)
             flags += [HOST_CLOCK_MISMATCH] if verdict.flagged else []
             flags += self._physical_floor_flags(times)
             stats = BenchmarkStats.from_times(
