@@ -450,3 +450,44 @@ def test_a_revision_out_of_memory_beside_others_is_retried_alone(tmp_path, run_c
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert re.search(r"starved r1\s+pass", checked.stdout), checked.stdout
     assert list((tmp_path / "cache").rglob("starved-once")), "its first evaluation ran out of memory"
+
+
+def test_a_revision_retried_alone_has_no_kept_child_beside_it(tmp_path, monkeypatch):
+    """Issue 33, item 4, as seen on the H200: the hog, retried alone first, passed and kept its
+    child for the next phase, and two honest revisions retried after it ran out of memory again
+    beside that kept child. Two revisions starved once, checked together with `keep_child`:
+    each is evaluated again alone, and while the second one runs no other child of the harness
+    is alive (kept, early or live), the first one's kept child included."""
+    from harness.sandbox.pool import CHILD_POOL
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    settings = SandboxLimits.from_settings(call_timeout_s=120.0, import_timeout_s=120.0)
+    starved = (ADVERSARIAL / "starved_once.py").read_bytes()
+    evaluators = [
+        Evaluator(
+            starved + f"\n# copy {copy}\n".encode(),
+            f"starved_{copy}.py",
+            TASK,
+            device="cpu",
+            limits=settings,
+            keep_child=True,
+        )
+        for copy in range(2)
+    ]
+    alive: dict[str, list[int]] = {}
+
+    def heard(evaluator: Evaluator, outcome) -> None:
+        # the child that ran the shape is live; any other (kept, early, live) shares the machine
+        count = len(CHILD_POOL.live | set(CHILD_POOL.kept.values()) | set(CHILD_POOL.early.values()))
+        alive.setdefault(evaluator.arguments["filename"], []).append(count)
+
+    try:
+        evaluations = evaluate_interleaved(evaluators, heard, parallel=2)
+        assert [e.status for e in evaluations] == ["pass", "pass"], [e.reason for e in evaluations]
+        assert all("evaluated again alone" in e.log_tail for e in evaluations)
+        assert len(list((tmp_path / "cache").rglob("starved-once"))) == 2, "both starved first"
+        # the shapes heard of the retried evaluations come last: none shared the machine
+        shapes = len(evaluations[1].shapes)
+        assert alive["starved_1.py"][-shapes:] == [1] * shapes, alive
+    finally:
+        CHILD_POOL.close_waiting()

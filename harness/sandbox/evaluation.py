@@ -1072,20 +1072,23 @@ def retry_alone(
 ) -> list[Evaluation]:
     """Issue 33, item 4: a candidate that holds the GPU's memory starves the children checked or
     timed beside it. Each evaluation that ran out of memory while others shared the GPU is
-    evaluated again alone, after the rest: every kept or early child of the pool stopped first
-    (a kept child holds its memory), one fresh child at a time. Only what fails alone counts; its
-    reason says it was retried. Returns the evaluations, the retried ones replaced."""
+    evaluated again alone, after the rest: every kept or early child of the pool stopped before
+    each (a kept child holds its memory, the child of a revision retried before it too), one
+    fresh child at a time. Only what fails alone counts; its reason says it was retried. Returns the evaluations, the retried ones replaced."""
     if len(evaluators) < 2:
         return evaluations
     retried = [i for i, evaluation in enumerate(evaluations) if ran_out_of_memory(evaluation)]
     if not retried:
         return evaluations
     evaluations = list(evaluations)
-    for evaluator in evaluators:
-        evaluator.pool.close_waiting()
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()  # the parent's own cached blocks too
     for i in retried:
+        # before each one: a revision retried before it that passed alone keeps its child for
+        # the next phase, and a hog's kept child holds its memory (seen on the H200: two honest
+        # revisions retried after the hog's retry ran out of memory again, alone but for it)
+        for evaluator in evaluators:
+            evaluator.pool.close_waiting()
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # the parent's own cached blocks too
         original = evaluators[i]
 
         def heard(_fresh: Evaluator, outcome: ShapeOutcome, original: Evaluator = original) -> None:
