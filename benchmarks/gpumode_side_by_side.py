@@ -1,0 +1,258 @@
+"""GPU MODE problems in the harness and in GPU MODE's own eval.py, side by side (issue 34).
+
+For each problem directory (GPU MODE's format, kept in the ignored external/ folder):
+  1. `harness task add DIR --name NAME`, `harness register submission.py --task NAME`,
+     `harness tournament --task NAME --mode benchmark`, `harness leaderboard --format json`;
+  2. GPU MODE's eval.py as KernelBot runs it: a temporary directory holding the files that
+     task.yml's `files` names (submission.py for @SUBMISSION@), the `tests` and `benchmarks` shapes
+     written as eval.py reads them ("k: v; k: v" lines), `POPCORN_FD=3 python eval.py test|benchmark`.
+One JSON line per problem in OUT/side_by_side.jsonl, and a markdown table OUT/side_by_side.md.
+
+  python benchmarks/gpumode_side_by_side.py --out $OUT --deadline 520 \
+      external/reference-kernels/problems/helion/fp8_quant_py ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+
+def sh(
+    args: list[str], timeout: float, env: dict | None = None, cwd: str | None = None, pass_fds: tuple = ()
+) -> tuple[int | str, str]:
+    try:
+        proc = subprocess.run(
+            args,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=max(timeout, 1),
+            env=env,
+            cwd=cwd,
+            pass_fds=pass_fds,
+        )
+    except subprocess.TimeoutExpired as err:
+        out = err.stdout or b""
+        out = out.decode(errors="replace") if isinstance(out, bytes) else out
+        return "timeout", out[-2000:]
+    return proc.returncode, (proc.stdout + proc.stderr)
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def score(means: list[float], ranking_by: str) -> float | None:
+    if not means or any(m is None or m <= 0 for m in means):
+        return None
+    if ranking_by == "last":
+        return means[-1]
+    if ranking_by == "mean":
+        return sum(means) / len(means)
+    return math.exp(sum(math.log(m) for m in means) / len(means))
+
+
+def harness_side(problem: Path, name: str, budget: float, timeout: float, device: str) -> dict:
+    h = [sys.executable, "-m", "harness"]
+    result: dict = {}
+    rc, out = sh(h + ["task", "add", str(problem), "--name", name], 120)
+    result["task_add"] = "ok" if rc == 0 else f"exit {rc}: {last_line(out)}"
+    if rc != 0:
+        return result
+    submission = problem / "submission.py"
+    if submission.exists():
+        rc, out = sh(h + ["register", str(submission), "--task", name, "--lineage", f"{name}_submission"], 60)
+        if rc != 0:
+            result["register"] = f"exit {rc}: {last_line(out)}"
+    start = time.monotonic()
+    rc, out = sh(
+        h
+        + ["tournament", "--task", name, "--device", device, "--mode", "benchmark", "--budget", str(budget)],
+        timeout,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    result["tournament"] = {"exit": rc, "seconds": round(time.monotonic() - start, 1), "last": last_line(out)}
+    rc, out = sh(h + ["leaderboard", "--task", name, "--device", device, "--format", "json"], 60)
+    if rc != 0:
+        result["leaderboard"] = f"exit {rc}: {last_line(out)}"
+        return result
+    board = json.loads(out[out.index("{") :])
+    result["ranking_by"] = board.get("ranking_by")
+    result["entries"] = [
+        {
+            "lineage": e["lineage"],
+            "rank": e["rank"],
+            "status": e["status"],
+            "reason": (e.get("reason") or "")[:240],
+            "score_ms": e.get("score_ms"),
+            "gpumode_score_ms": e.get("gpumode_score_ms"),
+            "means_ms": [b.get("mean_ms") for b in e.get("benchmarks", [])],
+        }
+        for e in board["entries"]
+    ]
+    return result
+
+
+def shapes_file(shapes: list[dict], path: Path) -> None:
+    path.write_text("".join("; ".join(f"{k}: {v}" for k, v in shape.items()) + "\n" for shape in shapes))
+
+
+def popcorn(text: str) -> dict:
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def eval_side(problem: Path, spec: dict, timeout: float) -> dict:
+    files = spec.get("files") or []
+    main = (spec.get("config") or {}).get("main", "eval.py")
+    result: dict = {}
+    with tempfile.TemporaryDirectory(prefix="gpumode-eval-") as tmp:
+        work = Path(tmp)
+        for item in files:
+            src = item["source"]
+            src_path = problem / "submission.py" if src == "@SUBMISSION@" else problem / src
+            if not src_path.exists():
+                result["setup"] = f"missing {src_path}"
+                return result
+            shutil.copy(src_path, work / item["name"])
+        if not (work / main).exists():
+            result["setup"] = f"no {main} in task.yml's files"
+            return result
+        shapes_file(spec.get("tests") or [], work / "tests.txt")
+        shapes_file(spec.get("benchmarks") or [], work / "benchmarks.txt")
+        for mode, shapes in (("test", "tests.txt"), ("benchmark", "benchmarks.txt")):
+            read, write = os.pipe()
+            env = {**os.environ, "POPCORN_FD": str(write)}
+            start = time.monotonic()
+            rc, out = sh([sys.executable, main, mode, shapes], timeout, env=env, cwd=tmp, pass_fds=(write,))
+            os.close(write)
+            with os.fdopen(read) as reader:
+                fields = popcorn(reader.read())
+            entry = {"exit": rc, "seconds": round(time.monotonic() - start, 1), "check": fields.get("check")}
+            if mode == "test":
+                failed = [k for k, v in fields.items() if k.endswith(".status") and v == "fail"]
+                entry["failed"] = len(failed)
+                entry["count"] = fields.get("test-count")
+                errors = [v for k, v in fields.items() if k.endswith(".error")]
+                if errors:
+                    entry["first_error"] = errors[0][:240]
+            else:
+                count = int(fields.get("benchmark-count") or 0)
+                entry["means_ms"] = [
+                    float(fields[f"benchmark.{i}.mean"]) / 1e6 if f"benchmark.{i}.mean" in fields else None
+                    for i in range(count)
+                ]
+                errors = [v for k, v in fields.items() if k.endswith(".error")]
+                if errors:
+                    entry["first_error"] = errors[0][:240]
+            if fields.get("check") is None:
+                entry["output"] = last_line(out)
+            result[mode] = entry
+            if mode == "test" and fields.get("check") != "pass":
+                break
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("problems", nargs="+")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--deadline", type=float, default=520)
+    parser.add_argument("--budget", type=float, default=0.3)
+    parser.add_argument("--harness-timeout", type=float, default=150)
+    parser.add_argument("--eval-timeout", type=float, default=100)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--no-eval", action="store_true")
+    parser.add_argument("--no-harness", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    begin = time.monotonic()
+    rows = []
+    for directory in args.problems:
+        left = args.deadline - (time.monotonic() - begin)
+        if left < 20:
+            print(f"deadline: {directory} not run", flush=True)
+            continue
+        problem = Path(directory)
+        name = problem.name.removesuffix("_py").replace("-", "_")
+        spec = yaml.safe_load((problem / "task.yml").read_text()) if (problem / "task.yml").exists() else {}
+        row = {
+            "problem": f"{problem.parent.name}/{problem.name}",
+            "name": name,
+            "ranking_by": spec.get("ranking_by", "last (KernelBot's default)"),
+        }
+        if not args.no_harness:
+            row["harness"] = harness_side(
+                problem, name, args.budget, min(args.harness_timeout, left), args.device
+            )
+        left = args.deadline - (time.monotonic() - begin)
+        if not args.no_eval and spec and left > 20:
+            row["eval"] = eval_side(problem, spec, min(args.eval_timeout, left / 2))
+        rows.append(row)
+        with open(out / "side_by_side.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row)[:1500], flush=True)
+    table = [
+        "| problem | harness: submission.py | harness: reference | eval.py test | eval.py benchmark |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        hs = row.get("harness", {})
+        entries = hs.get("entries", [])
+
+        def show(entry):
+            if not entry:
+                return "-"
+            s = entry["status"]
+            if entry.get("score_ms"):
+                s += f" {entry['score_ms']:.4g} ms"
+            elif entry.get("reason"):
+                s += f": {entry['reason'][:90]}"
+            return s
+
+        sub = next((e for e in entries if e["lineage"].endswith("_submission")), None)
+        ref = next((e for e in entries if e["lineage"].endswith("_reference")), None)
+        harness_sub = show(sub) if entries else hs.get("task_add", "-")
+        ev = row.get("eval", {})
+        test = ev.get("test", {})
+        bench = ev.get("benchmark", {})
+        test_s = ev.get("setup") or (
+            f"{test.get('check')} ({test.get('failed')} of {test.get('count')} failed)"
+            if test.get("check")
+            else f"exit {test.get('exit')}: {test.get('output', '')[:90]}"
+        )
+        bench_s = "-"
+        if bench:
+            means = bench.get("means_ms") or []
+            ranking = row["ranking_by"] if row["ranking_by"] in ("geom", "mean", "last") else "last"
+            value = score(means, ranking)
+            bench_s = (
+                f"{bench.get('check')} {value:.4g} ms ({ranking})"
+                if value
+                else f"{bench.get('check')}: {bench.get('first_error', bench.get('output', ''))[:90]}"
+            )
+        table.append(f"| {row['problem']} | {harness_sub} | {show(ref)} | {test_s} | {bench_s} |")
+    (out / "side_by_side.md").write_text("\n".join(table) + "\n")
+    print("\n".join(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
