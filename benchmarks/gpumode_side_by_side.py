@@ -233,7 +233,7 @@ def main() -> int:
         ev = row.get("eval", {})
         test = ev.get("test", {})
         bench = ev.get("benchmark", {})
-        test_s = ev.get("setup") or (
+        test_s = "not run" if not ev else ev.get("setup") or (
             f"{test.get('check')} ({test.get('failed')} of {test.get('count')} failed)"
             if test.get("check")
             else f"exit {test.get('exit')}: {test.get('output', '')[:90]}"
