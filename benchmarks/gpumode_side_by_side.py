@@ -233,10 +233,15 @@ def main() -> int:
         ev = row.get("eval", {})
         test = ev.get("test", {})
         bench = ev.get("benchmark", {})
-        test_s = "not run" if not ev else ev.get("setup") or (
-            f"{test.get('check')} ({test.get('failed')} of {test.get('count')} failed)"
-            if test.get("check")
-            else f"exit {test.get('exit')}: {test.get('output', '')[:90]}"
+        test_s = (
+            "not run"
+            if not ev
+            else ev.get("setup")
+            or (
+                f"{test.get('check')} ({test.get('failed')} of {test.get('count')} failed)"
+                if test.get("check")
+                else f"exit {test.get('exit')}: {test.get('output', '')[:90]}"
+            )
         )
         bench_s = "-"
         if bench:
