@@ -126,11 +126,9 @@ def _data(spec) -> str:
     """task.yml's names of the data, or what running the task's generate_input and reference on
     the CPU finds (harness.checking.data_layout: an evaluation learns it the same way)."""
     if spec.data:
-        return ", ".join(spec.data) + (
-            f" (output buffer{'s' if len(spec.output_buffers) > 1 else ''}: {', '.join(spec.output_buffers)})"
-            if spec.output_buffers
-            else ""
-        )
+        buffers = spec.output_buffers
+        plural = "s" if len(buffers) > 1 else ""
+        return ", ".join(spec.data) + (f" (output buffer{plural}: {', '.join(buffers)})" if buffers else "")
     from harness.checking import data_layout  # torch, as `devices_known` loads it
 
     try:

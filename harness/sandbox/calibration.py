@@ -7,11 +7,11 @@ memory, the child rebuilding them on its device, the NaN fill, the L2 flush, the
 messages). A `Calibrator` measures that part per shape in a sandboxed child of its own whose
 candidate is the harness's: on a GPU the task's own reference, its answer returned in the output
 buffer (`noop_candidate`: so that what an honest call leaves behind is in the calibration too;
-not yet run on a GPU; with several buffers, as the reference returns it), on the CPU a bare no-op (`bare_noop_candidate`; issue 28: with the
-reference there, the calibration's harness share ran longer than that of a candidate hiding the
-convolution in the NaN fill, and let it through on a smoke shape; with the bare no-op an honest
-CPU candidate's brackets run 0.3-0.6 ms longer than the calibration's, which its score then
-carries). It runs only harness code (and the task's reference), so a candidate cannot make it
+not yet run on a GPU; with several buffers, as the reference returns it), on the CPU a bare
+no-op (`bare_noop_candidate`; issue 28: with the reference there, the calibration's harness
+share ran longer than that of a candidate hiding the convolution in the NaN fill, and let it
+through on a smoke shape; with the bare no-op an honest CPU candidate's brackets run 0.3-0.6 ms
+longer than the calibration's, which its score then carries). It runs only harness code (and the task's reference), so a candidate cannot make it
 slower to hide work in the difference, and its own clock of each call is trusted; it is timed like any candidate (every other child stopped), on inputs of the shape
 made as the candidate's are (the task's generate_input, in the parent: warm-up on one seed, then
 a fresh seed per timed call), and the least of its timed calls' brackets less the call as its
@@ -66,10 +66,10 @@ def noop_candidate(task: TaskSpec, outputs: tuple[Key, ...]) -> bytes:
     """The harness's calibration candidate for `task`: it runs the task's own reference
     (`ref_kernel`, from the reference.py beside every submission) and returns its answer in the
     output buffer (a copy) when it has the buffer's shape, else as it is (with several buffers,
-    which the reference writes into, always as it is). So the calibrated calls
-    do what an honest candidate's do around the call (thread pools woken, caches churned, an
-    output of the buffer's kind exported and NaN-filled) on harness code only, and the child's
-    own clock of each call is trusted: the harness's cost is each bracket less that clock."""
+    which the reference writes into, always as it is). So the calibrated calls do what an honest
+    candidate's do around the call (thread pools woken, caches churned, an output of the buffer's
+    kind exported and NaN-filled) on harness code only, and the child's own clock of each call is
+    trusted: the harness's cost is each bracket less that clock."""
     code = f"from reference import ref_kernel\ndef {task.entry_point}(data):\n    result = ref_kernel(data)\n"
     if len(outputs) == 1:
         code += (
