@@ -76,7 +76,7 @@ def main() -> None:
     writer, reader = InputsWriter(memfd, cuda=device == "cuda"), SharedBuffer(memfd, cuda=device == "cuda")
     items = timed(
         "parent: write the inputs into the memfd",
-        lambda: writer.write(case.data, layout.output),
+        lambda: writer.write(case.data, layout.outputs),
         repeats,
         device,
         results,

@@ -244,15 +244,15 @@ _layouts_lock = threading.Lock()
 
 
 def data_layout(task: TaskSpec, device: str, data: object = None, shape: Shape | None = None) -> DataLayout:
-    """Where the task's output buffer is in its data: named by task.yml (`harness: data`,
+    """Where the task's output buffers are in its data: named by task.yml (`harness: data`,
     `output_buffer`), or else learned in this process by running generate_input and the reference
     on a copy of its data (harness.tasks.layout; the task's errors as a reference case's:
     `task_code_errors`), once per task version and structure of the data (`structure`: a tuple
     built in a loop may be longer for another shape). For `data` (made for `shape`, the first
     smoke shape when not given) the layout of data like it; without, the first smoke shape's."""
     if task.data:
-        output = task.data.index(task.output_buffer) if task.output_buffer is not None else None
-        return DataLayout(output=output, names=tuple(task.data))
+        outputs = tuple(task.data.index(name) for name in task.output_buffers)
+        return DataLayout(outputs=outputs, names=tuple(task.data))
     version = (task.name, task.version, task.files_sha256, str(task.directory))
     wanted = None if data is None else structure(data)
     with _layouts_lock:
@@ -267,7 +267,7 @@ def data_layout(task: TaskSpec, device: str, data: object = None, shape: Shape |
             if wanted not in learned:
                 raise HarnessError(
                     f"task {task.name}'s data is laid out otherwise than on {probe.label()}, where "
-                    "its output buffer was learned"
+                    "its output buffers were learned"
                 )
         return learned[wanted]
 
@@ -299,7 +299,7 @@ def reference_case(
                 device,
                 exact_now=exact_now,
                 exact_answer=task.exact_answer,
-                clone_inputs=lambda data: data_layout(task, device, data, shape).output is None,
+                clone_inputs=lambda data: not data_layout(task, device, data, shape).outputs,
             )
         elif exact_now and slot.case.exact() is not None:
             slot.case.scale()

@@ -126,16 +126,16 @@ def _data(spec) -> str:
     """task.yml's names of the data, or what running the task's generate_input and reference on
     the CPU finds (harness.checking.data_layout: an evaluation learns it the same way)."""
     if spec.data:
-        return ", ".join(spec.data) + (
-            f" (output buffer: {spec.output_buffer})" if spec.output_buffer else ""
-        )
+        buffers = spec.output_buffers
+        plural = "s" if len(buffers) > 1 else ""
+        return ", ".join(spec.data) + (f" (output buffer{plural}: {', '.join(buffers)})" if buffers else "")
     from harness.checking import data_layout  # torch, as `devices_known` loads it
 
     try:
         layout = data_layout(spec, "cpu")
     except HarnessError as exc:
-        return f"as generate_input returns it; its output buffer is learned when first run ({exc})"
-    found = "no output buffer" if layout.output is None else f"output buffer {layout.describe(layout.output)}"
+        return f"as generate_input returns it; its output buffers are learned when first run ({exc})"
+    found = layout.describe_outputs()
     return f"as generate_input returns it; {found} (found by running it and the reference on the CPU)"
 
 

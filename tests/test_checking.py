@@ -444,7 +444,7 @@ def test_inputs_travel_to_the_child_as_raw_bytes_in_the_parents_memfd_never_the_
 
     from harness.errors import HarnessError
     from harness.sandbox.protocol import REQUEST, CheckRequest, OutputBufferItem, TensorItem
-    from harness.sandbox.transfer import InputsWriter, SharedBuffer, output_key, read_inputs, tensor_inputs
+    from harness.sandbox.transfer import InputsWriter, SharedBuffer, output_keys, read_inputs, tensor_inputs
     from harness.sandbox.workspace import create_shared_memory
 
     weights = torch.randn(3, 5).t()  # dense, not contiguous
@@ -467,7 +467,7 @@ def test_inputs_travel_to_the_child_as_raw_bytes_in_the_parents_memfd_never_the_
     )
     fd = create_shared_memory("harness-inputs")
     writer = InputsWriter(fd, cuda=False)
-    items = writer.write(data, output_key=12)
+    items = writer.write(data, output_keys=(12,))
     assert isinstance(items[12], OutputBufferItem) and isinstance(items[13], TensorItem)
     assert items[1].stride == [1, 5] and items[2].stride is None
     assert all(item.offset % 256 == 0 for item in items if isinstance(item, TensorItem))
@@ -492,31 +492,38 @@ def test_inputs_travel_to_the_child_as_raw_bytes_in_the_parents_memfd_never_the_
         assert nested[:2] == (1, (2.0, "x")) and isinstance(nested[2], list) and nested[2][0] == 3
         assert nested[2][1]["scale"] == 0.5 and torch.equal(nested[2][1]["bias"], torch.ones(2))
         assert rebuilt[12].shape == (2, 2) and bool(rebuilt[12].isnan().all())
-        assert output_key(request.data) == 12  # the child finds the buffer in the items
-        assert tensor_inputs(rebuilt, 12) == [0, 1, 2, 3, 4, 5, 13]
+        assert output_keys(request.data) == (12,)  # the child finds the buffer in the items
+        assert tensor_inputs(rebuilt, (12,)) == [0, 1, 2, 3, 4, 5, 13]
         rebuilt[0].fill_(0)
         assert not torch.equal(read_inputs(request.data, reader, "cpu")[0], rebuilt[0]), (
             "a copy, not the memfd"
         )
         # a second, larger tuple grows the memfd; the child maps it anew
         bigger = (torch.randn(4096), 1)
-        rebuilt = read_inputs(writer.write(bigger, output_key=None), reader, "cpu")
+        rebuilt = read_inputs(writer.write(bigger, output_keys=()), reader, "cpu")
         assert torch.equal(rebuilt[0], bigger[0]) and rebuilt[1] == 1
         # a dict's output buffer, by its key
         mapping = {"x": torch.randn(3), "out": torch.full((3,), 42.0), "scale": 2}
-        items = writer.write(mapping, output_key="out")
+        items = writer.write(mapping, output_keys=("out",))
         rebuilt = read_inputs(items, reader, "cpu")
-        assert output_key(items) == "out" and bool(rebuilt["out"].isnan().all())
+        assert output_keys(items) == ("out",) and bool(rebuilt["out"].isnan().all())
         assert torch.equal(rebuilt["x"], mapping["x"]) and rebuilt["scale"] == 2
-        assert tensor_inputs(rebuilt, "out") == ["x"]
+        assert tensor_inputs(rebuilt, ("out",)) == ["x"]
+        # several output buffers (helion's fp8_quant: values and scales), neither's bytes travel
+        quantised = (torch.randn(8), torch.full((8,), 7, dtype=torch.int8), torch.full((2,), 42.0))
+        items = writer.write(quantised, output_keys=(1, 2))
+        rebuilt = read_inputs(items, reader, "cpu")
+        assert output_keys(items) == (1, 2) and isinstance(items[0], TensorItem)
+        assert not rebuilt[1].any() and bool(rebuilt[2].isnan().all())
+        assert torch.equal(rebuilt[0], quantised[0]) and tensor_inputs(rebuilt, (1, 2)) == [0]
     finally:
         reader.close()
         writer.close()
         os.close(child_fd)
         os.close(fd)
     with pytest.raises(HarnessError, match=r"item 1\[0\] is a object: only tensors"):
-        InputsWriter(create_shared_memory("x"), cuda=False).write((1, (object(),)), output_key=None)
+        InputsWriter(create_shared_memory("x"), cuda=False).write((1, (object(),)), output_keys=())
     with pytest.raises(HarnessError, match="complex"):
         InputsWriter(create_shared_memory("x"), cuda=False).write(
-            (torch.zeros(2, dtype=torch.complex128),), None
+            (torch.zeros(2, dtype=torch.complex128),), ()
         )

@@ -5,7 +5,7 @@ own protocol (two entry points), a reference importing a module this machine lac
 larger than the machine's memory. Each ends in a result or one line, never a traceback.
 
 The problems in tests/data/gpumode_problems/ (cholesky_py, tupleout_py, twoentry_py,
-missingmodule_py, hugeshape_py) were written for these tests in GPU MODE's format."""
+missingmodule_py, hugeshape_py, twobuffers_py) were written for these tests in GPU MODE's format."""
 
 from __future__ import annotations
 
@@ -284,6 +284,52 @@ def test_an_output_buffer_in_a_dict_is_learned_and_its_other_tensors_are_inputs(
     assert "input data['x'] was modified (" in entries["modifies"]["reason"]
     assert entries["untouched"]["status"] == "wrong_answer"
     assert "input" not in entries["untouched"]["reason"]
+
+
+def test_several_output_buffers_are_learned_and_the_inputs_still_checked(harness):
+    """twobuffers_py's data is (x, q_out, s_out), as helion's fp8_quant's: its reference writes
+    into both buffers and returns them, so both are output buffers (the child gets them emptied,
+    never the reference's answer: a submission returning them untouched fails), and x is an
+    input. Answering in the buffers or with new tensors passes; a scale left unwritten fails, and
+    so does scaling x in place on the way to right answers."""
+    problem = PROBLEMS / "twobuffers_py"
+    ok(harness("task", "add", problem))
+    shown = ok(harness("task", "show", "twobuffers"))
+    assert "data: as generate_input returns it; output buffers data[1], data[2] (found by running" in shown
+    for kind in ("correct", "fresh", "wrong", "modifies"):
+        register(harness, problem / "solutions" / f"{kind}.py", "twobuffers", kind)
+    register(harness, problem / "untouched.py", "twobuffers", "untouched")
+    result = harness(
+        "tournament", "--task", "twobuffers", "--device", "cpu", "--mode", "benchmark", timeout=900
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    entries = board(harness, "twobuffers")
+    ranked = {name for name, entry in entries.items() if entry["rank"] is not None}
+    assert ranked == {"twobuffers_reference", "correct", "fresh"}, entries
+    assert entries["correct"]["status"] == entries["fresh"]["status"] == "pass"
+    assert entries["wrong"]["status"] == "wrong_answer"
+    assert entries["wrong"]["reason"].endswith("GPU MODE check: scales differ"), entries["wrong"]["reason"]
+    assert entries["modifies"]["status"] == "wrong_answer"
+    assert "input data[0] was modified (" in entries["modifies"]["reason"], entries["modifies"]["reason"]
+    assert entries["untouched"]["status"] == "wrong_answer"
+    assert "input" not in entries["untouched"]["reason"], entries["untouched"]["reason"]
+
+
+def test_the_layout_of_two_output_buffers_is_learned_by_running_the_reference():
+    """learn_layout on twobuffers_py: the reference writes into q_out (int8) and s_out (float32)
+    and returns them, both buffers; x is the one tensor input."""
+    from harness.tasks import load_reference
+    from harness.tasks.layout import learn_layout
+    from harness.tasks.problem import load_problem
+    from harness.tasks.spec import generate_inputs
+
+    task = load_problem(PROBLEMS / "twobuffers_py", "twobuffers")
+    shape, reference = task.smoke[0], load_reference(task)
+    layout = learn_layout(reference, shape.parameters, shape.seed, "cpu")
+    assert layout.outputs == (1, 2)
+    assert layout.tensor_inputs(generate_inputs(reference, shape.parameters, shape.seed, "cpu")) == [0]
+    assert layout.describe_outputs() == "output buffers data[1], data[2]"
 
 
 def test_shapes_whose_parameters_hold_lists(harness):

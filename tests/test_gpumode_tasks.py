@@ -367,7 +367,7 @@ def test_the_calibration_no_op_takes_only_a_known_dtype_and_whole_sizes():
     from harness.tasks import load_task
 
     task = load_task("conv2d_v2")
-    code = returning_candidate(task, ("torch.float64", (2, 3)), 2).decode()
+    code = returning_candidate(task, ("torch.float64", (2, 3)), (2,)).decode()
     assert "torch.empty((2, 3), dtype=torch.float64, device=device)" in code
     namespace: dict = {}
     exec(compile(code, "<no-op>", "exec"), namespace)  # noqa: S102 - the harness's own code
@@ -381,7 +381,7 @@ def test_the_calibration_no_op_takes_only_a_known_dtype_and_whole_sizes():
         ("torch.float32", (True,)),
     ]:
         with pytest.raises(HarnessError, match="cannot calibrate an output"):
-            returning_candidate(task, kind, 2)
+            returning_candidate(task, kind, (2,))
 
 
 def test_the_reference_runs_only_in_the_parent_and_the_child_gets_its_inputs_as_bytes(harness, store_url):
@@ -458,7 +458,7 @@ def test_the_calibrated_kind_is_the_smallest_written_output_by_its_dtype_and_sha
     from harness.sandbox.calibration import calibrated_kind
     from harness.wire import TensorInfo
 
-    output = 2  # conv2d_v2's output buffer
+    output = (2,)  # conv2d_v2's output buffer
     data = (torch.zeros(1), torch.zeros(1), torch.zeros(2, 3))  # the output buffer: float32 (2, 3)
 
     def info(dtype: str, shape: list[int], nbytes: int, written: bool = True) -> TensorInfo:
@@ -475,3 +475,19 @@ def test_the_calibrated_kind_is_the_smallest_written_output_by_its_dtype_and_sha
     unreadable = [info("torch.complex64", [1], 8), info("torch.float64", [1], 8, written=False)]
     assert calibrated_kind(output, data, unreadable) is None
     assert calibrated_kind(output, data, [*unreadable, large]) == ("torch.float64", (100, 100))
+    # with several buffers the no-op returns them together (as helion's fp8_quant's reference
+    # does): a candidate's output of one tensor is calibrated by a no-op returning its kind
+    assert calibrated_kind((1, 2), data, [info("torch.float32", [2, 3], 24)]) == ("torch.float32", (2, 3))
+    assert calibrated_kind((1, 2), data, []) is None
+
+
+def test_the_bare_calibration_no_op_returns_every_output_buffer():
+    from harness.sandbox.calibration import bare_noop_candidate
+    from harness.tasks import load_task
+
+    task = load_task("conv2d_v2")
+    namespace: dict = {}
+    exec(compile(bare_noop_candidate(task, (1, 2)), "<no-op>", "exec"), namespace)  # noqa: S102 - the harness's own code
+    data = (torch.zeros(1), torch.ones(2), torch.ones(3))
+    returned = namespace[task.entry_point](data)
+    assert returned[0] is data[1] and returned[1] is data[2]

@@ -38,7 +38,7 @@ def test_conv2d_v2_is_known_and_copies_gpu_modes_shapes():
     assert CONV2D.ranking_by == "geom" and CONV2D.gpumode_ranking_by == "last"
     assert CONV2D.reference_candidate == "conv2d_v2_reference.py"
     layout = checking.data_layout(CONV2D, "cpu")  # named by its task.yml
-    assert (layout.output, layout.names) == (2, ("input", "kernel", "output"))
+    assert (layout.outputs, layout.names) == ((2,), ("input", "kernel", "output"))
 
 
 def test_smoke_shapes_are_small_and_distinct_in_seed():
@@ -94,11 +94,25 @@ def test_a_problem_directory_elsewhere_loads_with_its_files_in_it(tmp_path: Path
     )
 
 
+def test_task_yml_names_one_output_buffer_or_several(tmp_path: Path):
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    one = load_problem(_write_problem(tmp_path / "one", {"output_buffer": "output"}), "conv2d_copy")
+    several = load_problem(
+        _write_problem(tmp_path / "two", {"output_buffer": ["kernel", "output"]}), "conv2d_copy"
+    )
+    assert checking.data_layout(one, "cpu").outputs == (2,)
+    assert checking.data_layout(several, "cpu").outputs == (1, 2)
+    assert checking.data_layout(several, "cpu").describe_outputs() == "output buffers 'kernel', 'output'"
+
+
 @pytest.mark.parametrize(
     ("changes", "harness", "message"),
     [
         ({}, {"tolerance": {"rtol": "tight", "atol": 1e-3}}, "rtol"),
         ({}, {"output_buffer": "result"}, "output_buffer 'result'"),
+        ({}, {"output_buffer": ["output", "result"]}, "output_buffer 'result'"),
+        ({}, {"output_buffer": ["output", "output"]}, "names an item twice"),
         ({}, {"ranking_by": "best"}, "ranking_by"),
         ({"tests": [{"size": 32}]}, {}, "seed"),
         ({"tests": [{"size": {"rows": 2}, "seed": 1}]}, {}, "size"),
@@ -189,58 +203,65 @@ def _reference(source: str) -> types.ModuleType:
 
 
 @pytest.mark.parametrize(
-    ("generate", "reference", "output"),
+    ("generate", "reference", "outputs"),
     [
         # returned: a buffer made by zeros, written and returned
         (
             "return (torch.ones(3, device=device), torch.zeros(3, device=device))",
             "x, out = data\n    out.copy_(x * 2)\n    return out",
-            1,
+            (1,),
         ),
         # written without being returned, in a list built in a loop
         (
             "items = []\n    for _ in range(3):\n        items.append(torch.ones(2, device=device))\n    return items",
             "data[1].fill_(5)\n    return 0",
-            1,
+            (1,),
         ),
         # left alone by the reference: the item made empty and never written
         (
             "a = torch.empty(4, device=device).uniform_()\n    b = torch.empty_like(a)\n    return a, b",
             "return data[0] * 2",
-            1,
+            (1,),
         ),
         # no buffer: every item an input
-        ("return torch.ones(2, device=device), 3", "return data[0] + data[1]", None),
+        ("return torch.ones(2, device=device), 3", "return data[0] + data[1]", ()),
         # a dict's key
         (
             "return {'x': torch.ones(2, device=device), 'out': torch.empty(2, device=device)}",
             "torch.neg(data['x'], out=data['out'])\n    return data['out']",
-            "out",
+            ("out",),
         ),
         # one tensor: never a buffer
-        ("return torch.ones(2, device=device)", "data.zero_()\n    return data", None),
+        ("return torch.ones(2, device=device)", "data.zero_()\n    return data", ()),
     ],
 )
 def test_the_output_buffer_is_learned_by_calling_generate_input_and_the_reference(
-    generate, reference, output
+    generate, reference, outputs
 ):
     from harness.tasks.layout import learn_layout
 
     module = _reference(
         f"def generate_input(seed, device):\n    {generate}\n\ndef ref_kernel(data):\n    {reference}\n"
     )
-    assert learn_layout(module, {}, 1, "cpu").output == output
+    assert learn_layout(module, {}, 1, "cpu").outputs == outputs
 
 
-def test_a_reference_that_writes_into_two_items_leaves_the_buffer_for_task_yml_to_name():
+def test_every_item_the_reference_returns_or_writes_into_is_an_output_buffer():
+    """GPU MODE's protocol allows several preallocated buffers (helion's fp8_quant: values and
+    scales): each item the reference writes into or returns is one, the rest are inputs, and an
+    empty item it answers in wins over one it leaves alone."""
     from harness.tasks.layout import learn_layout
 
     module = _reference(
-        "def generate_input(seed, device):\n    return torch.ones(2), torch.ones(2)\n\n"
-        "def ref_kernel(data):\n    data[0].zero_()\n    data[1].zero_()\n    return data[1]\n"
+        "def generate_input(seed, device):\n"
+        "    return torch.ones(4), torch.empty(4, dtype=torch.int8), torch.empty(2), torch.empty(3)\n\n"
+        "def ref_kernel(data):\n    data[1].fill_(1)\n    torch.neg(data[0][:2], out=data[2])\n"
+        "    return data[1], data[2]\n"
     )
-    with pytest.raises(HarnessError, match=r"writes into data\[0\], data\[1\]: name the output buffer"):
-        learn_layout(module, {}, 1, "cpu")
+    layout = learn_layout(module, {}, 1, "cpu")
+    assert layout.outputs == (1, 2)
+    assert layout.tensor_inputs(module.generate_input(1, "cpu")) == [0, 3]
+    assert layout.describe_outputs() == "output buffers data[1], data[2]"
 
 
 def test_shapes_hold_lists_with_compact_labels_and_stable_keys():

@@ -7,11 +7,11 @@ memory, the child rebuilding them on its device, the NaN fill, the L2 flush, the
 messages). A `Calibrator` measures that part per shape in a sandboxed child of its own whose
 candidate is the harness's: on a GPU the task's own reference, its answer returned in the output
 buffer (`noop_candidate`: so that what an honest call leaves behind is in the calibration too;
-not yet run on a GPU), on the CPU a bare no-op (`bare_noop_candidate`; issue 28: with the
-reference there, the calibration's harness share ran longer than that of a candidate hiding the
-convolution in the NaN fill, and let it through on a smoke shape; with the bare no-op an honest
-CPU candidate's brackets run 0.3-0.6 ms longer than the calibration's, which its score then
-carries). It runs only harness code (and the task's reference), so a candidate cannot make it
+not yet run on a GPU; with several buffers, as the reference returns it), on the CPU a bare
+no-op (`bare_noop_candidate`; issue 28: with the reference there, the calibration's harness
+share ran longer than that of a candidate hiding the convolution in the NaN fill, and let it
+through on a smoke shape; with the bare no-op an honest CPU candidate's brackets run 0.3-0.6 ms
+longer than the calibration's, which its score then carries). It runs only harness code (and the task's reference), so a candidate cannot make it
 slower to hide work in the difference, and its own clock of each call is trusted; it is timed like any candidate (every other child stopped), on inputs of the shape
 made as the candidate's are (the task's generate_input, in the parent: warm-up on one seed, then
 a fresh seed per timed call), and the least of its timed calls' brackets less the call as its
@@ -49,41 +49,45 @@ CALIBRATION_RULE = StoppingRule(min_runs=10, max_runs=10)  # its least bracket l
 CALIBRATION_WARMUP_CALLS = 2  # the first export allocates its pinned buffer
 
 
-def _returned_code(output: Key | None) -> str:
-    """The no-op's returned item as code: the output buffer (at its key in the data), or for data
+def _returned_code(outputs: tuple[Key, ...]) -> str:
+    """The no-op's returned item as code: the output buffer (at its key in the data), a tuple of
+    the output buffers where there are several (helion's fp8_quant returns its two), or for data
     without one its first item; data that is not a tuple (one tensor, a dict) whole."""
-    if isinstance(output, int):  # the last item where a shape's tuple is shorter (built in a loop)
-        return f"(data[{output}] if len(data) > {output} else data[-1])"
-    if output is not None:
-        return f"data[{output!r}]"
+    if len(outputs) > 1:
+        return "(" + ", ".join(_returned_code((output,)) for output in outputs) + ")"
+    if outputs and isinstance(outputs[0], int):  # or the last where a shape's tuple is shorter (a loop's)
+        return f"(data[{outputs[0]}] if len(data) > {outputs[0]} else data[-1])"
+    if outputs:
+        return f"data[{outputs[0]!r}]"
     return "(data[0] if isinstance(data, (tuple, list)) else data)"
 
 
-def noop_candidate(task: TaskSpec, output: Key | None) -> bytes:
+def noop_candidate(task: TaskSpec, outputs: tuple[Key, ...]) -> bytes:
     """The harness's calibration candidate for `task`: it runs the task's own reference
     (`ref_kernel`, from the reference.py beside every submission) and returns its answer in the
-    output buffer (a copy) when it has the buffer's shape, else as it is. So the calibrated calls
-    do what an honest candidate's do around the call (thread pools woken, caches churned, an
-    output of the buffer's kind exported and NaN-filled) on harness code only, and the child's
-    own clock of each call is trusted: the harness's cost is each bracket less that clock."""
+    output buffer (a copy) when it has the buffer's shape, else as it is (with several buffers,
+    which the reference writes into, always as it is). So the calibrated calls do what an honest
+    candidate's do around the call (thread pools woken, caches churned, an output of the buffer's
+    kind exported and NaN-filled) on harness code only, and the child's own clock of each call is
+    trusted: the harness's cost is each bracket less that clock."""
     code = f"from reference import ref_kernel\ndef {task.entry_point}(data):\n    result = ref_kernel(data)\n"
-    if output is not None:
+    if len(outputs) == 1:
         code += (
-            f"    buffer = {_returned_code(output)}\n"
+            f"    buffer = {_returned_code(outputs)}\n"
             "    if getattr(result, 'shape', None) == buffer.shape and result.dtype == buffer.dtype:\n"
             "        return buffer.copy_(result)\n"
         )
     return (code + "    return result\n").encode()
 
 
-def bare_noop_candidate(task: TaskSpec, output: Key | None) -> bytes:
+def bare_noop_candidate(task: TaskSpec, outputs: tuple[Key, ...]) -> bytes:
     """The fallback when the task's reference cannot serve as the calibration candidate (it fails
-    to import or to run in a child): returns the output buffer (or, for a task without one, its
-    first input) as it finds it."""
-    return f"def {task.entry_point}(data):\n    return {_returned_code(output)}\n".encode()
+    to import or to run in a child): returns the output buffer, or a tuple of the buffers (or,
+    for a task without one, its first input) as it finds it."""
+    return f"def {task.entry_point}(data):\n    return {_returned_code(outputs)}\n".encode()
 
 
-def returning_candidate(task: TaskSpec, returns: Returned, output: Key | None) -> bytes:
+def returning_candidate(task: TaskSpec, returns: Returned, outputs: tuple[Key, ...]) -> bytes:
     """A no-op for `task` that returns a tensor of `returns` (dtype, shape), made at its first
     call on the device of the data, and the same tensor at every later call. Only a dtype of
     harness.sandbox.transfer and whole numbers go into the code."""
@@ -97,7 +101,7 @@ def returning_candidate(task: TaskSpec, returns: Returned, output: Key | None) -
         "_made = []\n"
         f"def {task.entry_point}(data):\n"
         "    if not _made:\n"
-        f"        returned = {_returned_code(output)}\n"
+        f"        returned = {_returned_code(outputs[:1])}\n"
         "        device = returned.device if isinstance(returned, torch.Tensor) else 'cpu'\n"
         f"        _made.append(torch.empty({tuple(shape)!r}, dtype={dtype}, device=device))\n"
         "    return _made[0]\n"
@@ -107,10 +111,12 @@ def returning_candidate(task: TaskSpec, returns: Returned, output: Key | None) -
 Returned = tuple[str, tuple[int, ...]]  # a timed output's dtype (as str(torch.dtype)) and shape
 
 
-def calibrated_kind(output: Key | None, data: object, outputs: Iterable[TensorInfo]) -> Returned | None:
+def calibrated_kind(buffers: tuple[Key, ...], data: object, outputs: Iterable[TensorInfo]) -> Returned | None:
     """The kind of output the no-op returns when calibrating a shape whose timed outputs were
     `outputs` (what the child said of each): the smallest of their kinds, or None (what
-    `noop_candidate` returns, the output buffer of `data`) when that is the buffer's kind.
+    `noop_candidate` returns, the output buffer at `buffers` of `data`) when that is the buffer's
+    kind (with several buffers the no-op returns them together: outputs of several parts have no
+    kind, and so are None too).
     Only outputs the child wrote, of a dtype the parent reads, count; their sizes are worked out
     from dtype and shape, not taken from the child's word."""
     import torch
@@ -125,8 +131,10 @@ def calibrated_kind(output: Key | None, data: object, outputs: Iterable[TensorIn
     if not kinds:
         return None
     smallest = min(kinds, key=lambda kind: (DTYPES[kind[0]].itemsize * math.prod(kind[1]), kind))
-    if output is not None:
-        returned = data[output] if isinstance(data, tuple | list | dict) else None
+    if len(buffers) > 1:
+        returned = None
+    elif buffers:
+        returned = data[buffers[0]] if isinstance(data, tuple | list | dict) else None
     else:
         returned = data[0] if isinstance(data, tuple | list) and data else None
     if isinstance(returned, torch.Tensor) and smallest == (str(returned.dtype), tuple(returned.shape)):
@@ -168,18 +176,18 @@ class Calibrator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _output(self) -> Key | None:
-        """The output buffer's key in the task's data on its first smoke shape: learned by running
+    def _outputs(self) -> tuple[Key, ...]:
+        """The output buffers' keys in the task's data on its first smoke shape: learned by running
         the task's code in the parent the first time (harness.checking.data_layout). A task whose
         data is laid out otherwise on another shape (a tuple built in a loop) is calibrated with
         the no-op returning that item or the last (`_returned_code`): the cost measured is the
         harness's all the same."""
-        return data_layout(self.task, self.device).output
+        return data_layout(self.task, self.device).outputs
 
     def _noop_child(self) -> ChildProcess:
         if self.child is None:
             candidate = bare_noop_candidate if self.bare else noop_candidate
-            self.child = self._child(candidate(self.task, self._output()))
+            self.child = self._child(candidate(self.task, self._outputs()))
         return self.child
 
     def spawn(self) -> None:
@@ -222,7 +230,7 @@ class Calibrator:
         if self.child is not None:
             self.child.close()
         self.bare, self.spawned = True, False
-        self.child = self._child(bare_noop_candidate(self.task, self._output()))
+        self.child = self._child(bare_noop_candidate(self.task, self._outputs()))
         return self._measure_once(shape, output_bytes, returns)
 
     def _measure_once(self, shape: Shape, output_bytes: int, returns: Returned | None) -> float:
@@ -231,7 +239,7 @@ class Calibrator:
             self.spawn()
         else:
             if returns not in self.children:
-                self.children[returns] = self._child(returning_candidate(self.task, returns, self._output()))
+                self.children[returns] = self._child(returning_candidate(self.task, returns, self._outputs()))
                 self.children[returns].spawn()
             child = self.children[returns]
 

@@ -563,7 +563,7 @@ class Worker:
         self.shared_output = None  # transfer.SharedBuffer over output_fd, made on the first timing
         self.inputs_fd = inputs_fd
         self.inputs = None  # transfer.SharedBuffer over inputs_fd, made at the start
-        self.output_key: int | str | None = None  # the output buffer's place in the data handed over
+        self.output_keys: tuple[int | str, ...] = ()  # the output buffers' places in the data handed over
         self.autotuners = Autotuners()
         self.called = False
         self.handlers = {CheckRequest: self.check, TimeRequest: self.time}
@@ -672,27 +672,34 @@ class Worker:
         """The data tuple the parent handed over in the inputs memory, on this child's device
         (a GPU's copy from the host here, outside any timed region)."""
         data = self.transfer.read_inputs(items, self.inputs, self.hello.device)
-        self.output_key = self.transfer.output_key(items)
+        self.output_keys = self.transfer.output_keys(items)
         self.synchronize()
         return data
 
     def fill_output_buffer(self, data: object) -> None:
-        key = self.output_key
-        if key is not None and isinstance(data, tuple | list | dict) and data[key].is_floating_point():
-            data[key].fill_(float("nan"))
+        """Each output buffer emptied before a call: NaN for a floating dtype, zeros otherwise (as
+        `transfer.read_inputs` makes them), so that no call finds an answer left in one."""
+        if not isinstance(data, tuple | list | dict):
+            return
+        for key in self.output_keys:
+            buffer = data[key]
+            if buffer.is_floating_point():
+                buffer.fill_(float("nan"))
+            else:
+                buffer.zero_()
 
     def check(self, request: CheckRequest) -> CheckReply:
-        """One call on the parent's inputs. The output buffer is NaN before the call; afterwards
+        """One call on the parent's inputs. The output buffers are NaN before the call; afterwards
         the returned object goes to a file for the parent, every input tensor is described and
         compared bit for bit with a copy taken before the call, then the returned tensor and the
-        buffer are overwritten with NaN so that no later call finds this answer in memory."""
+        buffers are overwritten with NaN so that no later call finds this answer in memory."""
         reply = CheckReply(token=self.hello.token, id=request.id)
         if request.forget_tuning:
             self.autotuners.scan()
             self.autotuners.forget()
         data = self.make_inputs(request.data)
         self.fill_output_buffer(data)
-        counted = self.transfer.tensor_inputs(data, self.output_key)
+        counted = self.transfer.tensor_inputs(data, self.output_keys)
         item = self.transfer.data_item
         before = [item(data, index).detach().clone() for index in counted]
         self.autotuners.force(request.autotune_config)
@@ -752,12 +759,12 @@ class Worker:
         )
 
     def inputs_of(self, data: object) -> list[object]:
-        """The data's inputs: every item of a tuple, list or dict but the output buffer; other data
+        """The data's inputs: every item of a tuple, list or dict but the output buffers; other data
         (one tensor) is one input."""
         if isinstance(data, tuple | list):
-            return [item for index, item in enumerate(data) if index != self.output_key]
+            return [item for index, item in enumerate(data) if index not in self.output_keys]
         if isinstance(data, dict):
-            return [item for key, item in data.items() if key != self.output_key]
+            return [item for key, item in data.items() if key not in self.output_keys]
         return [data]
 
     def time(self, request: TimeRequest) -> TimeReply:
@@ -768,7 +775,7 @@ class Worker:
         timed call the child asks the parent for that call's inputs and rebuilds them on its
         device, outside the timed region (the parent draws a fresh seed for every timed call, in
         every mode; were it to say they are the call before's, the same tensors would serve
-        again). The output buffer is NaN
+        again). The output buffers are NaN
         before each call; every timed call's output goes to the shared buffer or a file for the
         parent to check and is then overwritten with NaN, and a `CallDone` tells the parent that
         the call is over (its deadline is per call, and its clock brackets each call from handing

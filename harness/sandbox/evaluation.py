@@ -829,7 +829,9 @@ class Evaluator:
         else:
             flags = [flag for flag in reply.flags if flag == TIMING_MISMATCH]
             calibrated = calibrated_kind(
-                checking.data_layout(self.task, self.device, check_case.data).output, check_case.data, outputs
+                checking.data_layout(self.task, self.device, check_case.data).outputs,
+                check_case.data,
+                outputs,
             )
             harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated, again=later)
             verdict = host_clock_verdict(times, parent_ms, harness_ms)
@@ -905,7 +907,7 @@ class Evaluator:
                 exact_now=False,
                 exact_answer=self.task.exact_answer,
                 clone_inputs=lambda data: (
-                    checking.data_layout(self.task, self.device, data, shape).output is None
+                    not checking.data_layout(self.task, self.device, data, shape).outputs
                 ),
             )
             self._timed_case = (key, case)

@@ -52,7 +52,7 @@ class TensorItem(Message):
 
 
 class OutputBufferItem(Message):
-    """The task's output buffer: its bytes never travel (the reference may have written its
+    """One of the task's output buffers: its bytes never travel (the reference may have written its
     answer there); the child makes it empty, NaN for a floating dtype and zeros otherwise."""
 
     kind: Literal["output_buffer"] = "output_buffer"

@@ -529,11 +529,11 @@ class ChildProcess:
 
     def lay_out_inputs(self, data: tuple):
         """`transfer.lay_out_inputs` for this task: the items, and where each tensor goes (the output
-        buffer where the task's data layout puts it: harness.checking.data_layout)."""
+        buffers where the task's data layout puts them: harness.checking.data_layout)."""
         from harness.checking import data_layout  # torch: not before the spawn
         from harness.sandbox.transfer import lay_out_inputs
 
-        return lay_out_inputs(data, data_layout(self.task, self.device, data).output)
+        return lay_out_inputs(data, data_layout(self.task, self.device, data).outputs)
 
     def copy_inputs(self, data: tuple, laid_out, phase: str = "a call") -> None:
         """The bytes of a laid-out data tuple into the child's inputs memory (grown first by

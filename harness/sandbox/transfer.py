@@ -19,9 +19,9 @@ data tuple's tensors (C order) into a memfd the parent created, sized and grown 
 and describes the tuple in typed items (`harness.sandbox.protocol.DataItem`: dtype, shape, stride
 and place of each tensor; numbers, strings and None by value; tuples, lists and dicts of those);
 `read_inputs` in the child rebuilds the tuple from them, each tensor a fresh one on the child's
-device (a GPU tensor by one DMA from the registered mapping). The output buffer's bytes never
-travel: the reference may have written its answer into the parent's, so the child makes it empty
-(NaN for floats, as before every call, zeros otherwise). The child's mapping is writable, and
+device (a GPU tensor by one DMA from the registered mapping). The output buffers' bytes never
+travel: the reference may have written its answer into the parent's, so the child makes each
+empty (NaN for floats, as before every call, zeros otherwise). The child's mapping is writable, and
 nothing depends on it not being: the parent never reads this memory back, it judges every output
 against its own copy of the inputs and its own reference; a child that scribbles there only
 changes its own next inputs, and answers them wrongly. The parent writes a call's inputs there only
@@ -43,6 +43,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -476,28 +477,28 @@ def read_shared(buffer: SharedBuffer, capacity: int, info: TensorInfo, device: s
 INPUT_ALIGNMENT = 256  # each tensor's bytes start at a multiple of this in the inputs memory
 
 
-def tensor_inputs(data: object, output_key: int | str | None) -> list[int | str | None]:
+def tensor_inputs(data: object, output_keys: Collection[int | str]) -> list[int | str | None]:
     """The keys of the data's inputs that are tensors, whose changes a check counts: every item of
-    a tuple, list or dict but the output buffer (at `output_key`); data that is one tensor is key
-    None (`data_item`). The parent computes the same list on its data
+    a tuple, list or dict but the output buffers (at `output_keys`); data that is one tensor is
+    key None (`data_item`). The parent computes the same list on its data
     (harness.tasks.layout.DataLayout.tensor_inputs)."""
     if isinstance(data, torch.Tensor):
         return [None]
     keys = (
         range(len(data)) if isinstance(data, tuple | list) else list(data) if isinstance(data, dict) else []
     )
-    return [key for key in keys if key != output_key and isinstance(data[key], torch.Tensor)]
+    return [key for key in keys if key not in output_keys and isinstance(data[key], torch.Tensor)]
 
 
-def output_key(items: list[DataItem]) -> int | str | None:
-    """Where the output buffer is in the data these items describe (`lay_out_inputs`): a tuple's
-    position, a dict's key, or None. The child learns it from the items, so that the parent
-    decides it when it first hands data over (harness.checking.data_layout)."""
+def output_keys(items: list[DataItem]) -> tuple[int | str, ...]:
+    """Where the output buffers are in the data these items describe (`lay_out_inputs`): tuple
+    positions or dict keys, none for data without one. The child learns them from the items, so
+    that the parent decides them when it first hands data over (harness.checking.data_layout)."""
     if len(items) == 1 and isinstance(items[0], WholeItem):
         whole = items[0].item
         parts = whole.items.items() if isinstance(whole, MappingItem) else []
-        return next((key for key, part in parts if isinstance(part, OutputBufferItem)), None)
-    return next((index for index, item in enumerate(items) if isinstance(item, OutputBufferItem)), None)
+        return tuple(key for key, part in parts if isinstance(part, OutputBufferItem))
+    return tuple(index for index, item in enumerate(items) if isinstance(item, OutputBufferItem))
 
 
 def data_item(data: object, key: int | str | None) -> object:
@@ -527,11 +528,11 @@ def _tensor_facts(value: torch.Tensor, where: str) -> tuple[str, list[int], int]
 
 
 def lay_out_inputs(
-    data: object, output_key: int | str | None
+    data: object, output_keys: Collection[int | str]
 ) -> tuple[list[DataItem], list[tuple[int, torch.Tensor]], int]:
     """`data` as typed items, with each tensor's place in the inputs memory: (items, every
-    (offset, tensor) to copy, the bytes needed). The tensor at `output_key` (a tuple's position or
-    a dict's key) is the output buffer, whose bytes do not travel. Raises HarnessError for an item
+    (offset, tensor) to copy, the bytes needed). The tensors at `output_keys` (tuple positions or
+    dict keys) are output buffers, whose bytes do not travel. Raises HarnessError for an item
     that is neither a tensor, a number, a string, None, nor a tuple, list or dict (string keys) of
     those."""
     placed: list[tuple[int, torch.Tensor]] = []
@@ -560,7 +561,7 @@ def lay_out_inputs(
         )
 
     def top(key: int | str, value: object, where: str) -> DataItem:
-        if key == output_key and isinstance(value, torch.Tensor):
+        if key in output_keys and isinstance(value, torch.Tensor):
             dtype, shape, _nbytes = _tensor_facts(value, f"output buffer ({where})")
             return OutputBufferItem(dtype=dtype, shape=shape, stride=_stride_kept(value))
         return item(value, where)
@@ -585,8 +586,8 @@ class InputsWriter:
         self.size = 0
         self.buffer = SharedBuffer(fd, cuda=cuda)
 
-    def write(self, data: object, output_key: int | str | None) -> list[DataItem]:
-        laid_out = lay_out_inputs(data, output_key)
+    def write(self, data: object, output_keys: Collection[int | str]) -> list[DataItem]:
+        laid_out = lay_out_inputs(data, output_keys)
         self.copy(laid_out)
         return laid_out[0]
 

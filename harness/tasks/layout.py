@@ -1,15 +1,16 @@
-"""A task's data layout: which item of generate_input's data is the output buffer, learned by
+"""A task's data layout: which items of generate_input's data are output buffers, learned by
 calling the task's code in the parent (trusted side), not by reading its source.
 
 GPU MODE's protocol lets generate_input return one tensor, or a tuple, list or dict of tensors
-and values, one of them possibly a preallocated output buffer (made by torch.empty and the like)
-that a submission may write its answer into and return. The buffer's bytes are never handed to
-the child (it gets it NaN-filled), and every other item is an input that must come back
-unchanged. `learn_layout` finds the buffer by running generate_input on one shape and the
-reference on a copy of that data: the item the reference returns (the same storage) or writes
-into (seen writing, or its bits changed) is the buffer; failing that, the item generate_input made
-with torch.empty/empty_like/empty_strided/new_empty and never wrote (a reference that computes
-its answer afresh and ignores the buffer, as pmpp's matmul does). task.yml's `harness: data` and
+and values, some of them possibly preallocated output buffers (made by torch.empty and the like)
+that a submission may write its answer into and return (helion's fp8_quant hands over two: the
+values and the scales). The buffers' bytes are never handed to the child (it gets them
+NaN-filled), and every other item is an input that must come back unchanged. `learn_layout` finds
+the buffers by running generate_input on one shape and the reference on a copy of that data:
+every item the reference returns (the same storage) or writes into (seen writing, or its bits
+changed) is a buffer; failing any, the item generate_input made with
+torch.empty/empty_like/empty_strided/new_empty and never wrote (a reference that computes its
+answer afresh and ignores the buffer, as pmpp's matmul does). task.yml's `harness: data` and
 `output_buffer` name the layout instead (harness.checking.data_layout).
 """
 
@@ -21,7 +22,6 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from harness.errors import HarnessError
 from harness.tasks.spec import generate_inputs
 
 Key = int | str  # a tuple's or list's position, or a dict's key
@@ -30,23 +30,23 @@ EMPTY_FACTORIES = ("empty", "empty_like", "empty_strided", "new_empty", "new_emp
 
 @dataclass(frozen=True)
 class DataLayout:
-    """Where the output buffer is in the data (None: the data holds none), and the names of a
-    tuple's items when task.yml gives them (messages fall back to positions: `data[2]`)."""
+    """Where the output buffers are in the data (none: every item is an input), and the names of
+    a tuple's items when task.yml gives them (messages fall back to positions: `data[2]`)."""
 
-    output: Key | None = None
+    outputs: tuple[Key, ...] = ()
     names: tuple[str, ...] = ()
     structure: tuple = ()  # `structure(data)` of the data it was learned on
 
     def tensor_inputs(self, data: object) -> list[Key | None]:
         """The keys of the data's inputs that are tensors, whose changes a check counts: every
-        item of a tuple, list or dict but the output buffer; data that is one tensor is key None
+        item of a tuple, list or dict but the output buffers; data that is one tensor is key None
         (harness.sandbox.transfer.tensor_inputs computes the same list in the child)."""
         import torch
 
         if isinstance(data, torch.Tensor):
             return [None]
         keys = _keys(data)
-        return [key for key in keys if key != self.output and isinstance(data[key], torch.Tensor)]
+        return [key for key in keys if key not in self.outputs and isinstance(data[key], torch.Tensor)]
 
     def describe(self, key: Key | None) -> str:
         """An item as messages name it: 'kernel', data[2], data['out'], or 'data' for the whole."""
@@ -55,6 +55,14 @@ class DataLayout:
         if isinstance(key, int) and key < len(self.names):
             return repr(self.names[key])
         return f"data[{key!r}]"
+
+    def describe_outputs(self) -> str:
+        """The output buffers as messages name them: 'no output buffer', 'output buffer data[2]',
+        'output buffers data[1], data[2]'."""
+        if not self.outputs:
+            return "no output buffer"
+        plural = "s" if len(self.outputs) > 1 else ""
+        return f"output buffer{plural} " + ", ".join(self.describe(key) for key in self.outputs)
 
 
 def structure(data: object) -> tuple:
@@ -77,8 +85,7 @@ def _keys(data: object) -> list[Key]:
 
 def learn_layout(reference: ModuleType, parameters: dict[str, Any], seed: int, device: str) -> DataLayout:
     """The layout of the data generate_input makes for one shape (module docstring). Raises what
-    generate_input and ref_kernel raise (the caller says it is the task's), and HarnessError when
-    the reference writes into more than one item, which leaves the buffer for task.yml to name."""
+    generate_input and ref_kernel raise (the caller says it is the task's)."""
     import torch
 
     data, made = _watched(lambda: generate_inputs(reference, parameters, seed, device))
@@ -97,17 +104,11 @@ def learn_layout(reference: ModuleType, parameters: dict[str, Any], seed: int, d
     written = reference_run.written if reference_run is not None else set()
     tensors = [key for key in keys if isinstance(data[key], torch.Tensor)]
     answered = [key for key in tensors if _answered_in(copy[key], data[key], returned | written)]
-    if len(answered) > 1:
-        names = ", ".join(DataLayout().describe(key) for key in answered)
-        raise HarnessError(
-            f"the task's reference writes into {names}: name the output buffer in task.yml "
-            "(harness: data, output_buffer)"
-        )
     if answered:
-        return DataLayout(output=answered[0], structure=structure(data))
+        return DataLayout(outputs=tuple(answered), structure=structure(data))
     empties = made.unwritten_empties() if made is not None else set()
     unwritten = [key for key in tensors if _storage(data[key]) in empties]
-    return DataLayout(output=unwritten[-1] if unwritten else None, structure=structure(data))
+    return DataLayout(outputs=tuple(unwritten[-1:]), structure=structure(data))
 
 
 def _answered_in(after, before, storages: set[int]) -> bool:

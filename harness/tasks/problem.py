@@ -16,8 +16,9 @@ check_implementation is GPU MODE's elementwise match at these tolerances, so the
 the `gpumode` verdict itself, with counts and positions), `exact_answer` (with a tolerance: the
 reference function computed on the inputs cast to float64, usually `ref_kernel`; it brings the
 `accurate` verdict), `verdict`, `data` and `output_buffer` (names of generate_input's tuple and
-the one that is the output buffer; when left out, the parent learns which item is the buffer by
-calling generate_input and the reference the first time it needs to: harness.tasks.layout),
+the one that is the output buffer, or a list of those that are; when left out, the parent learns
+which items are buffers by calling generate_input and the reference the first time it needs to:
+harness.tasks.layout),
 `entry_point`, `unpacked_entry_points`, `reference_candidate`, `ranking_by`, `gpumode_ranking_by`.
 
 Validation is static (ast): adding a task needs neither torch nor a GPU, and runs nothing of it.
@@ -55,7 +56,7 @@ class HarnessExtension(BaseModel):
     exact_answer: str | None = None
     verdict: str | None = None
     data: list[str] | None = None
-    output_buffer: str | None = None
+    output_buffer: str | list[str] | None = None
     entry_point: str = "custom_kernel"
     unpacked_entry_points: list[str] = []
     reference_candidate: str | None = None

@@ -94,7 +94,7 @@ class TaskSpec(BaseModel):
     entry_point: str = "custom_kernel"
     unpacked_entry_points: list[str] = []  # tried in order when entry_point is missing; called f(*data)
     data: list[str]
-    output_buffer: str | None = None
+    output_buffer: str | list[str] | None = None  # one of data's names, or several
     dtype: str = "float32"
     # GPU MODE's elementwise rule at these tolerances (harness.checking.compare_output); None: the
     # problem's own check_implementation(data, output) decides the `gpumode` verdict.
@@ -122,8 +122,11 @@ class TaskSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TaskSpec:
-        if self.output_buffer is not None and self.output_buffer not in self.data:
-            raise ValueError(f"output_buffer {self.output_buffer!r} is not one of data {self.data}")
+        for name in self.output_buffers:
+            if name not in self.data:
+                raise ValueError(f"output_buffer {name!r} is not one of data {self.data}")
+        if len(set(self.output_buffers)) != len(self.output_buffers):
+            raise ValueError(f"output_buffer names an item twice: {self.output_buffer}")
         if not self.shim_file.is_file():
             raise ValueError(f"task_shim {self.task_shim!r} is not a file in {self.directory}")
         if not self.reference_file.is_file():
@@ -167,6 +170,13 @@ class TaskSpec(BaseModel):
     @property
     def reference_file(self) -> Path:
         return self.directory / f"{self.reference}.py"
+
+    @property
+    def output_buffers(self) -> tuple[str, ...]:
+        """task.yml's `output_buffer` as names: none, one, or several."""
+        if self.output_buffer is None:
+            return ()
+        return (self.output_buffer,) if isinstance(self.output_buffer, str) else tuple(self.output_buffer)
 
     @property
     def shim_file(self) -> Path:

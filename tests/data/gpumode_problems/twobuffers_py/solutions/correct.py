@@ -1,0 +1,11 @@
+import torch
+from task import input_t, output_t
+
+
+def custom_kernel(data: input_t) -> output_t:
+    # answers in both buffers handed over, as the reference does
+    x, q_out, s_out = data
+    blocks = x.view(s_out.numel(), -1)
+    s_out.copy_(blocks.abs().amax(dim=1).clamp(min=1e-12) / 127.0)
+    q_out.copy_(torch.round(blocks * (1.0 / s_out)[:, None]).clamp(-127, 127).view(-1))
+    return q_out, s_out
