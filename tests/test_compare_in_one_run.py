@@ -141,7 +141,9 @@ REFERENCE_FILE = CANDIDATES_DIR / "conv2d_v2_reference.py"
 BUDGET = ("--device", "cpu", "--budget", "0.2")
 # A byte-different copy of the reference times like it: within this factor of 1x on a loaded
 # machine (0.61x in one CI run; the stored reference score below is made 3x off, so a cross-run
-# speedup reads ~3x).
+# speedup reads ~3x: the bound above 1x is the one that tells the two apart). Below 1x a copy
+# timed while the machine is busier than for the reference reads lower: 0.44x on 2 cores with a
+# second suite running beside this one (2026-12-03), so the bound below is twice as wide.
 NOISE = 2.0
 
 
@@ -212,7 +214,7 @@ def test_bench_times_the_reference_and_the_parent_in_the_same_run(tmp_path, run_
     child = _register(run_cli, store_url, _copy(tmp_path, "child"), "--parent", alone)
     benched = _bench(run_cli, child)
     speedup = benched[child]["speedup_vs_reference"]
-    assert 1 / NOISE < speedup < NOISE, speedup
+    assert 1 / (2 * NOISE) < speedup < NOISE, speedup
     assert benched[child]["vs_parent"] is not None  # its parent timed beside it
     (batch,) = rows(store_url, "select batch from runs where revision_id = ?", child)[0]
     retimed = rows(
