@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -26,6 +25,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from harness import scoring
 
 
 def sh(
@@ -54,14 +55,12 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def score(means: list[float], ranking_by: str) -> float | None:
+def score(means: list[float | None], ranking_by: str) -> float | None:
+    """eval.py's per-shape means scored as the harness scores them (harness.scoring.score); None
+    when a shape has no mean."""
     if not means or any(m is None or m <= 0 for m in means):
         return None
-    if ranking_by == "last":
-        return means[-1]
-    if ranking_by == "mean":
-        return sum(means) / len(means)
-    return math.exp(sum(math.log(m) for m in means) / len(means))
+    return scoring.score(means, ranking_by)
 
 
 def harness_side(problem: Path, name: str, budget: float, timeout: float, device: str) -> dict:

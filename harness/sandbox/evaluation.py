@@ -1076,7 +1076,8 @@ def retry_alone(
     timed beside it. Each evaluation that ran out of memory while others shared the GPU is
     evaluated again alone, after the rest: every kept or early child of the pool stopped before
     each (a kept child holds its memory, the child of a revision retried before it too), one
-    fresh child at a time. Only what fails alone counts; its reason says it was retried. Returns the evaluations, the retried ones replaced."""
+    fresh child at a time. Only what fails alone counts; its reason says it was retried. Returns
+    the evaluations, the retried ones replaced."""
     if len(evaluators) < 2:
         return evaluations
     retried = [i for i, evaluation in enumerate(evaluations) if ran_out_of_memory(evaluation)]
