@@ -452,6 +452,56 @@ def test_a_revision_out_of_memory_beside_others_is_retried_alone(tmp_path, run_c
     assert list((tmp_path / "cache").rglob("starved-once")), "its first evaluation ran out of memory"
 
 
+def test_revisions_starved_beside_one_that_was_not_are_retried_together_without_it(tmp_path, monkeypatch):
+    """Issue 33, item 4: on the H200 sixteen revisions ran out of memory beside a hog's kept child
+    and were retried one after another (the run did not end). Two revisions starved once, timed
+    beside the reference that passed (and keeps its child): the two are evaluated again together
+    in one round, with the reference's kept child stopped, not alone one after the other."""
+    from harness.sandbox.pool import CHILD_POOL
+    from harness.timing import StoppingRule
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    settings = SandboxLimits.from_settings(call_timeout_s=120.0, import_timeout_s=120.0)
+    starved = (ADVERSARIAL / "starved_once.py").read_bytes()
+    codes = [(REFERENCE.read_bytes(), "reference.py")]
+    codes += [(starved + f"\n# copy {copy}\n".encode(), f"starved_{copy}.py") for copy in range(2)]
+    rule = StoppingRule(min_runs=2, max_runs=2, budget_s=1.0)
+    evaluators = [
+        Evaluator(code, name, TASK, device="cpu", limits=settings, keep_child=True, timed=True, rule=rule)
+        for code, name in codes
+    ]
+    alive: dict[str, list[int]] = {}
+    beside_the_reference: dict[str, list[bool]] = {}
+
+    def heard(evaluator: Evaluator, outcome) -> None:
+        children = CHILD_POOL.live | set(CHILD_POOL.kept.values()) | set(CHILD_POOL.early.values())
+        alive.setdefault(evaluator.arguments["filename"], []).append(len(children))
+        reference_child = evaluators[0].child
+        beside = reference_child in children and reference_child.proc.poll() is None
+        beside_the_reference.setdefault(evaluator.arguments["filename"], []).append(beside)
+
+    try:
+        evaluations = evaluate_interleaved(evaluators, heard)
+        assert [e.status for e in evaluations] == ["pass"] * 3, [e.reason for e in evaluations]
+        assert "evaluated again" not in evaluations[0].log_tail
+        for evaluation in evaluations[1:]:
+            assert (
+                "evaluated again beside only the revisions that had run out of memory too"
+                in evaluation.log_tail
+            )
+            assert "evaluated again alone" not in evaluation.log_tail
+            assert all(s.runs and s.mean_ms > 0 for s in evaluation.shapes)
+        # the retried round's shapes come last: the two retried children and the harness's
+        # calibration child, one fewer than in the first round, and the reference's not alive
+        shapes = len(evaluations[1].shapes)
+        first_round = alive["reference.py"][0]
+        for name in ("starved_0.py", "starved_1.py"):
+            assert alive[name][-shapes:] == [first_round - 1] * shapes, alive
+            assert beside_the_reference[name][0] and not any(beside_the_reference[name][-shapes:])
+    finally:
+        CHILD_POOL.close_waiting()
+
+
 def test_a_revision_retried_alone_has_no_kept_child_beside_it(tmp_path, monkeypatch):
     """Issue 33, item 4, as seen on the H200: the hog, retried alone first, passed and kept its
     child for the next phase, and two honest revisions retried after it ran out of memory again

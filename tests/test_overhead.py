@@ -505,3 +505,56 @@ def test_a_cpu_only_torch_decides_the_device_without_being_imported():
         "--device cuda, but torch sees no CUDA GPU here (a CPU-only build of torch)",
         "False",
     ]
+
+
+def test_timed_calls_seeds_are_new_to_each_block_and_secret_per_group():
+    from harness.sandbox.timed_cases import TimedCases
+
+    source, other = TimedCases("cpu"), TimedCases("cpu")
+    seeds = {
+        source.seed(shape, block, index) for shape in ("a", "b") for block in range(3) for index in range(50)
+    }
+    assert len(seeds) == 2 * 3 * 50, "every (shape, block, call) has a seed of its own"
+    assert all(0 <= seed < 2**63 for seed in seeds)
+    assert source.seed("a", 0, 0) == source.seed("a", 0, 0)
+    assert not seeds & {other.seed("a", block, index) for block in range(3) for index in range(50)}
+
+
+def test_the_timed_calls_of_a_group_share_their_inputs_and_references():
+    """Two revisions timed together, each shape in two blocks: each timed call's inputs and
+    reference are made once for both (the second revision's calls of a block reuse the first's),
+    every output is still checked, and a case past the budget is made for its caller alone."""
+    from harness import checking
+    from harness.sandbox.timed_cases import TimedCases
+    from harness.timing import StoppingRule
+
+    settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
+    rule = StoppingRule(min_runs=4, max_runs=4, budget_s=5.0)
+    timed = [
+        Evaluator(
+            REFERENCE.read_bytes(), f"copy{i}.py", TASK, device="cpu", limits=settings, timed=True, rule=rule
+        )
+        for i in range(2)
+    ]
+    evaluations = evaluate_interleaved(timed)
+    assert [e.status for e in evaluations] == ["pass", "pass"]
+    source = timed[0].timed_cases
+    assert source is not None and timed[1].timed_cases is source
+    # two blocks of two calls per shape each (more where the parent's clock asked for a
+    # confirmation, a loaded host): the second revision's calls of the first two blocks reuse
+    # the first's cases, and nothing else does
+    shapes = len(evaluations[0].shapes)
+    assert all(blocks >= 2 for blocks in timed[0]._timed_blocks.values())
+    assert source.shared >= 2 * 2 * shapes
+    assert source.made >= 2 * 2 * shapes and source.made + source.shared >= 2 * 4 * shapes
+    assert not source.cases, "forgotten once the group is past the shape"
+
+    shape = TASK.shapes("smoke")[0]
+
+    def make():
+        return checking.make_reference_case(timed[0].reference, shape, 7, "cpu", exact_now=False)
+
+    tight = TimedCases("cpu", budget_bytes=0)
+    first, kept = tight.case(shape.key(), 7, make)
+    second, kept_again = tight.case(shape.key(), 7, make)
+    assert not kept and not kept_again and first is not second and tight.made == 2

@@ -22,7 +22,6 @@ import hashlib
 import math
 import queue
 import random
-import secrets
 import threading
 import time
 from collections import deque
@@ -50,6 +49,7 @@ from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.pool import CHILD_POOL, ChildPool, child_key
 from harness.sandbox.protocol import CallDone, ImportFailed, IsolationReport, Ready
 from harness.sandbox.supervisor import SHUTDOWN_GRACE_S, ChildFailure, ChildProcess
+from harness.sandbox.timed_cases import TimedCases
 from harness.sandbox.transfer import SharedBuffer, read_output, read_shared
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
 from harness.tasks.spec import TaskUnsupported, shape_label
@@ -354,6 +354,11 @@ class Evaluator:
         # the harness's own cost of a timed call per shape (evaluate_interleaved shares one)
         self.calibrator, self.own_calibrator = calibrator, None
         self._timed_case: tuple[tuple[str, int], checking.ReferenceCase] | None = None
+        # the timed calls' seeds and cases, shared by the evaluators timed together
+        # (harness.sandbox.timed_cases; evaluate_in_groups sets one per group), and how many
+        # blocks of calls this evaluator timed per shape (a block's seeds are new to its child)
+        self.timed_cases: TimedCases | None = None
+        self._timed_blocks: dict[str, int] = {}
         code_sha256 = hashlib.sha256(code).hexdigest()
         try:
             self.reference, self.unsupported = load_reference(task), None
@@ -771,10 +776,14 @@ class Evaluator:
         seeds: dict[int, int] = {}
         problems: list[str] = []
         checked = 0
+        if self.timed_cases is None:  # timed alone: a source of its own
+            self.timed_cases = TimedCases(self.device)
+        block = self._timed_blocks.get(shape.key(), 0)
+        self._timed_blocks[shape.key()] = block + 1
 
         def inputs_for(index: int) -> tuple:
             """The inputs of timed call `index`, made with its reference before the call."""
-            seed = seeds.setdefault(index, secrets.randbits(63))
+            seed = seeds.setdefault(index, self.timed_cases.seed(shape.key(), block, index))
             return self._timed_case_for(shape, seed).data
 
         outputs: list[TensorInfo] = []  # what the child said of each timed output
@@ -893,25 +902,35 @@ class Evaluator:
         return read_output(child.io_fd, child.timed_output_name(done.id, done.index), done.output, device)
 
     def _timed_case_for(self, shape: Shape, seed: int) -> checking.ReferenceCase:
-        """The inputs and reference of a timed call's seed (a seed per call: a case of this
-        evaluator's own, not the shared cache of the checks' cases), the previous one freed
-        first; the exact answer only when a check asks for it."""
+        """The inputs and reference of a timed call's seed: the case the evaluators timed with
+        this one share (`timed_cases`, made by whichever asked first), or past its budget one
+        of this evaluator's own, the previous one freed first; the exact answer only when a check
+        asks for it."""
         key = (shape.key(), seed)
         if self._timed_case is None or self._timed_case[0] != key:
             self._timed_case = None  # free the previous case's memory before making the next
-            case = checking.make_reference_case(
-                self.reference,
-                shape,
-                seed,
-                self.device,
-                exact_now=False,
-                exact_answer=self.task.exact_answer,
-                clone_inputs=lambda data: (
-                    not checking.data_layout(self.task, self.device, data, shape).outputs
-                ),
-            )
+
+            def make() -> checking.ReferenceCase:
+                return checking.make_reference_case(
+                    self.reference,
+                    shape,
+                    seed,
+                    self.device,
+                    exact_now=False,
+                    exact_answer=self.task.exact_answer,
+                    clone_inputs=lambda data: (
+                        not checking.data_layout(self.task, self.device, data, shape).outputs
+                    ),
+                )
+
+            cases = self.timed_cases if self.timed_cases is not None else TimedCases(self.device, 0)
+            case, _kept = cases.case(shape.key(), seed, make)
             self._timed_case = (key, case)
         return self._timed_case[1]
+
+    def forget_timed_case(self) -> None:
+        """Free the last timed call's case (its shape is done)."""
+        self._timed_case = None
 
     def _timed_output_problem(
         self, outcome: ShapeOutcome, shape: Shape, seed: int | None, done: CallDone
@@ -1073,38 +1092,54 @@ def retry_alone(
     on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None,
 ) -> list[Evaluation]:
     """Issue 33, item 4: a candidate that holds the GPU's memory starves the children checked or
-    timed beside it. Each evaluation that ran out of memory while others shared the GPU is
-    evaluated again alone, after the rest: every kept or early child of the pool stopped before
-    each (a kept child holds its memory, the child of a revision retried before it too), one
-    fresh child at a time. Only what fails alone counts; its reason says it was retried. Returns
-    the evaluations, the retried ones replaced."""
+    timed beside it. The evaluations that ran out of memory while others shared the GPU are
+    evaluated again, after the rest, with every kept or early child of the pool stopped first (a
+    kept child holds its memory: a hog that passed, a revision retried before): together, when
+    some of the group did not run out of memory (the hog is then among those left out, and a
+    dozen starved revisions take one more round, not a dozen: seen on the H200, where they were
+    retried one after another and the run did not end in 440 s); alone, one fresh child at a
+    time, when every one of the group did (the hog may be among them) or only one. A group's
+    retry goes by the same rule (`evaluate_in_groups`), so the set shrinks at each round. Only
+    what fails alone counts; its reason says it was retried. Returns the evaluations, the retried
+    ones replaced."""
     if len(evaluators) < 2:
         return evaluations
     retried = [i for i, evaluation in enumerate(evaluations) if ran_out_of_memory(evaluation)]
     if not retried:
         return evaluations
     evaluations = list(evaluations)
-    for i in retried:
-        # before each one: a revision retried before it that passed alone keeps its child for
-        # the next phase, and a hog's kept child holds its memory (seen on the H200: two honest
-        # revisions retried after the hog's retry ran out of memory again, alone but for it)
+    together = 1 < len(retried) < len(evaluators)
+    rounds = [retried] if together else [[i] for i in retried]
+    for indices in rounds:
+        # before each: a revision retried before it that passed keeps its child for the next
+        # phase, and a hog's kept child holds its memory (seen on the H200: two honest revisions
+        # retried after the hog's retry ran out of memory again, alone but for it)
         for evaluator in evaluators:
             evaluator.pool.close_waiting()
         if torch.cuda.is_initialized():
             torch.cuda.empty_cache()  # the parent's own cached blocks too
-        original = evaluators[i]
+        originals = {}
+        fresh = []
+        for i in indices:
+            again = evaluators[i].again()
+            originals[id(again)] = evaluators[i]
+            fresh.append(again)
 
-        def heard(_fresh: Evaluator, outcome: ShapeOutcome, original: Evaluator = original) -> None:
+        def heard(again: Evaluator, outcome: ShapeOutcome, originals: dict = originals) -> None:
             if on_shape is not None:
-                on_shape(original, outcome)
+                on_shape(originals.get(id(again), again), outcome)
 
-        # one evaluator alone: the same protocol as any group (start, shapes, passes, finish)
-        (evaluation,) = evaluate_in_groups([original.again()], heard)
-        note = "evaluated again alone: it had run out of memory beside other children"
-        if evaluation.status != "pass":
-            evaluation.reason = f"{evaluation.reason} ({note})"
-        evaluation.log_tail = f"[harness] {note}\n{evaluation.log_tail}"[-LOG_TAIL_CHARS:]
-        evaluations[i] = evaluation
+        # the same protocol as any group (start, shapes, passes, finish, and its own retries)
+        results = evaluate_in_groups(fresh, heard)
+        if together:
+            note = "evaluated again beside only the revisions that had run out of memory too"
+        else:
+            note = "evaluated again alone: it had run out of memory beside other children"
+        for i, evaluation in zip(indices, results):
+            if evaluation.status != "pass" and note not in (evaluation.reason or ""):
+                evaluation.reason = f"{evaluation.reason} ({note})"
+            evaluation.log_tail = f"[harness] {note}\n{evaluation.log_tail}"[-LOG_TAIL_CHARS:]
+            evaluations[i] = evaluation
     return evaluations
 
 
@@ -1140,6 +1175,12 @@ def evaluate_in_groups(
                 evaluator.calibrator = calibrators[key]
         for first in range(0, len(evaluators), group_size):
             group = evaluators[first : first + group_size]
+            # the timed calls' seeds and cases, one source per task and device of the group
+            sources: dict[tuple[str, str], TimedCases] = {}
+            for evaluator in group:
+                if evaluator.timed:
+                    key = (evaluator.task.name, evaluator.device)
+                    evaluator.timed_cases = sources.setdefault(key, TimedCases(evaluator.device))
             start_evaluators(group)
             for index in range(max(evaluator.shape_count for evaluator in group)):
                 for evaluator in group:
@@ -1166,6 +1207,10 @@ def evaluate_in_groups(
                             evaluator.tell("waiting")
                             if on_shape is not None:
                                 on_shape(evaluator, outcome)
+                for evaluator in group:  # the next shape's calls get other seeds
+                    evaluator.forget_timed_case()
+                for source in sources.values():
+                    source.forget()
             for evaluator in group:
                 evaluator.release_child()
             for evaluator in group:
