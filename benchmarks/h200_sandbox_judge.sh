@@ -43,14 +43,16 @@ if want board; then
   python3 -m harness leaderboard --device cuda --format json --out "$OUT/board.json"
   grep -v "━" "$OUT/board-leaderboard.txt" | cut -c1-240
   echo "left in /dev/shm: $(ls /dev/shm | grep -c harness || true); harness cgroups left: $(find /sys/fs/cgroup -maxdepth 3 -name 'harness-*' | wc -l)"
-  cp /tmp/board/board.sqlite "$OUT/"
+  [[ -n ${KEEP_STORE:-} ]] && cp /tmp/board/board.sqlite "$OUT/"
 fi
 if want seeds; then
   echo "== seeds: benchmark mode, --budget 1, fresh caches (benchmarks/tournament_overhead.py)"
   rm -rf /tmp/seeds-cache
-  timeout 330 python3 benchmarks/tournament_overhead.py --device cuda --mode benchmark --budget 1 --steps first \
-    --cache-dir /tmp/seeds-cache --out "$OUT/seeds" > "$OUT/seeds.log" 2>&1
+  timeout "${SEEDS_TIMEOUT:-330}" python3 benchmarks/tournament_overhead.py --device cuda --mode benchmark --budget 1 \
+    --steps first --cache-dir /tmp/seeds-cache --out /tmp/seeds > "$OUT/seeds.log" 2>&1
   echo "exit $?"; tail -40 "$OUT/seeds.log" | cut -c1-220
+  cp /tmp/seeds/report-first.txt "$OUT/seeds-report.txt" 2>/dev/null
+  python3 -m harness leaderboard --db sqlite:////tmp/seeds/harness.sqlite --device cuda > "$OUT/seeds-leaderboard.txt" 2>&1
 fi
 if want honest; then
   # first: at 932b707 the honest corpus's CUDA test came last in `tests` and was cut by its limit

@@ -243,6 +243,14 @@ def install(ledger: Ledger) -> None:
     ledger.instrument(evaluation.checking, "reference_case", bucket("overhead: reference cases"))
     ledger.instrument(evaluation, "_judge", bucket("overhead: judging (read back, compare)"))
     ledger.instrument(evaluation.Evaluator, "_timed_output_problem", bucket("overhead: timed output checks"))
+    # inside the two above: the parent's inputs and reference per timed call (shared by the
+    # revisions timed together: harness.sandbox.timed_cases), and the exact answers in float64
+    ledger.instrument(
+        evaluation.Evaluator,
+        "_timed_case_for",
+        bucket("overhead: timed calls' inputs and references (parent)"),
+    )
+    ledger.instrument(evaluation.checking.ReferenceCase, "exact", bucket("overhead: exact answers (float64)"))
     stops = bucket("overhead: the other children stopped and resumed around a timing")
     ledger.instrument(supervisor.ChildProcess, "stop", stops)
     ledger.instrument(supervisor.ChildProcess, "resume", stops)

@@ -199,9 +199,10 @@ class ChildCgroups:
 
     # the freezer
 
-    def freeze(self, exempt: list[int]) -> bool:
+    def freeze(self, exempt: list[int], *, wait: bool = True) -> bool:
         """Freeze the worker leaf, after moving `exempt` (unshare and the init: harness code that
-        must keep watching the parent) to the init leaf. False without a freezer."""
+        must keep watching the parent) to the init leaf; with `wait`, until it is frozen
+        (`wait_frozen`). False without a freezer."""
         if self.freezer_leaf is None:
             return False
         for pid in exempt:
@@ -216,10 +217,17 @@ class ChildCgroups:
         else:
             done = _write(self.freezer_leaf / "cgroup.freeze", "1")
         self.frozen = done
-        deadline = time.monotonic() + FREEZE_WAIT_S  # the kernel freezes each task in turn
-        while done and time.monotonic() < deadline and not self._is_frozen():
-            time.sleep(0.005)
+        if wait:
+            self.wait_frozen()
         return done
+
+    def wait_frozen(self) -> None:
+        """Wait (at most FREEZE_WAIT_S) until the kernel has frozen every task of the leaf; at
+        once when nothing was frozen. Several children frozen together are asked first and
+        waited for after (`ChildPool.others_stopped`), so that their waits overlap."""
+        deadline = time.monotonic() + FREEZE_WAIT_S  # the kernel freezes each task in turn
+        while self.frozen and time.monotonic() < deadline and not self._is_frozen():
+            time.sleep(0.001)
 
     def _is_frozen(self) -> bool:
         if self.mechanisms["freezer"] == 1:

@@ -81,8 +81,10 @@ class ChildPool:
         waiting for its turn in a group) runs while `child` is timed."""
         others = [other for other in list(self.live) if other is not child]
         try:
+            for other in others:  # every freeze asked for first, then each waited for
+                other.stop_begin()
             for other in others:
-                other.stop()
+                other.stop_finish()
             yield
         finally:
             for other in others:

@@ -180,6 +180,8 @@ class ChildProcess:
         self.stopped_pids: list[int] = []  # stopped by another child's timing phase (`stop`)
         self.pauses: list[tuple[float, float]] = []  # (from, to) on the parent's clock, ended pauses
         self.paused_at: float | None = None
+        self._stop_exempt: set[int] | None = None  # between `stop_begin` and `stop_finish`
+        self._freezing = False
         settings = get_settings()
         self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
@@ -439,7 +441,13 @@ class ChildProcess:
     def stop(self) -> None:
         """SIGSTOP every process of the child (its threads with it), again until no new one
         appears: while another child is timed, this one runs nothing on the CPU and launches
-        nothing on the GPU. Its deadlines stand still meanwhile (`_paused_s`)."""
+        nothing on the GPU. Its deadlines stand still meanwhile (`_paused_s`). In two halves
+        (`stop_begin`, `stop_finish`), so that several children are stopped at once."""
+        self.stop_begin()
+        self.stop_finish()
+
+    def stop_begin(self) -> None:
+        """The first half of `stop`: the freezer asked to freeze the child's tree."""
         if self.proc is None or self.proc.poll() is not None or self.paused_at is not None:
             return
         self.paused_at = monotonic()
@@ -449,10 +457,19 @@ class ChildProcess:
         # namespace, both harness code: they are left running, so that a parent killed meanwhile
         # is still seen by the init (its status pipe closes), which ends the namespace and with it
         # every stopped process. Stopped, they would wait for a SIGCONT that never comes.
-        exempt = set(self._init_pids()) if self.level.full else set()
+        self._stop_exempt = set(self._init_pids()) if self.level.full else set()
         # The freezer stops the whole tree at once; signals stop what it does not hold (all of it
         # without one, or a worker forked before the init was moved out: `ChildCgroups.freeze`).
-        if self.cgroups.freeze(sorted(exempt)):
+        self._freezing = self.cgroups.freeze(sorted(self._stop_exempt), wait=False)
+
+    def stop_finish(self) -> None:
+        """The second half of `stop`: the freeze waited for, and whatever it does not hold
+        stopped by signals."""
+        if self.paused_at is None or self._stop_exempt is None:
+            return
+        exempt, self._stop_exempt = self._stop_exempt, None
+        if self._freezing:
+            self.cgroups.wait_frozen()
             exempt |= self.cgroups.frozen_pids()
         stopped: set[int] = set()
         for _ in range(20):
@@ -478,7 +495,7 @@ class ChildProcess:
             except (ProcessLookupError, PermissionError):
                 pass
         self.pauses.append((self.paused_at, monotonic()))
-        self.paused_at, self.stopped_pids = None, []
+        self.paused_at, self.stopped_pids, self._stop_exempt = None, [], None
         if self.watch is not None:
             self.watch.paused = False
 
