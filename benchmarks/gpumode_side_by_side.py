@@ -21,7 +21,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -117,7 +119,9 @@ def popcorn(text: str) -> dict:
     return fields
 
 
-def eval_side(problem: Path, spec: dict, timeout: float) -> dict:
+def eval_side(
+    problem: Path, spec: dict, timeout: float, modes: tuple[str, ...] = ("test", "benchmark")
+) -> dict:
     files = spec.get("files") or []
     main = (spec.get("config") or {}).get("main", "eval.py")
     result: dict = {}
@@ -135,7 +139,7 @@ def eval_side(problem: Path, spec: dict, timeout: float) -> dict:
             return result
         shapes_file(spec.get("tests") or [], work / "tests.txt")
         shapes_file(spec.get("benchmarks") or [], work / "benchmarks.txt")
-        for mode, shapes in (("test", "tests.txt"), ("benchmark", "benchmarks.txt")):
+        for mode, shapes in (("test", "tests.txt"), ("benchmark", "benchmarks.txt"))[: len(modes)]:
             read, write = os.pipe()
             env = {**os.environ, "POPCORN_FD": str(write)}
             start = time.monotonic()
@@ -179,16 +183,25 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--no-eval", action="store_true")
     parser.add_argument("--no-harness", action="store_true")
+    parser.add_argument("--eval-test-only", action="store_true", help="eval.py's test mode only (verdicts)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="problems run at once (their timings then share the GPU: verdicts side by side, times rough)",
+    )
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
-    rows = []
-    for directory in args.problems:
+    lock = threading.Lock()
+    modes = ("test",) if args.eval_test_only else ("test", "benchmark")
+
+    def one(directory: str) -> dict | None:
         left = args.deadline - (time.monotonic() - begin)
         if left < 20:
             print(f"deadline: {directory} not run", flush=True)
-            continue
+            return None
         problem = Path(directory)
         name = problem.name.removesuffix("_py").replace("-", "_")
         spec = yaml.safe_load((problem / "task.yml").read_text()) if (problem / "task.yml").exists() else {}
@@ -203,11 +216,15 @@ def main() -> int:
             )
         left = args.deadline - (time.monotonic() - begin)
         if not args.no_eval and spec and left > 20:
-            row["eval"] = eval_side(problem, spec, min(args.eval_timeout, left / 2))
-        rows.append(row)
-        with open(out / "side_by_side.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-        print(json.dumps(row)[:1500], flush=True)
+            row["eval"] = eval_side(problem, spec, min(args.eval_timeout, left / len(modes)), modes)
+        with lock:
+            with open(out / "side_by_side.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps(row)[:1500], flush=True)
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        rows = [row for row in pool.map(one, args.problems) if row is not None]
     table = [
         "| problem | harness: submission.py | harness: reference | eval.py test | eval.py benchmark |",
         "|---|---|---|---|---|",
