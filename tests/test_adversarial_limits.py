@@ -486,8 +486,7 @@ def test_revisions_starved_beside_one_that_was_not_are_retried_together_without_
         assert "evaluated again" not in evaluations[0].log_tail
         for evaluation in evaluations[1:]:
             assert (
-                "evaluated again beside only the revisions that had run out of memory too"
-                in evaluation.log_tail
+                "evaluated again beside only revisions that had run out of memory too" in evaluation.log_tail
             )
             assert "evaluated again alone" not in evaluation.log_tail
             assert all(s.runs and s.mean_ms > 0 for s in evaluation.shapes)
@@ -539,5 +538,34 @@ def test_a_revision_retried_alone_has_no_kept_child_beside_it(tmp_path, monkeypa
         # the shapes heard of the retried evaluations come last: none shared the machine
         shapes = len(evaluations[1].shapes)
         assert alive["starved_1.py"][-shapes:] == [1] * shapes, alive
+    finally:
+        CHILD_POOL.close_waiting()
+
+
+def test_a_group_that_all_ran_out_of_memory_is_retried_in_halves(tmp_path, monkeypatch):
+    """Issue 33, item 4, as seen on the H200 (2026-12-03): a hog that starves itself too runs out
+    of memory with all of its group, and so again when they are retried together. Every one of
+    three revisions starved once: the first half (one) is evaluated again alone, the second half
+    (two) together, and all pass."""
+    from harness.sandbox.pool import CHILD_POOL
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    settings = SandboxLimits.from_settings(call_timeout_s=120.0, import_timeout_s=120.0)
+    starved = (ADVERSARIAL / "starved_once.py").read_bytes()
+    evaluators = [
+        Evaluator(
+            starved + f"\n# copy {copy}\n".encode(), f"starved_{copy}.py", TASK, device="cpu", limits=settings
+        )
+        for copy in range(3)
+    ]
+    try:
+        evaluations = evaluate_interleaved(evaluators, parallel=1)
+        assert [e.status for e in evaluations] == ["pass"] * 3, [e.reason for e in evaluations]
+        assert "evaluated again alone" in evaluations[0].log_tail
+        for evaluation in evaluations[1:]:
+            assert (
+                "evaluated again beside only revisions that had run out of memory too" in evaluation.log_tail
+            )
+            assert "evaluated again alone" not in evaluation.log_tail
     finally:
         CHILD_POOL.close_waiting()

@@ -1097,20 +1097,25 @@ def retry_alone(
     kept child holds its memory: a hog that passed, a revision retried before): together, when
     some of the group did not run out of memory (the hog is then among those left out, and a
     dozen starved revisions take one more round, not a dozen: seen on the H200, where they were
-    retried one after another and the run did not end in 440 s); alone, one fresh child at a
-    time, when every one of the group did (the hog may be among them) or only one. A group's
-    retry goes by the same rule (`evaluate_in_groups`), so the set shrinks at each round. Only
-    what fails alone counts; its reason says it was retried. Returns the evaluations, the retried
-    ones replaced."""
+    retried one after another and the run did not end in 440 s); when every one of the group
+    did (a hog that starves itself too is among them, or the children do not fit the GPU
+    together), each half of them on its own, one after the other; alone, in a fresh child, when
+    one did. A round's own retries go by the same rule (`evaluate_in_groups`), so the set shrinks
+    at each level: one hog among n starved revisions costs about log2(n) failed rounds, not n
+    rounds alone. Only what fails alone counts; its reason says it was retried. Returns the
+    evaluations, the retried ones replaced."""
     if len(evaluators) < 2:
         return evaluations
     retried = [i for i, evaluation in enumerate(evaluations) if ran_out_of_memory(evaluation)]
     if not retried:
         return evaluations
     evaluations = list(evaluations)
-    together = 1 < len(retried) < len(evaluators)
-    rounds = [retried] if together else [[i] for i in retried]
+    if 1 < len(retried) < len(evaluators) or len(retried) == 1:
+        rounds = [retried]
+    else:  # every one of the group ran out of memory: each half on its own, and so on
+        rounds = [retried[: len(retried) // 2], retried[len(retried) // 2 :]]
     for indices in rounds:
+        together = len(indices) > 1
         # before each: a revision retried before it that passed keeps its child for the next
         # phase, and a hog's kept child holds its memory (seen on the H200: two honest revisions
         # retried after the hog's retry ran out of memory again, alone but for it)
@@ -1132,7 +1137,7 @@ def retry_alone(
         # the same protocol as any group (start, shapes, passes, finish, and its own retries)
         results = evaluate_in_groups(fresh, heard)
         if together:
-            note = "evaluated again beside only the revisions that had run out of memory too"
+            note = "evaluated again beside only revisions that had run out of memory too"
         else:
             note = "evaluated again alone: it had run out of memory beside other children"
         for i, evaluation in zip(indices, results):
