@@ -520,21 +520,29 @@ def test_timed_calls_seeds_are_new_to_each_block_and_secret_per_group():
     assert not seeds & {other.seed("a", block, index) for block in range(3) for index in range(50)}
 
 
-def test_the_timed_calls_of_a_group_share_their_inputs_and_references():
+def test_the_timed_calls_of_a_group_share_their_inputs_and_references(monkeypatch):
     """Two revisions timed together, each shape in two blocks: each timed call's inputs and
     reference are made once for both (the second revision's calls of a block reuse the first's),
-    every output is still checked, and a case past the budget is made for its caller alone."""
+    also when their warm-ups take different numbers of calls (a warm-up of 20 ms: many of the
+    reference's sub-millisecond calls, a few of a copy that sleeps 5 ms a call), every output is
+    still checked, and a case past the budget is made for its caller alone."""
     from harness import checking
+    from harness.sandbox import evaluation
     from harness.sandbox.timed_cases import TimedCases
     from harness.timing import StoppingRule
 
+    monkeypatch.setitem(evaluation.WARMUP, "cpu", (1, 0.02))
     settings = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=60.0)
     rule = StoppingRule(min_runs=4, max_runs=4, budget_s=5.0)
+    reference = REFERENCE.read_bytes()
+    slow = reference.replace(
+        b"    input_tensor, kernel, output = data\n",
+        b"    __import__('time').sleep(0.005)\n    input_tensor, kernel, output = data\n",
+    )
+    assert slow != reference, "the copy sleeps in every call"
     timed = [
-        Evaluator(
-            REFERENCE.read_bytes(), f"copy{i}.py", TASK, device="cpu", limits=settings, timed=True, rule=rule
-        )
-        for i in range(2)
+        Evaluator(code, f"copy{i}.py", TASK, device="cpu", limits=settings, timed=True, rule=rule)
+        for i, code in enumerate((reference, slow))
     ]
     evaluations = evaluate_interleaved(timed)
     assert [e.status for e in evaluations] == ["pass", "pass"]

@@ -782,9 +782,13 @@ class Evaluator:
         self._timed_blocks[shape.key()] = block + 1
 
         def inputs_for(index: int) -> tuple:
-            """The inputs of timed call `index`, made with its reference before the call."""
-            seed = seeds.setdefault(index, self.timed_cases.seed(shape.key(), block, index))
-            return self._timed_case_for(shape, seed).data
+            """The inputs of timed call `index` (the child's count, warm-up included), made with
+            its reference before the call. Its seed is that of the block's next timed call
+            counted here (0, 1, ...), whatever the child's warm-up took: so the revisions timed
+            together get the same inputs for their n-th timed calls (their warm-ups differ)."""
+            if index not in seeds:
+                seeds[index] = self.timed_cases.seed(shape.key(), block, len(seeds))
+            return self._timed_case_for(shape, seeds[index]).data
 
         outputs: list[TensorInfo] = []  # what the child said of each timed output
 
