@@ -54,16 +54,41 @@ SCAN_CHUNK = 1 << 20
 COMPARE_CHUNK = 1 << 24
 
 
+# a library's own words for an allocation that failed (its workspace, its handle)
+ALLOCATION_FAILED = ("can't allocate memory", "CUDA error: out of memory", "STATUS_ALLOC_FAILED")
+# cuDNN's and cuBLAS's words for a failure that, with the GPU's memory held elsewhere, is one:
+# on the H200 (2026-12-03) the parent's conv2d reference beside a candidate that held all but
+# 256 MiB of the GPU failed with CUDNN_STATUS_INTERNAL_ERROR, and the run ended (exit 2)
+INTERNAL_FAILURE = ("CUDNN_STATUS_INTERNAL_ERROR", "CUBLAS_STATUS_INTERNAL_ERROR")
+SCARCE_GPU_BYTES = 2 * 1024**3  # free GPU memory under which such a failure counts as memory's
+
+
+def _gpu_memory_scarce() -> bool:
+    """Whether the current GPU has under SCARCE_GPU_BYTES free (False without CUDA in use)."""
+    if not torch.cuda.is_initialized():
+        return False
+    try:
+        free, _total = torch.cuda.mem_get_info()
+    except RuntimeError:
+        return False
+    return free < SCARCE_GPU_BYTES
+
+
 def out_of_memory(exc: BaseException | None) -> BaseException | None:
     """`exc`, or the exception it was raised from, that is an allocation that failed (CUDA out of
     memory, from the caching allocator or from CUDA itself, a MemoryError, torch's CPU allocator
-    giving up); None when there is none."""
+    giving up, cuDNN's or cuBLAS's ALLOC_FAILED), or an internal error of cuDNN or cuBLAS while
+    the GPU's memory is scarce (`INTERNAL_FAILURE`); None when there is none."""
     seen = 0
     while exc is not None and seen < 16:
         if isinstance(exc, MemoryError | torch.OutOfMemoryError):
             return exc
-        if isinstance(exc, RuntimeError) and any(
-            words in str(exc) for words in ("can't allocate memory", "CUDA error: out of memory")
+        if isinstance(exc, RuntimeError) and any(words in str(exc) for words in ALLOCATION_FAILED):
+            return exc
+        if (
+            isinstance(exc, RuntimeError)
+            and any(words in str(exc) for words in INTERNAL_FAILURE)
+            and _gpu_memory_scarce()
         ):
             return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1

@@ -527,3 +527,28 @@ def test_inputs_travel_to_the_child_as_raw_bytes_in_the_parents_memfd_never_the_
         InputsWriter(create_shared_memory("x"), cuda=False).write(
             (torch.zeros(2, dtype=torch.complex128),), ()
         )
+
+
+def test_cudnn_and_cublas_allocation_failures_are_out_of_memory_and_their_internal_errors_only_when_memory_is_scarce():
+    """On the H200 (2026-12-03) the parent's cuDNN reference beside a GPU memory hog failed with
+    CUDNN_STATUS_INTERNAL_ERROR and the run ended with exit 2: the libraries' own words for a
+    failed allocation count as running out of memory, through the exceptions raised from them,
+    and an internal error counts only while the GPU's memory is scarce (never without CUDA)."""
+    from harness.checking import out_of_memory
+    from harness.errors import HarnessError
+
+    for words in (
+        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+        "CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate",
+    ):
+        try:
+            try:
+                raise RuntimeError(words)
+            except RuntimeError as inner:
+                raise HarnessError("the task's reference failed on smoke[0]") from inner
+        except HarnessError as outer:
+            assert out_of_memory(outer) is outer.__cause__
+    internal = RuntimeError("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR")
+    if not torch.cuda.is_available():
+        assert out_of_memory(internal) is None
+    assert out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM")) is None

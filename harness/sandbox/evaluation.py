@@ -1076,6 +1076,11 @@ MEMORY_WORDS = (  # CUDA's allocator, cuDNN's and cuBLAS's workspaces, the drive
     "MemoryError",
     # a CUDA context that cannot be made while a neighbour holds the GPU's memory (seen on the H200)
     "cudaErrorDevicesUnavailable",
+    # cuDNN's and cuBLAS's workspaces: ALLOC_FAILED, or INTERNAL_ERROR as the parent's own cuDNN
+    # call gave beside a hog on the H200 (a retry costs only time: what fails alone counts)
+    "STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_INTERNAL_ERROR",
+    "CUBLAS_STATUS_INTERNAL_ERROR",
 )
 
 
