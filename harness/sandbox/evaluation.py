@@ -684,6 +684,7 @@ class Evaluator:
             [time for item in passes for time in item["reported_ms"]],
             [bracket for item in passes for bracket in item["parent_ms"]],
             min(item["harness_ms"] for item in passes),
+            dominant=self.device == "cuda",
         )
         flags = {flag for item in passes for flag in item["flags"] if flag != HOST_CLOCK_MISMATCH}
         flags |= {HOST_CLOCK_MISMATCH} if verdict.flagged else set()
@@ -847,7 +848,7 @@ class Evaluator:
                 outputs,
             )
             harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated, again=later)
-            verdict = host_clock_verdict(times, parent_ms, harness_ms)
+            verdict = host_clock_verdict(times, parent_ms, harness_ms, dominant=self.device == "cuda")
             flags += [HOST_CLOCK_MISMATCH] if verdict.flagged else []
             flags += self._physical_floor_flags(times)
             stats = BenchmarkStats.from_times(
