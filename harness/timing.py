@@ -9,7 +9,9 @@ Method, per shape (`time_calls`):
    inputs handed over once with the request, without a round trip to the parent per call); their
    outputs are not checked.
 2. Timed calls, on CUDA. The inputs are made outside the timed region. Then: a device-wide
-   synchronize; the L2 cache flushed by writing zeros over a 256 MiB buffer; an event `start`; the
+   synchronize; the persisting-L2 carve-out set to nothing and its lines made normal again
+   (`_reset_persisting_l2`: a call may mark its data persisting, which a flush would not evict);
+   the L2 cache flushed by writing zeros over a 256 MiB buffer; an event `start`; the
    call; an event `end`; the host waits for `end`, then for the whole device (so a call ends only
    when all work on the device is done, not only the current stream's). The call's time is
    `start -> end`. Like GPU MODE, the host's launch overhead runs while the device flushes.
@@ -362,6 +364,40 @@ def _l2_flush_buffer() -> Any:
     return torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
 
 
+CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # CUlimit, cuda.h
+
+
+@cache
+def _persisting_l2_reset() -> Callable[[], None] | None:
+    """The CUDA driver's reset of the persisting-L2 carve-out for the current context: its limit
+    set to 0 bytes (`cuCtxSetLimit`) and every persisting line made normal
+    (`cuCtxResetPersistingL2Cache`), so that the flush that follows evicts what a candidate's
+    earlier call marked persisting (an access policy window). None where the driver library or
+    its functions are missing (no GPU, an older driver): then nothing is reset. Their error codes
+    are ignored (a GPU without the carve-out answers "not supported"; nothing is then kept)."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+        set_limit, reset = driver.cuCtxSetLimit, driver.cuCtxResetPersistingL2Cache
+    except (OSError, AttributeError):
+        return None
+    set_limit.argtypes, set_limit.restype = [ctypes.c_int, ctypes.c_size_t], ctypes.c_int
+    reset.argtypes, reset.restype = [], ctypes.c_int
+
+    def reset_persisting_l2() -> None:
+        set_limit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0)
+        reset()
+
+    return reset_persisting_l2
+
+
+def _reset_persisting_l2() -> None:
+    reset = _persisting_l2_reset()
+    if reset is not None:
+        reset()
+
+
 def _cuda_timed_call(call: Callable[[Any], Any], inputs: Any) -> tuple[Any, float, float]:
     """One timed call on the GPU: (output, event ms, event ms plus the work still running on the
     device once the end event completed). The second figure exceeds the first only when the call
@@ -374,6 +410,7 @@ def _cuda_timed_call(call: Callable[[Any], Any], inputs: Any) -> tuple[Any, floa
     flush_buffer = _l2_flush_buffer()
     start, end = (cuda.Event(enable_timing=True) for _ in range(2))
     cuda.synchronize()
+    _reset_persisting_l2()
     flush_buffer.zero_()
     start.record()
     output = call(inputs)

@@ -631,3 +631,24 @@ def test_on_a_gpu_hidden_work_beyond_the_call_is_flagged_not_only_added():
         [0.2] * 3, [0.2 + 0.4 + 0.2 + HOST_DOMINANT_MS - 0.01] * 3, harness_ms=0.4, dominant=True
     )
     assert not just_under.flagged and just_under.hidden_ms > 0
+
+
+def test_the_persisting_l2_reset_is_the_drivers_or_nothing():
+    """Before every timed call's L2 flush the persisting-L2 carve-out is reset (a candidate may
+    mark its data persisting, which the flush would not evict): through the CUDA driver's own
+    functions where its library is here, and nothing (no error) where it is not, as on this
+    project's CPU machines. (What the reset does on a GPU is not shown by this test.)"""
+    import ctypes
+
+    from harness import timing
+
+    timing._persisting_l2_reset.cache_clear()
+    reset = timing._persisting_l2_reset()
+    has_driver = True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        has_driver = False
+    assert (reset is not None) == has_driver
+    if reset is None:
+        timing._reset_persisting_l2()  # nothing to reset, and no error
