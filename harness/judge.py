@@ -13,8 +13,8 @@ an environment only) and counts as missing for the plan, so the next tournament 
 3. Issues 28 and 33: a call reported far below its shape's others is scored by its bracket; a
    shape flagged `host_clock_mismatch` is timed again (harness.timing, step 6).
 4. Issues 28 and 33 (2026-12-03): the revisions timed together get the same inputs for their
-   n-th timed call of a block (harness.sandbox.timed_cases); the calibration stops at 0.25 s of
-   calls (five at least); on a GPU, hidden work beyond the reported call is flagged; cuDNN's and
+   n-th timed call of a block (harness.sandbox.timed_cases); on a GPU the calibration stops at
+   0.25 s of calls (five at least), and hidden work beyond the reported call is flagged; cuDNN's and
    cuBLAS's allocation failures count as out of memory (retried).
 """
 
