@@ -928,8 +928,7 @@ class Evaluator:
                     ),
                 )
 
-            cases = self.timed_cases if self.timed_cases is not None else TimedCases(self.device, 0)
-            case, _kept = cases.case(shape.key(), seed, make)
+            case, _kept = self.timed_cases.case(shape.key(), seed, make)  # set by `_time_shape`
             self._timed_case = (key, case)
         return self._timed_case[1]
 
@@ -1079,9 +1078,8 @@ MEMORY_WORDS = (  # CUDA's allocator, cuDNN's and cuBLAS's workspaces, the drive
     "cudaErrorDevicesUnavailable",
     # cuDNN's and cuBLAS's workspaces: ALLOC_FAILED, or INTERNAL_ERROR as the parent's own cuDNN
     # call gave beside a hog on the H200 (a retry costs only time: what fails alone counts)
-    "STATUS_ALLOC_FAILED",
-    "CUDNN_STATUS_INTERNAL_ERROR",
-    "CUBLAS_STATUS_INTERNAL_ERROR",
+    *checking.ALLOCATION_FAILED,
+    *checking.INTERNAL_FAILURE,
 )
 
 
@@ -1195,7 +1193,9 @@ def evaluate_in_groups(
             for evaluator in group:
                 if evaluator.timed:
                     key = (evaluator.task.name, evaluator.device)
-                    evaluator.timed_cases = sources.setdefault(key, TimedCases(evaluator.device))
+                    if key not in sources:
+                        sources[key] = TimedCases(evaluator.device)
+                    evaluator.timed_cases = sources[key]
             start_evaluators(group)
             for index in range(max(evaluator.shape_count for evaluator in group)):
                 for evaluator in group:

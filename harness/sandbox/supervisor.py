@@ -181,7 +181,6 @@ class ChildProcess:
         self.pauses: list[tuple[float, float]] = []  # (from, to) on the parent's clock, ended pauses
         self.paused_at: float | None = None
         self._stop_exempt: set[int] | None = None  # between `stop_begin` and `stop_finish`
-        self._freezing = False
         settings = get_settings()
         self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
@@ -460,7 +459,7 @@ class ChildProcess:
         self._stop_exempt = set(self._init_pids()) if self.level.full else set()
         # The freezer stops the whole tree at once; signals stop what it does not hold (all of it
         # without one, or a worker forked before the init was moved out: `ChildCgroups.freeze`).
-        self._freezing = self.cgroups.freeze(sorted(self._stop_exempt), wait=False)
+        self.cgroups.freeze(sorted(self._stop_exempt), wait=False)
 
     def stop_finish(self) -> None:
         """The second half of `stop`: the freeze waited for, and whatever it does not hold
@@ -468,7 +467,7 @@ class ChildProcess:
         if self.paused_at is None or self._stop_exempt is None:
             return
         exempt, self._stop_exempt = self._stop_exempt, None
-        if self._freezing:
+        if self.cgroups.frozen:  # the freezer holds the tree (`freeze` said so)
             self.cgroups.wait_frozen()
             exempt |= self.cgroups.frozen_pids()
         stopped: set[int] = set()

@@ -37,8 +37,7 @@ CPU_BUDGET_BYTES = 512 * 1024**2
 
 def case_bytes(case: checking.ReferenceCase) -> int:
     """The bytes of a case's inputs and reference (its exact answer, when made later, adds its own)."""
-    data = case.data if isinstance(case.data, tuple | list) else (case.data,)
-    return checking.output_nbytes(tuple(data)) + checking.output_nbytes(case.expected)
+    return checking.output_nbytes(case.data) + checking.output_nbytes(case.expected)
 
 
 def _room_on_device(case: checking.ReferenceCase, size: int) -> bool:
