@@ -60,6 +60,28 @@ ALLOCATION_FAILED = ("can't allocate memory", "CUDA error: out of memory", "STAT
 # on the H200 (2026-12-03) the parent's conv2d reference beside a candidate that held all but
 # 256 MiB of the GPU failed with CUDNN_STATUS_INTERNAL_ERROR, and the run ended (exit 2)
 INTERNAL_FAILURE = ("CUDNN_STATUS_INTERNAL_ERROR", "CUBLAS_STATUS_INTERNAL_ERROR")
+MEMORY_WORDS = (  # CUDA's allocator, cuDNN's and cuBLAS's workspaces, the driver, the CPU's
+    "out of memory",
+    "OutOfMemoryError",
+    "ALLOC_FAILED",
+    "cudaErrorMemoryAllocation",
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "MemoryError",
+    # a CUDA context that cannot be made while a neighbour holds the GPU's memory (seen on the H200)
+    "cudaErrorDevicesUnavailable",
+    # cuDNN's and cuBLAS's workspaces: ALLOC_FAILED, or INTERNAL_ERROR as the parent's own cuDNN
+    # call gave beside a hog on the H200 (a retry costs only time: what fails alone counts)
+    *ALLOCATION_FAILED,
+    *INTERNAL_FAILURE,
+)
+
+
+def says_out_of_memory(text: str) -> bool:
+    """Whether a child's error or log says that memory ran out (`MEMORY_WORDS`): a failure that
+    may be a neighbour's doing where children share a GPU or a host."""
+    return any(words in text for words in MEMORY_WORDS)
+
+
 SCARCE_GPU_BYTES = 2 * 1024**3  # free GPU memory under which such a failure counts as memory's
 
 

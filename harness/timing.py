@@ -101,6 +101,11 @@ HOST_FEW_CALLS_REL = 0.5  # a call reported under this share of the median is ju
 # on a GPU, hidden work over the reported call by this much is flagged, not only added (`dominant`)
 HOST_DOMINANT_MS = 0.25
 HOST_SLACK_MS = 0.05  # a reported call may exceed its bracket by this much (clock granularity)
+# on a GPU, a prelude (inputs handed over to the parent's go: harness code only) longer than the
+# calibrated one by this much, plus this share of it, is flagged: work done there runs on inputs
+# the child has just written, hot in the L2 cache that the call then finds flushed
+PRELUDE_MARGIN_MS = 0.25
+PRELUDE_MARGIN_REL = 0.3
 HOST_CLOCK_MISMATCH = "host_clock_mismatch"
 BELOW_PHYSICAL_FLOOR = "below_physical_floor"
 TIMING_PASSES = 2  # blocks of timed calls per shape of a timed evaluation (method, 5.)
@@ -252,6 +257,7 @@ class HostClockVerdict:
     spread_ms: float  # the calls' own noise: the excess's median less its least
     flagged: bool  # `host_clock_mismatch`
     rescored_calls: int = 0  # calls reported far below the others, scored by their brackets
+    prelude_excess_ms: float = 0.0  # the least prelude less the calibrated one (0 without preludes)
 
 
 def host_clock_verdict(
@@ -260,6 +266,8 @@ def host_clock_verdict(
     harness_ms: float = 0.0,
     *,
     dominant: bool = False,
+    prelude_ms: Sequence[float] = (),
+    prelude_harness_ms: float = 0.0,
 ) -> HostClockVerdict:
     """Judge a shape's reported times by the parent's brackets (method, step 6), over all of the
     shape's timed calls: `parent_ms[i]` is the parent's bracket of the call reported as
@@ -304,8 +312,18 @@ def host_clock_verdict(
     inputs fit the L2 (1.206 against 1.439 ms; 7.5 % at 932b707). Honest revisions there carried
     at most about 1 ms of hidden work on calls of 43-76 ms, none on the small shapes. (Not on the
     CPU: an honest CPU candidate's brackets run 0.3-0.6 ms over the bare calibration, its thread
-    pool's cost, against sub-millisecond calls.)"""
+    pool's cost, against sub-millisecond calls.)
+
+    `prelude_ms[i]`, where given, is the part of bracket i before the parent's go (inputs handed
+    over and rebuilt on the device, output buffers emptied, the parent's L2 flush), in which an
+    honest child runs harness code only; `prelude_harness_ms` the calibrated child's least
+    prelude. Their least excess is `prelude_excess_ms` (it is in the bracket, so the score
+    above already holds it). With `dominant`, an excess over `PRELUDE_MARGIN_MS +
+    PRELUDE_MARGIN_REL * prelude_harness_ms` is flagged whatever the call reported: a candidate
+    that does part of its work there has it on hot inputs, and adding that time does not make up
+    for it."""
     times = [float(t) for t in times_ms]
+    prelude_excess = max(0.0, min(prelude_ms) - prelude_harness_ms) if len(prelude_ms) else 0.0
     calls = list(zip(times, parent_ms))
     if not calls:
         return HostClockVerdict(times, 0.0, 0.0, False)
@@ -319,6 +337,9 @@ def host_clock_verdict(
     flagged = flagged or (
         dominant and hidden > middle + HOST_DOMINANT_MS + HOST_FLOOR_HARNESS_REL * harness_ms
     )
+    flagged = flagged or (
+        dominant and prelude_excess > PRELUDE_MARGIN_MS + PRELUDE_MARGIN_REL * prelude_harness_ms
+    )
     if hidden <= HOST_FLOOR_MS + HOST_FLOOR_REL * middle + HOST_FLOOR_HARNESS_REL * harness_ms:
         hidden = 0.0
     # work hidden in some calls only: their excess is not the least, but they are reported far
@@ -331,7 +352,7 @@ def host_clock_verdict(
         if reported < HOST_FEW_CALLS_REL * middle and reported + d - typical > score:
             score, rescored = reported + d - typical, rescored + 1
         scored.append(score)
-    return HostClockVerdict(scored, hidden, spread, flagged, rescored)
+    return HostClockVerdict(scored, hidden, spread, flagged, rescored, prelude_excess)
 
 
 def host_clock_disagrees(
@@ -400,6 +421,26 @@ def _reset_persisting_l2() -> None:
     reset = _persisting_l2_reset()
     if reset is not None:
         reset()
+
+
+def parent_l2_flush(device: str) -> Callable[[], None] | None:
+    """On CUDA, the parent's own flush of the GPU's L2 cache before every timed call of a child
+    (harness.sandbox.supervisor's `before_call`): the cache is one for every process on the GPU,
+    and this flush runs in a process no candidate code reaches, after the child has made the
+    call's inputs and before it is told to call, so a child that skips its own flush still calls
+    on a cold cache. Waits for this process's device work (so a child's kernels that share the
+    GPU meanwhile lengthen the prelude it is part of). None elsewhere."""
+    if device != "cuda":
+        return None
+
+    def flush() -> None:
+        import torch
+
+        _reset_persisting_l2()
+        _l2_flush_buffer().zero_()
+        torch.cuda.synchronize()
+
+    return flush
 
 
 def _cuda_timed_call(call: Callable[[Any], Any], inputs: Any) -> tuple[Any, float, float]:

@@ -38,6 +38,7 @@ from harness.timing import (
     TIMING_MISMATCH,
     TIMING_PASSES,
     StoppingRule,
+    host_clock_verdict,
 )
 
 TASK = load_task("conv2d_v2")
@@ -354,6 +355,44 @@ def test_replaced_cuda_timers_are_flagged_on_cuda():
         )
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the L2 flush exists on a CUDA GPU only")
+def test_a_candidate_that_skips_the_childs_flush_still_calls_on_a_cold_cache_on_cuda(monkeypatch):
+    """Issue 28: the child's L2 flush before a timed call is code in the candidate's process, which
+    `adversarial/skips_the_flush.py` replaces with nothing, so that its calls would find their
+    inputs (just copied onto the device) in the L2 cache. The parent flushes the L2 from its own
+    process between the child's inputs and its call (`harness.timing.parent_l2_flush`): on the
+    first two benchmark shapes, whose inputs fit the H200's 50 MB L2, it is timed no faster than
+    the honest reference (5 % for noise). The same pair without the parent's flush is printed, to
+    show what the flush is worth (not asserted: it depends on the GPU)."""
+    from harness.sandbox import evaluation as evaluation_module
+
+    task = TASK.model_copy(update={"smoke": TASK.benchmarks[:2]})
+    rule = StoppingRule(min_runs=10, max_runs=30, budget_s=1.0)
+    code = (ADVERSARIAL / "skips_the_flush.py").read_bytes()
+
+    def pair() -> tuple[Evaluation, Evaluation]:
+        return tuple(
+            evaluate_interleaved(
+                [
+                    Evaluator(code, "skips_the_flush.py", task, device="cuda", timed=True, rule=rule),
+                    Evaluator(
+                        REFERENCE.read_bytes(), REFERENCE.name, task, device="cuda", timed=True, rule=rule
+                    ),
+                ]
+            )
+        )
+
+    skipper, honest = pair()
+    assert skipper.status == honest.status == "pass", (skipper.reason, honest.reason)
+    means = [(s.mean_ms, h.mean_ms) for s, h in zip(skipper.shapes, honest.shapes)]
+    print("skips the flush vs reference, with the parent's flush (ms):", means)
+    monkeypatch.setattr(evaluation_module, "parent_l2_flush", lambda device: None)
+    unguarded = [(s.mean_ms, h.mean_ms) for s, h in zip(*pair())]
+    print("skips the flush vs reference, without the parent's flush (ms):", unguarded)
+    for skipped, reference in means:
+        assert skipped >= 0.95 * reference, means
+
+
 def test_a_fake_clock_cannot_stretch_the_warm_up_past_the_parents_deadline(monkeypatch):
     """The child ends warm-up by its own clock; the timer cheat's clock barely moves, so a warm-up
     measured in seconds would never end. The parent's deadline for the warm-up ends it: its calls
@@ -571,7 +610,7 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
     evaluation = fill_cheat["computes_in_the_fill.py", mode]
     reference = fill_cheat[REFERENCE.name, mode]
     assert evaluation.status == reference.status == "pass", (evaluation.reason, reference.reason)
-    cheat_ms, honest_ms, hidden = [], [], []
+    cheat_ms, honest_ms, hidden, prelude = [], [], [], []
     for shape, honest in zip(evaluation.shapes, reference.shapes):
         timing = shape.check["timing"]
         assert max(timing["reported_ms"]) < 0.01, (shape.index, timing)
@@ -580,12 +619,27 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
             cheat_ms.append(shape.mean_ms)
             honest_ms.append(honest_reported)
             hidden.append(timing["joined"]["hidden_ms"])
+            prelude.append(timing["prelude_excess_ms"])
+            # the GPU's rule (harness.timing.PRELUDE_MARGIN_MS) flags such a prelude: judged
+            # here with this run's own figures (on the CPU an honest child's thread pool can
+            # lengthen its prelude as much, so the rule is the GPU's only)
+            gpu_verdict = host_clock_verdict(
+                timing["reported_ms"],
+                timing["parent_ms"],
+                timing["harness_ms"],
+                dominant=True,
+                prelude_ms=timing["prelude_ms"],
+                prelude_harness_ms=timing["prelude_harness_ms"],
+            )
+            assert gpu_verdict.flagged, timing
     assert len(cheat_ms) == len(FILL_TASK.smoke), [s.check["timing"] for s in reference.shapes]
     assert any(hidden), hidden
     assert statistics.geometric_mean(cheat_ms) > statistics.geometric_mean(honest_ms) / 3, (
         cheat_ms,
         honest_ms,
     )
+    # the work is in the prelude (the inputs handed over to the parent's go), not in the call
+    assert statistics.geometric_mean(prelude) > statistics.geometric_mean(honest_ms) / 3, (prelude, honest_ms)
 
 
 def test_a_computation_in_some_fills_only_is_scored_by_those_calls_brackets(fill_cheat):

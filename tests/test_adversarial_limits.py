@@ -569,3 +569,25 @@ def test_a_group_that_all_ran_out_of_memory_is_retried_in_halves(tmp_path, monke
             assert "evaluated again alone" not in evaluation.log_tail
     finally:
         CHILD_POOL.close_waiting()
+
+
+def test_a_calibration_child_out_of_memory_is_a_shape_result_and_a_fresh_child_follows():
+    """Issue 33, item 4, on the H200 (ff0bf71): beside a candidate that held the GPU's memory,
+    the harness's calibration child ran out of memory and `harness tournament` ended with exit 2
+    ("the harness's calibration child failed"). Such a failure is `CalibrationOutOfMemory` (the
+    evaluator makes it the timed revision's shape result, which the retry without its neighbours
+    takes up), the starved child is closed, and the next calibration starts a fresh one. Here the
+    calibration no-op returns a tensor too large for any host (4 TiB): the CPU's allocator says
+    "can't allocate memory", as CUDA's does beside a hog."""
+    from harness.sandbox.calibration import CalibrationOutOfMemory, Calibrator
+
+    task = load_task("conv2d_v2")
+    shape = task.smoke[0]
+    huge = ("torch.float32", (1 << 40,))
+    with Calibrator(task, device="cpu", limits=SandboxLimits.from_settings()) as calibrator:
+        for _ in range(2):  # the second in a fresh child: the first was closed
+            with pytest.raises(CalibrationOutOfMemory, match="can't allocate memory"):
+                calibrator.harness_ms(shape, 0, huge)
+            assert huge not in calibrator.children
+        harness_ms = calibrator.harness_ms(shape, 0)  # the task's own calibration is untouched
+        assert 0 < harness_ms < 1000 and calibrator.prelude_ms(shape, 0) > 0

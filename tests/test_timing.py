@@ -433,6 +433,7 @@ def test_the_warm_up_asks_the_parent_for_nothing_and_timed_inputs_go_over_only_w
     warm, first, second = (generate_inputs(reference, shape.parameters, seed, "cpu") for seed in (1, 2, 3))
     asked: list[int] = []
     seen: dict[int, torch.Tensor] = {}
+    gone_before: list[tuple[int, int]] = []  # (inputs asked for, outputs seen) at each go
 
     def inputs_for(index: int) -> tuple:
         asked.append(index)
@@ -463,11 +464,17 @@ def test_the_warm_up_asks_the_parent_for_nothing_and_timed_inputs_go_over_only_w
                 on_output=on_output,
                 phase="timing",
                 output_bytes=first[0].nbytes,
+                before_call=lambda: gone_before.append((len(asked), len(seen))),
             )
         finally:
             reader.close()
     assert timed.reply.error is None and len(timed.reply.times_ms) == 4
     assert asked == [3, 4, 5, 6] and sorted(timed.call_wall_ms) == [3, 4, 5, 6]
+    # the parent's go for each timed call comes after its inputs and before its output, and the
+    # call's prelude (to the go) is part of its bracket
+    assert gone_before == [(1, 0), (2, 1), (3, 2), (4, 3)]
+    assert sorted(timed.prelude_ms) == [3, 4, 5, 6]
+    assert all(0 < timed.prelude_ms[k] < timed.call_wall_ms[k] for k in timed.call_wall_ms)
     assert torch.equal(seen[3], first[0] + 1) and torch.equal(seen[4], first[0] + 1 + 1)  # the same tensors
     assert torch.equal(seen[5], second[0] + 1) and torch.equal(seen[6], second[0] + 1 + 1)
     assert torch.equal(warm[0], generate_inputs(reference, shape.parameters, 1, "cpu")[0]), (
@@ -639,6 +646,32 @@ def test_on_a_gpu_hidden_work_beyond_the_call_is_flagged_not_only_added():
     # as on the H200 (932b707): the honest reference on a 0.15 ms test shape, calibrated at 0.94 ms
     reference = host_clock_verdict([0.147] * 4, [1.353, 1.36, 1.41, 1.38], harness_ms=0.9431, dominant=True)
     assert not reference.flagged
+
+
+def test_on_a_gpu_work_in_a_calls_prelude_is_flagged_whatever_the_call_reported():
+    """The prelude (inputs handed over to the parent's go) holds harness code only; work there
+    runs on inputs the child has just written, still in the L2 cache. On a GPU (`dominant`) its
+    least excess over the calibrated prelude is flagged above PRELUDE_MARGIN_MS plus
+    PRELUDE_MARGIN_REL of it, even when the call itself reports a real share of the work (so
+    that the dominant rule, which compares with the call, lets it through); under the margin, or
+    on the CPU, it is only scored (it is in the brackets)."""
+    from harness.timing import PRELUDE_MARGIN_MS, PRELUDE_MARGIN_REL
+
+    reported, brackets = [0.6] * 4, [2.2, 2.25, 2.21, 2.3]  # half the work in the prelude, half in the call
+    half = {"prelude_ms": [1.1, 1.15, 1.12, 1.2], "prelude_harness_ms": 0.4}
+    assert not host_clock_verdict(reported, brackets, 1.0, dominant=True).flagged, "the call's rule alone"
+    on_gpu = host_clock_verdict(reported, brackets, 1.0, dominant=True, **half)
+    assert on_gpu.flagged and on_gpu.prelude_excess_ms == pytest.approx(0.7)
+    on_cpu = host_clock_verdict(reported, brackets, 1.0, **half)
+    assert not on_cpu.flagged and on_cpu.prelude_excess_ms == pytest.approx(0.7)
+    margin = PRELUDE_MARGIN_MS + PRELUDE_MARGIN_REL * 0.4
+    for excess, flagged in ((margin - 0.01, False), (margin + 0.01, True)):
+        preludes = [0.4 + excess, 0.4 + excess + 0.2]  # the least counts: load only lengthens
+        verdict = host_clock_verdict(
+            [0.6] * 2, [1.7, 1.9], 0.7, dominant=True, prelude_ms=preludes, prelude_harness_ms=0.4
+        )
+        assert verdict.flagged is flagged, (excess, verdict)
+    assert host_clock_verdict(reported, brackets, 1.0, dominant=True).prelude_excess_ms == 0.0
 
 
 def test_the_persisting_l2_reset_is_the_drivers_or_nothing():

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 
 from typing_extensions import Self
 
-from harness.checking import data_layout
+from harness.checking import data_layout, says_out_of_memory
 from harness.errors import HarnessError
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.protocol import CallDone, Ready
@@ -42,7 +42,7 @@ from harness.sandbox.supervisor import ChildFailure, ChildProcess
 from harness.tasks import Shape, TaskSpec, load_reference
 from harness.tasks.layout import Key
 from harness.tasks.spec import generate_inputs
-from harness.timing import StoppingRule
+from harness.timing import StoppingRule, parent_l2_flush
 from harness.wire import TensorInfo
 
 # its least bracket less its call: ten calls; on a GPU, on a long shape (the task's reference as
@@ -149,6 +149,22 @@ def calibrated_kind(buffers: tuple[Key, ...], data: object, outputs: Iterable[Te
     return smallest
 
 
+class CalibrationOutOfMemory(HarnessError):
+    """The calibration child ran out of memory (its reason or log says so): on a GPU shared with
+    the candidates' children, likely a neighbour's doing (a candidate that holds the GPU's
+    memory). The evaluator makes it the timed revision's shape result, which is retried without
+    those neighbours (harness.sandbox.evaluation.retry_alone), never an error out of the run."""
+
+
+def calibration_failed(reason: str, child: ChildProcess) -> HarnessError:
+    """The error for a calibration child that failed with `reason`: CalibrationOutOfMemory when
+    it or the end of the child's log says that memory ran out."""
+    message = f"the harness's calibration child failed: {reason}"
+    if says_out_of_memory(f"{reason}\n{child.log_tail(4000)}"):
+        return CalibrationOutOfMemory(message)
+    return HarnessError(message)
+
+
 class Calibrator:
     """One child running `noop_candidate`, started on first use (or with `spawn`, so that it
     starts beside the candidates' children), and one per other kind of output asked for
@@ -165,7 +181,8 @@ class Calibrator:
         self.children: dict[Returned, ChildProcess] = {}  # the others, by kind of output
         self.spawned = False
         self.ready: dict[int, Ready] = {}  # by id() of the child
-        self.harness_ms_by_shape: dict[tuple[str, Returned | None], float] = {}
+        # per shape and kind of output: the least bracket less the call, and the least prelude
+        self.cost_by_shape: dict[tuple[str, Returned | None], tuple[float, float]] = {}
         self.measured_again: set[tuple[str, Returned | None]] = set()
 
     def _child(self, code: bytes) -> ChildProcess:
@@ -212,26 +229,43 @@ class Calibrator:
         """The least parent's bracket, less the call, of a calibration call of `shape` (the
         task's reference, `noop_candidate`; with `returns` a no-op returning a tensor of that
         dtype and shape), with a fresh seed per call as the candidate's calls have."""
+        return self._cost(shape, output_bytes, returns, again)[0]
+
+    def prelude_ms(self, shape: Shape, output_bytes: int = 0, returns: Returned | None = None) -> float:
+        """The least prelude of a calibration call of `shape` (`TimedShape.prelude_ms`: from
+        handing over the inputs to the parent's go, harness code only), measured with
+        `harness_ms` (asked for first)."""
+        return self._cost(shape, output_bytes, returns, False)[1]
+
+    def _cost(
+        self, shape: Shape, output_bytes: int, returns: Returned | None, again: bool
+    ) -> tuple[float, float]:
         key = (shape.key(), returns)
-        if key not in self.harness_ms_by_shape:
-            self.harness_ms_by_shape[key] = self._measure(shape, output_bytes, returns)
+        if key not in self.cost_by_shape:
+            self.cost_by_shape[key] = self._measure(shape, output_bytes, returns)
         elif again and key not in self.measured_again:
             # a later pass measures once more, at another moment, and keeps the lesser: a load
             # burst during one calibration would otherwise hide that much of every candidate's work
             self.measured_again.add(key)
             again_ms = self._measure(shape, output_bytes, returns)
-            self.harness_ms_by_shape[key] = min(self.harness_ms_by_shape[key], again_ms)
-        return self.harness_ms_by_shape[key]
+            self.cost_by_shape[key] = tuple(map(min, self.cost_by_shape[key], again_ms))
+        return self.cost_by_shape[key]
 
     def _inputs(self, shape: Shape, seed: int) -> tuple:
         """The task's inputs of `shape` for `seed`, made as the candidates' are (no reference)."""
         return generate_inputs(load_reference(self.task), shape.parameters, seed, self.device)
 
-    def _measure(self, shape: Shape, output_bytes: int, returns: Returned | None) -> float:
+    def _measure(self, shape: Shape, output_bytes: int, returns: Returned | None) -> tuple[float, float]:
         try:
             return self._measure_once(shape, output_bytes, returns)
+        except CalibrationOutOfMemory:
+            # the GPU's memory held elsewhere (a candidate's child beside it): not the task's
+            # reference's fault; a fresh child next time, the same candidate
+            self._forget_child(returns)
+            raise
         except HarnessError:
             if returns is not None or self.bare:
+                self._forget_child(returns)
                 raise
         # the task's reference did not run in the calibration child: a bare no-op instead
         if self.child is not None:
@@ -240,7 +274,17 @@ class Calibrator:
         self.child = self._child(bare_noop_candidate(self.task, self._outputs()))
         return self._measure_once(shape, output_bytes, returns)
 
-    def _measure_once(self, shape: Shape, output_bytes: int, returns: Returned | None) -> float:
+    def _forget_child(self, returns: Returned | None) -> None:
+        """Close the child that calibrates `returns` (None: the no-op's); the next measure of it
+        starts a fresh one."""
+        child = self.children.pop(returns, None) if returns is not None else self.child
+        if child is not None:
+            self.ready.pop(id(child), None)
+            child.close()
+        if returns is None:
+            self.child, self.spawned = None, False
+
+    def _measure_once(self, shape: Shape, output_bytes: int, returns: Returned | None) -> tuple[float, float]:
         if returns is None:
             child = self._noop_child()
             self.spawn()
@@ -257,7 +301,7 @@ class Calibrator:
             if id(child) not in self.ready:
                 ready = child.wait_ready()
                 if not isinstance(ready, Ready):
-                    raise HarnessError(f"the harness's calibration child did not import: {ready.error}")
+                    raise calibration_failed(f"it did not import: {ready.error}", child)
                 self.ready[id(child)] = ready
             timed = child.time(
                 warmup_data=self._inputs(shape, secrets.randbits(63)),
@@ -269,15 +313,23 @@ class Calibrator:
                 on_output=discard,
                 phase=f"calibration of {shape.parameters}",
                 output_bytes=output_bytes,  # the same transfer as the candidate's calls
+                before_call=parent_l2_flush(self.device),  # and the same go
             )
         except ChildFailure as failure:
-            raise HarnessError(f"the harness's calibration child failed: {failure.reason}") from None
+            raise calibration_failed(failure.reason, child) from None
+        except BaseException:  # the parent's own work failed (its L2 flush out of memory, say)
+            self._forget_child(returns)  # the child is mid-protocol: no use any more
+            raise
         if timed.reply.error is not None or not timed.call_wall_ms:
-            raise HarnessError(f"the harness's calibration child failed: {timed.reply.error}")
-        # the bracket less the call as the calibration child clocked it (harness code only)
-        return min(
-            max(bracket - reported, 0.0)
-            for bracket, reported in zip(timed.call_wall_ms.values(), timed.reply.times_ms)
+            raise calibration_failed(str(timed.reply.error), child)
+        # the bracket less the call as the calibration child clocked it (harness code only), and
+        # the prelude (harness code only)
+        return (
+            min(
+                max(bracket - reported, 0.0)
+                for bracket, reported in zip(timed.call_wall_ms.values(), timed.reply.times_ms)
+            ),
+            min(timed.prelude_ms.values(), default=0.0),
         )
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ from harness.sandbox.protocol import (
     AutotunerInfo,
     CallDone,
     CallError,
+    CallGo,
     CallInputs,
     CheckReply,
     CheckRequest,
@@ -53,6 +54,7 @@ from harness.sandbox.protocol import (
     Hello,
     ImportFailed,
     InitStatus,
+    InputsReady,
     InputsWanted,
     IsolationPlan,
     IsolationReport,
@@ -776,7 +778,9 @@ class Worker:
         device, outside the timed region (the parent draws a fresh seed for every timed call, in
         every mode; were it to say they are the call before's, the same tensors would serve
         again). The output buffers are NaN
-        before each call; every timed call's output goes to the shared buffer or a file for the
+        before each call; once the inputs are made and the buffers emptied the child says so
+        (`InputsReady`) and calls only when the parent says go (`CallGo`: the parent clocks this
+        prelude and, on a GPU, flushes the L2 cache from its own process first); every timed call's output goes to the shared buffer or a file for the
         parent to check and is then overwritten with NaN, and a `CallDone` tells the parent that
         the call is over (its deadline is per call, and its clock brackets each call from handing
         over its inputs to this message)."""
@@ -804,6 +808,11 @@ class Worker:
             if items is not None:
                 current[0] = self.make_inputs(items)
             self.fill_output_buffer(current[0])
+            self.synchronize()
+            # the prelude ends here: the parent clocks it, flushes the GPU's L2 from its own
+            # process and says go
+            self.channel.send(InputsReady(token=self.hello.token, id=request.id, index=index))
+            self.receive_call_go(request.id, index)
             return current[0]
 
         def after_call(index: int, data: tuple, result: object) -> None:
@@ -861,15 +870,22 @@ class Worker:
         return self.export_tensor(result, self.io_dir / f"timed-{request.id}-{index}.bin")
 
     def receive_call_inputs(self, request_id: int, index: int) -> list[DataItem] | None:
+        return self.receive_for_call(CallInputs, request_id, index).data
+
+    def receive_call_go(self, request_id: int, index: int) -> None:
+        self.receive_for_call(CallGo, request_id, index)
+
+    def receive_for_call(self, kind: type, request_id: int, index: int):
+        """The parent's next message, which must be a `kind` for call `index` of `request_id`."""
         line = self.channel.receive_line()
         if line is None:
             raise EOFError("the parent closed the request pipe")
         message = REQUEST.validate_json(line)
-        if not isinstance(message, CallInputs) or (message.id, message.index) != (request_id, index):
+        if not isinstance(message, kind) or (message.id, message.index) != (request_id, index):
             raise ValueError(
-                f"expected the inputs of call {index} of request {request_id}, got {message.type}"
+                f"expected {kind.__name__} for call {index} of request {request_id}, got {message.type}"
             )
-        return message.data
+        return message
 
 
 # --- entry points ---------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from harness.config import get_settings
 from harness.devices import default_shape_set, resolve_device
 from harness.environment import confirm_device_name
 from harness.errors import HarnessError
-from harness.sandbox.calibration import Calibrator, calibrated_kind
+from harness.sandbox.calibration import CalibrationOutOfMemory, Calibrator, calibrated_kind
 from harness.sandbox.devices import (
     INTERLEAVE_GROUP,
     MODES,
@@ -62,6 +62,7 @@ from harness.timing import (
     BenchmarkStats,
     StoppingRule,
     host_clock_verdict,
+    parent_l2_flush,
     physical_floor_ms,
 )
 from harness.verdicts import Verdict, Verdicts
@@ -685,6 +686,8 @@ class Evaluator:
             [bracket for item in passes for bracket in item["parent_ms"]],
             min(item["harness_ms"] for item in passes),
             dominant=self.device == "cuda",
+            prelude_ms=[ms for item in passes for ms in item["prelude_ms"]],
+            prelude_harness_ms=min(item["prelude_harness_ms"] for item in passes),
         )
         flags = {flag for item in passes for flag in item["flags"] if flag != HOST_CLOCK_MISMATCH}
         flags |= {HOST_CLOCK_MISMATCH} if verdict.flagged else set()
@@ -699,6 +702,7 @@ class Evaluator:
             "hidden_ms": round(verdict.hidden_ms, 4),
             "spread_ms": round(verdict.spread_ms, 4),
             "rescored_calls": verdict.rescored_calls,
+            "prelude_excess_ms": round(verdict.prelude_excess_ms, 4),
         }
         outcome.verdicts = again.verdicts
         return outcome
@@ -822,8 +826,10 @@ class Evaluator:
             on_output=on_output,
             phase=f"timing on {outcome.set_name}[{outcome.index}]",
             output_bytes=output_bytes,
+            before_call=parent_l2_flush(self.device),
         )
         reply, parent_ms = timed.reply, list(timed.call_wall_ms.values())
+        prelude_ms = list(timed.prelude_ms.values())
         times = reply.times_ms
         if reply.error is not None:
             reason = error_reason(reply.error.kind, reply.error.error)
@@ -847,8 +853,25 @@ class Evaluator:
                 check_case.data,
                 outputs,
             )
-            harness_ms = self._calibrator().harness_ms(shape, output_bytes, calibrated, again=later)
-            verdict = host_clock_verdict(times, parent_ms, harness_ms, dominant=self.device == "cuda")
+            calibrator = self._calibrator()
+            try:
+                harness_ms = calibrator.harness_ms(shape, output_bytes, calibrated, again=later)
+                prelude_harness_ms = calibrator.prelude_ms(shape, output_bytes, calibrated)
+            except CalibrationOutOfMemory as exc:  # the GPU's memory held by a neighbour, likely
+                outcome.status, outcome.passed = "crashed", False
+                outcome.reason = (
+                    f"{exc}; the memory is held elsewhere (by a child checked beside it?): "
+                    "not this revision's doing"
+                )
+                return
+            verdict = host_clock_verdict(
+                times,
+                parent_ms,
+                harness_ms,
+                dominant=self.device == "cuda",
+                prelude_ms=prelude_ms,
+                prelude_harness_ms=prelude_harness_ms,
+            )
             flags += [HOST_CLOCK_MISMATCH] if verdict.flagged else []
             flags += self._physical_floor_flags(times)
             stats = BenchmarkStats.from_times(
@@ -868,6 +891,11 @@ class Evaluator:
                 "hidden_ms": round(verdict.hidden_ms, 4),
                 "spread_ms": round(verdict.spread_ms, 4),
                 "rescored_calls": verdict.rescored_calls,
+                # each call's prelude (inputs handed over to the parent's go: harness code only),
+                # the calibrated child's least, and the least excess over it
+                "prelude_ms": [round(ms, 4) for ms in prelude_ms],
+                "prelude_harness_ms": round(prelude_harness_ms, 4),
+                "prelude_excess_ms": round(verdict.prelude_excess_ms, 4),
                 # what the harness's no-op returned when calibrating: None, the output buffer
                 "calibrated_output": None if calibrated is None else [calibrated[0], list(calibrated[1])],
             }
@@ -984,6 +1012,8 @@ def _pass_of(outcome: ShapeOutcome) -> dict:
         "reported_ms": list(timing.get("reported_ms", outcome.times_ms)),
         "parent_ms": list(timing.get("parent_ms", [])),
         "harness_ms": timing.get("harness_ms", 0.0),
+        "prelude_ms": list(timing.get("prelude_ms", [])),
+        "prelude_harness_ms": timing.get("prelude_harness_ms", 0.0),
     }
 
 
@@ -1066,23 +1096,6 @@ def side_by_side_count(evaluators: list[Evaluator], parallel: int | None = None)
     return count
 
 
-MEMORY_WORDS = (  # CUDA's allocator, cuDNN's and cuBLAS's workspaces, the driver, the CPU's
-    "out of memory",
-    "OutOfMemoryError",
-    "ALLOC_FAILED",
-    "cudaErrorMemoryAllocation",
-    "CUDA_ERROR_OUT_OF_MEMORY",
-    "can't allocate memory",
-    "MemoryError",
-    # a CUDA context that cannot be made while a neighbour holds the GPU's memory (seen on the H200)
-    "cudaErrorDevicesUnavailable",
-    # cuDNN's and cuBLAS's workspaces: ALLOC_FAILED, or INTERNAL_ERROR as the parent's own cuDNN
-    # call gave beside a hog on the H200 (a retry costs only time: what fails alone counts)
-    *checking.ALLOCATION_FAILED,
-    *checking.INTERNAL_FAILURE,
-)
-
-
 def ran_out_of_memory(evaluation: Evaluation) -> bool:
     """Whether a failed evaluation failed for want of memory (its reason or the end of its log
     says so). The children checked together share one GPU's memory, and the host's, so such a
@@ -1091,7 +1104,7 @@ def ran_out_of_memory(evaluation: Evaluation) -> bool:
     if evaluation.status in ("pass", "unsupported", "not_run"):
         return False
     text = f"{evaluation.reason or ''}\n{evaluation.log_tail[-4000:]}"
-    return any(words in text for words in MEMORY_WORDS)
+    return checking.says_out_of_memory(text)
 
 
 def retry_alone(

@@ -151,9 +151,11 @@ class TimeRequest(Message):
     """Warm up and time the entry point on one shape (harness.timing.time_calls with this rule).
     Every warm-up call runs on `warmup_data` (in the inputs memory; warm-up outputs are not
     checked). Before every timed call the child asks for that call's inputs (`InputsWanted`,
-    answered by `CallInputs`), so that no timed call's inputs are known before it is made; after
-    every timed call it sends `CallDone` once the output is in the shared buffer or a file for the
-    parent to check; it ends with `TimeReply`."""
+    answered by `CallInputs`), so that no timed call's inputs are known before it is made; once it
+    holds them on its device (the output buffers emptied) it says so (`InputsReady`) and waits
+    for `CallGo`, which the parent sends after flushing the GPU's L2 cache from its own process;
+    after every timed call it sends `CallDone` once the output is in the shared buffer or a file
+    for the parent to check; it ends with `TimeReply`."""
 
     type: Literal["time"] = "time"
     id: int
@@ -181,7 +183,16 @@ class CallInputs(Message):
     data: list[DataItem] | None = None
 
 
-Request = Annotated[CheckRequest | TimeRequest | CallInputs | Shutdown, Field(discriminator="type")]
+class CallGo(Message):
+    """Make timed call `index` now: the parent has timed the call's prelude (from handing over its
+    inputs to here) and, on a GPU, flushed the L2 cache from its own process."""
+
+    type: Literal["call_go"] = "call_go"
+    id: int
+    index: int
+
+
+Request = Annotated[CheckRequest | TimeRequest | CallInputs | CallGo | Shutdown, Field(discriminator="type")]
 REQUEST = TypeAdapter(Request)
 
 
@@ -227,6 +238,16 @@ class InputsWanted(Message):
     index: int
 
 
+class InputsReady(Message):
+    """Timed call `index`'s inputs are on the child's device and its output buffers emptied; the
+    child waits for `CallGo`."""
+
+    type: Literal["inputs_ready"] = "inputs_ready"
+    token: str
+    id: int
+    index: int
+
+
 class CallDone(Message):
     """Call `index` was timed and its output is in the file the parent named."""
 
@@ -252,7 +273,7 @@ class TimeReply(Message):
 
 
 Reply = Annotated[
-    Started | Ready | ImportFailed | CheckReply | InputsWanted | CallDone | TimeReply,
+    Started | Ready | ImportFailed | CheckReply | InputsWanted | InputsReady | CallDone | TimeReply,
     Field(discriminator="type"),
 ]
 REPLY = TypeAdapter(Reply)

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from time import monotonic
 from typing import Literal
@@ -52,6 +52,7 @@ from harness.sandbox.protocol import (
     MAX_MESSAGE_BYTES,
     REPLY,
     CallDone,
+    CallGo,
     CallInputs,
     CheckReply,
     CheckRequest,
@@ -59,6 +60,7 @@ from harness.sandbox.protocol import (
     Hello,
     ImportFailed,
     InitStatus,
+    InputsReady,
     InputsWanted,
     IsolationPlan,
     Message,
@@ -111,10 +113,13 @@ class ChildFailure(Exception):
 class TimedShape:
     """What `ChildProcess.time` returns: the child's reply, and per timed call the parent's own
     time (ms) from starting to hand over its inputs to hearing that its output is ready; the call,
-    and everything the child did for it (inputs, NaN fill, flush, export), lies in between."""
+    and everything the child did for it (inputs, NaN fill, flush, export), lies in between. Of
+    that, `prelude_ms`: from the same start to the parent's go (the child's rebuild of the inputs
+    on its device and its NaN fill, the parent's L2 flush): harness work only, no call."""
 
     reply: TimeReply
     call_wall_ms: dict[int, float]
+    prelude_ms: dict[int, float] = field(default_factory=dict)
 
 
 def _signal_name(number: int) -> str:
@@ -620,6 +625,7 @@ class ChildProcess:
         on_output: Callable[[CallDone], None],
         phase: str,
         output_bytes: int = 0,
+        before_call: Callable[[], None] | None = None,
     ) -> TimedShape:
         """Warm up and time the entry point on one shape (harness.timing in the child), while every
         other child of this process is stopped (`ChildPool.others_stopped`).
@@ -635,7 +641,11 @@ class ChildProcess:
         the shared buffer (grown to `output_bytes` first; harness.sandbox.transfer) or, when it
         does not fit, to
         `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before
-        the next call's inputs are asked for. Every message is due within call_timeout_s of the
+        the next call's inputs are asked for. Between the two, once the child says the call's
+        inputs are on its device (`InputsReady`), the parent runs `before_call` (on a GPU: its own
+        flush of the L2 cache, which no code in the child can skip) and says go (`CallGo`); the
+        time to there is the call's prelude (`TimedShape.prelude_ms`), in which an honest child
+        runs only harness code. Every message is due within call_timeout_s of the
         one before it, so a hanging call is killed like one in `check`; the first, which ends the
         warm-up, within call_timeout_s per warm-up call asked for plus `warmup_s` (an honest
         warm-up's calls fit, one call past `warmup_s` included; a clock the candidate slowed down
@@ -643,6 +653,7 @@ class ChildProcess:
         (`TimedShape.call_wall_ms`)."""
         with self.pool.timing_lock, self.pool.others_stopped(self):
             call_wall_ms: dict[int, float] = {}
+            prelude_ms: dict[int, float] = {}
             inputs_sent_at: dict[int, float] = {}
             if self.output_fd is not None and output_bytes > self.shared_bytes:
                 self.grow_memfd(
@@ -682,7 +693,7 @@ class ChildProcess:
                 )
                 try:
                     message = self._receive(
-                        now, wait_s, phase, (InputsWanted, CallDone, TimeReply), request.id
+                        now, wait_s, phase, (InputsWanted, InputsReady, CallDone, TimeReply), request.id
                     )
                 except ChildFailure as failure:
                     if failure.status == "timeout" and monotonic() >= phase_deadline:
@@ -696,7 +707,7 @@ class ChildProcess:
                     raise
                 warming_up = False
                 if isinstance(message, TimeReply):
-                    return TimedShape(message, call_wall_ms)
+                    return TimedShape(message, call_wall_ms, prelude_ms)
                 if isinstance(message, InputsWanted):
                     if message.index <= last_index:
                         raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
@@ -713,8 +724,17 @@ class ChildProcess:
                     if laid_out is not None:
                         self.copy_inputs(data, laid_out, phase)
                     self._send_encoded(encoded, phase)
+                elif isinstance(message, InputsReady):
+                    if message.index not in inputs_sent_at or message.index in prelude_ms:
+                        raise self._fail(
+                            "crashed", f"protocol violation during {phase}: inputs ready for no call"
+                        )
+                    if before_call is not None:
+                        before_call()
+                    prelude_ms[message.index] = (monotonic() - inputs_sent_at[message.index]) * 1e3
+                    self._send(CallGo(id=request.id, index=message.index), phase)
                 else:
-                    if message.index not in inputs_sent_at or message.index in call_wall_ms:
+                    if message.index not in prelude_ms or message.index in call_wall_ms:
                         raise self._fail(
                             "crashed", f"protocol violation during {phase}: an output for no call"
                         )
