@@ -8,6 +8,7 @@ usage error into one line on stderr and exit code 2. Text from a candidate or it
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -847,7 +848,16 @@ def experiments_show(
     _write_report(text, out)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (`timeout`, a batch scheduler, `kill`) ends a command as Ctrl-C does: its sandboxed
+    children stopped and their files and cgroups removed on the way out, the store left as it
+    was, exit 130. (Python's default ends the process at once: a tournament cut by `timeout` on
+    the H200 left its children's exchange folders and cgroups behind, 2026-12-03.)"""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         # Without standalone mode, typer returns an exit code (130 after Ctrl-C) instead of exiting.
         code = app(standalone_mode=False)

@@ -8,7 +8,9 @@ Method, per shape (`time_calls`):
    Their inputs may come from elsewhere than the timed calls' (`warmup_inputs`: in the sandbox,
    inputs handed over once with the request, without a round trip to the parent per call); their
    outputs are not checked.
-2. Timed calls, on CUDA. The inputs are made outside the timed region. Then: a device-wide
+2. Timed calls, on CUDA. The inputs are made outside the timed region (in the sandbox the
+   parent then flushes the L2 from its own process before it lets the call go:
+   `parent_l2_flush`, so that a candidate that skips the flush below gains nothing). Then: a device-wide
    synchronize; the persisting-L2 carve-out set to nothing and its lines made normal again
    (`_reset_persisting_l2`: a call may mark its data persisting, which a flush would not evict);
    the L2 cache flushed by writing zeros over a 256 MiB buffer; an event `start`; the
@@ -54,7 +56,9 @@ review:
    is work the child hid from its timer (noise only lengthens brackets, and not all alike):
    above a small floor it is added to every call's time, so that what the child reports can
    make its score worse, never better; far above it, or when a call is reported longer than its
-   whole bracket, the shape is flagged `host_clock_mismatch`. A flagged shape is timed again, in
+   whole bracket, the shape is flagged `host_clock_mismatch`; on a GPU also when the call's
+   prelude (to the parent's go, harness code only) exceeds the calibrated one by
+   `PRELUDE_MARGIN_MS` and `PRELUDE_MARGIN_REL` of it: work there runs on hot inputs. A flagged shape is timed again, in
    up to `HOST_CONFIRM_PASSES` more blocks after everyone's passes, and judged over all of its
    calls each time: load that delayed every call of its blocks (a loaded 2-core host flagged
    an honest child that way in CI) is gone from a later quiet block, whose calls lower the least

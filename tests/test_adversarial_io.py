@@ -202,15 +202,17 @@ def test_a_forced_run_stopped_or_killed_keeps_the_stored_result_and_its_claim_is
     before = _result(url, reference)
     assert before[0][0][1:3] == ("done", "pass") and before[1]
     stopped = []
-    for signal_number in (signal.SIGINT, signal.SIGKILL):
+    for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         process = _harness(url, "test", "--force", str(reference), "--device", "cpu")
         deadline = time.monotonic() + 120
         while not (children := _children(process.pid)):  # the forced run has claimed and started its child
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.05)
         process.send_signal(signal_number)
-        process.communicate(timeout=60)
+        _, stderr = process.communicate(timeout=60)
         assert process.returncode != 0, "stopped before it ended"
+        if signal_number != signal.SIGKILL:  # Ctrl-C, `timeout`, `kill`: cleaned up on the way out
+            assert (process.returncode, _left_behind(process.pid)) == (130, []), stderr
         assert _result(url, reference) == before, "the old result stays until a new one is complete"
         assert _gone(children)
         stopped.append(process.pid)
@@ -221,7 +223,7 @@ def test_a_forced_run_stopped_or_killed_keeps_the_stored_result_and_its_claim_is
     assert "busy" not in stdout, "a dead process's claim is void at once"
     runs, shapes = _result(url, reference)
     assert runs[0][1:3] == ("done", "pass") and len(shapes) == len(before[1])
-    assert [_left_behind(pid) for pid in [*stopped, final.pid]] == [[], [], []]
+    assert [_left_behind(pid) for pid in [*stopped, final.pid]] == [[], [], [], []]
 
 
 @pytest.mark.skipif(not detect_isolation().full, reason="needs the pid namespace's init")
