@@ -1,14 +1,14 @@
 """The honest corpus (issue 28): candidates in tests/honest/ written the ways users write
 kernels that run on the CPU (torch.compile in its two modes, a fresh tensor instead of the
 buffer, an odd but correct layout, a lazily negated view, Triton autotune through the
-interpreter, threads joined before return; a CUDA graph and two CUDA streams joined before return,
-which take a plain path on the CPU), each checked and timed in the real sandbox on the
+interpreter, threads joined before return, a C++ extension built at import with load_inline; a
+CUDA graph and two CUDA streams joined before return, which take a plain path on the CPU), each checked and timed in the real sandbox on the
 conv2d task's smoke shapes. A judge that fails or flags any of them is wrong: each must `pass`
 on every shape with no timing flag, in benchmark mode (the default) and in leaderboard mode.
 
 The torch.compile candidates are the slow ones (each compiles with the C compiler in its child,
 about 20 s a shape on a loaded 2-core machine); they stay in, since they are the style issue 28
-found failed."""
+found failed; so does the extension (about a minute of g++ at import)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from harness.timing import StoppingRule
 TASK = load_task("conv2d_v2")
 HONEST = Path(__file__).parent / "honest"
 NAMES = sorted(path.name for path in HONEST.glob("*.py"))
-LIMITS = {"call_timeout_s": 180.0, "import_timeout_s": 120.0}
+LIMITS = {"call_timeout_s": 180.0, "import_timeout_s": 300.0}  # the extension's build: a minute or more
 RULE = StoppingRule(min_runs=3, max_runs=5, budget_s=0.5)
 SECRET = 424242
 # the cheap ones again in leaderboard mode (a fresh seed per timed call)
@@ -69,6 +69,7 @@ def test_the_corpus_holds_every_style():
         "joined_threads.py",
         "cuda_graph.py",
         "two_streams.py",
+        "inline_extension.py",
     }
 
 
