@@ -153,7 +153,7 @@ class CalibrationOutOfMemory(HarnessError):
     """The calibration child ran out of memory (its reason or log says so): on a GPU shared with
     the candidates' children, likely a neighbour's doing (a candidate that holds the GPU's
     memory). The evaluator makes it the timed revision's shape result, which is retried without
-    those neighbours (harness.sandbox.evaluation.retry_alone), never an error out of the run."""
+    those neighbours (harness.sandbox.evaluation.retry_out_of_memory), never an error out of the run."""
 
 
 def calibration_failed(reason: str, child: ChildProcess) -> HarnessError:

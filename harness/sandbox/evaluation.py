@@ -443,7 +443,7 @@ class Evaluator:
 
     def again(self) -> Evaluator:
         """A fresh evaluator of the same candidate, settings and calibrator (a new child), to
-        evaluate it again alone (`retry_alone`)."""
+        evaluate it again alone (`retry_out_of_memory`)."""
         fresh = Evaluator(**self.arguments, calibrator=self.calibrator)
         fresh.on_activity = self.on_activity
         return fresh
@@ -1107,7 +1107,7 @@ def ran_out_of_memory(evaluation: Evaluation) -> bool:
     return checking.says_out_of_memory(text)
 
 
-def retry_alone(
+def retry_out_of_memory(
     evaluators: list[Evaluator],
     evaluations: list[Evaluation],
     on_shape: Callable[[Evaluator, ShapeOutcome], None] | None = None,
@@ -1249,7 +1249,7 @@ def evaluate_in_groups(
 
 
 def held_back(evaluators: list[Evaluator], evaluation: Evaluation) -> bool:
-    """Whether an evaluation waits for `retry_alone` before anyone hears of it."""
+    """Whether an evaluation waits for `retry_out_of_memory` before anyone hears of it."""
     return len(evaluators) > 1 and ran_out_of_memory(evaluation)
 
 
@@ -1262,7 +1262,7 @@ def _after_retries(
     """The evaluations with those held back (`held_back`) evaluated again alone, each handed to
     `on_evaluation` once it is final."""
     held = [i for i, evaluation in enumerate(evaluations) if held_back(evaluators, evaluation)]
-    evaluations = retry_alone(evaluators, evaluations, on_shape)
+    evaluations = retry_out_of_memory(evaluators, evaluations, on_shape)
     if on_evaluation is not None:
         for i in held:
             on_evaluation(evaluators[i], evaluations[i])
