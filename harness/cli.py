@@ -859,6 +859,15 @@ def _terminated(signum: int, frame: object) -> None:
 def main() -> None:
     signal.signal(signal.SIGTERM, _terminated)
     try:
+        _main()
+    finally:
+        workspace = sys.modules.get("harness.sandbox.workspace")
+        if workspace is not None:  # the command made sandboxed children: nothing of theirs stays
+            workspace.remove_files_of_this_process()
+
+
+def _main() -> None:
+    try:
         # Without standalone mode, typer returns an exit code (130 after Ctrl-C) instead of exiting.
         code = app(standalone_mode=False)
     except HarnessError as exc:

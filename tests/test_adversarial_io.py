@@ -211,8 +211,9 @@ def test_a_forced_run_stopped_or_killed_keeps_the_stored_result_and_its_claim_is
         process.send_signal(signal_number)
         _, stderr = process.communicate(timeout=60)
         assert process.returncode != 0, "stopped before it ended"
-        if signal_number != signal.SIGKILL:  # Ctrl-C, `timeout`, `kill`: the same way out
+        if signal_number != signal.SIGKILL:  # Ctrl-C, `timeout`, `kill`: cleaned up on the way out
             assert process.returncode == 130 and "error: interrupted" in stderr, stderr
+            assert _left_behind(process.pid) == []
         assert _result(url, reference) == before, "the old result stays until a new one is complete"
         assert _gone(children)
         stopped.append(process.pid)

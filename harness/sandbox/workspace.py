@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -188,6 +189,19 @@ def remove_files_of_dead_parents() -> None:
     this host."""
     from harness.environment import process_is_gone
 
+    _remove_harness_dirs(process_is_gone, "a dead harness process's files")
+
+
+def remove_files_of_this_process() -> None:
+    """Remove what is left of this process's own io, work and probe directories: for the very end
+    of a command, once every child is stopped. Ctrl-C or SIGTERM while a child was being made
+    (its directories made, the child not yet in the hands of whoever closes it) left them behind
+    until the next command's `remove_files_of_dead_parents`."""
+    own = os.getpid()
+    _remove_harness_dirs(lambda pid: pid == own, "this process's files")
+
+
+def _remove_harness_dirs(select: Callable[[int], bool], what: str) -> None:
     temporary = tempfile.gettempdir()
     roots = [
         ("/dev/shm", IO_DIR_PREFIX),
@@ -209,13 +223,10 @@ def remove_files_of_dead_parents() -> None:
                 )
             except OSError:
                 continue
-            if mine and dash and pid.isdigit() and process_is_gone(int(pid)):
+            if mine and dash and pid.isdigit() and select(int(pid)):
                 problem = remove_tree(entry.path)
                 if problem is not None:  # left as it is: it stops nothing
-                    print(
-                        f"warning: could not remove a dead harness process's files: {problem}",
-                        file=sys.stderr,
-                    )
+                    print(f"warning: could not remove {what}: {problem}", file=sys.stderr)
 
 
 # What a child imports besides the candidate (see `warm_bytecode`).
