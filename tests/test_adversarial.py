@@ -38,7 +38,6 @@ from harness.timing import (
     TIMING_MISMATCH,
     TIMING_PASSES,
     StoppingRule,
-    host_clock_verdict,
 )
 
 TASK = load_task("conv2d_v2")
@@ -610,7 +609,7 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
     evaluation = fill_cheat["computes_in_the_fill.py", mode]
     reference = fill_cheat[REFERENCE.name, mode]
     assert evaluation.status == reference.status == "pass", (evaluation.reason, reference.reason)
-    cheat_ms, honest_ms, hidden, prelude = [], [], [], []
+    cheat_ms, honest_ms, hidden = [], [], []
     for shape, honest in zip(evaluation.shapes, reference.shapes):
         timing = shape.check["timing"]
         assert max(timing["reported_ms"]) < 0.01, (shape.index, timing)
@@ -619,27 +618,12 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
             cheat_ms.append(shape.mean_ms)
             honest_ms.append(honest_reported)
             hidden.append(timing["joined"]["hidden_ms"])
-            prelude.append(timing["prelude_excess_ms"])
-            # the GPU's rule (harness.timing.PRELUDE_MARGIN_MS) flags such a prelude: judged
-            # here with this run's own figures (on the CPU an honest child's thread pool can
-            # lengthen its prelude as much, so the rule is the GPU's only)
-            gpu_verdict = host_clock_verdict(
-                timing["reported_ms"],
-                timing["parent_ms"],
-                timing["harness_ms"],
-                dominant=True,
-                prelude_ms=timing["prelude_ms"],
-                prelude_harness_ms=timing["prelude_harness_ms"],
-            )
-            assert gpu_verdict.flagged, timing
     assert len(cheat_ms) == len(FILL_TASK.smoke), [s.check["timing"] for s in reference.shapes]
     assert any(hidden), hidden
     assert statistics.geometric_mean(cheat_ms) > statistics.geometric_mean(honest_ms) / 3, (
         cheat_ms,
         honest_ms,
     )
-    # the work is in the prelude (the inputs handed over to the parent's go), not in the call
-    assert statistics.geometric_mean(prelude) > statistics.geometric_mean(honest_ms) / 3, (prelude, honest_ms)
 
 
 def test_a_computation_in_some_fills_only_is_scored_by_those_calls_brackets(fill_cheat):

@@ -778,9 +778,10 @@ class Worker:
         device, outside the timed region (the parent draws a fresh seed for every timed call, in
         every mode; were it to say they are the call before's, the same tensors would serve
         again). The output buffers are NaN
-        before each call; once the inputs are made and the buffers emptied the child says so
-        (`InputsReady`) and calls only when the parent says go (`CallGo`: the parent clocks this
-        prelude and, on a GPU, flushes the L2 cache from its own process first); every timed call's output goes to the shared buffer or a file for the
+        before each call; where the parent asks for it (`wait_for_go`: on a GPU), once the inputs
+        are made and the buffers emptied the child says so (`InputsReady`) and calls only when the
+        parent says go (`CallGo`: the parent clocks this prelude and flushes the L2 cache from its
+        own process first); every timed call's output goes to the shared buffer or a file for the
         parent to check and is then overwritten with NaN, and a `CallDone` tells the parent that
         the call is over (its deadline is per call, and its clock brackets each call from handing
         over its inputs to this message)."""
@@ -808,11 +809,12 @@ class Worker:
             if items is not None:
                 current[0] = self.make_inputs(items)
             self.fill_output_buffer(current[0])
-            self.synchronize()
-            # the prelude ends here: the parent clocks it, flushes the GPU's L2 from its own
-            # process and says go
-            self.channel.send(InputsReady(token=self.hello.token, id=request.id, index=index))
-            self.receive_call_go(request.id, index)
+            if request.wait_for_go:
+                # the prelude ends here: the parent clocks it, flushes the GPU's L2 from its own
+                # process and says go
+                self.synchronize()
+                self.channel.send(InputsReady(token=self.hello.token, id=request.id, index=index))
+                self.receive_call_go(request.id, index)
             return current[0]
 
         def after_call(index: int, data: tuple, result: object) -> None:

@@ -151,9 +151,10 @@ class TimeRequest(Message):
     """Warm up and time the entry point on one shape (harness.timing.time_calls with this rule).
     Every warm-up call runs on `warmup_data` (in the inputs memory; warm-up outputs are not
     checked). Before every timed call the child asks for that call's inputs (`InputsWanted`,
-    answered by `CallInputs`), so that no timed call's inputs are known before it is made; once it
-    holds them on its device (the output buffers emptied) it says so (`InputsReady`) and waits
-    for `CallGo`, which the parent sends after flushing the GPU's L2 cache from its own process;
+    answered by `CallInputs`), so that no timed call's inputs are known before it is made; with
+    `wait_for_go`, once it holds them on its device (the output buffers emptied) it says so
+    (`InputsReady`) and waits for `CallGo`, which the parent sends after flushing the GPU's L2
+    cache from its own process;
     after every timed call it sends `CallDone` once the output is in the shared buffer or a file
     for the parent to check; it ends with `TimeReply`."""
 
@@ -170,6 +171,8 @@ class TimeRequest(Message):
     # the size of the shared output buffer for this phase (harness.sandbox.transfer): an output
     # that fits goes there, a larger one (a wrong shape) to a file
     shared_output_bytes: int = 0
+    # before every timed call: InputsReady, then wait for CallGo (the parent's flush; on a GPU)
+    wait_for_go: bool = False
 
 
 class CallInputs(Message):

@@ -114,8 +114,9 @@ class TimedShape:
     """What `ChildProcess.time` returns: the child's reply, and per timed call the parent's own
     time (ms) from starting to hand over its inputs to hearing that its output is ready; the call,
     and everything the child did for it (inputs, NaN fill, flush, export), lies in between. Of
-    that, `prelude_ms`: from the same start to the parent's go (the child's rebuild of the inputs
-    on its device and its NaN fill, the parent's L2 flush): harness work only, no call."""
+    that, `prelude_ms` (with a `before_call`: on a GPU): from the same start to the parent's go
+    (the child's rebuild of the inputs on its device and its NaN fill, the parent's L2 flush):
+    harness work only, no call."""
 
     reply: TimeReply
     call_wall_ms: dict[int, float]
@@ -641,11 +642,12 @@ class ChildProcess:
         the shared buffer (grown to `output_bytes` first; harness.sandbox.transfer) or, when it
         does not fit, to
         `timed_output_name(id, k)`, and handed to `on_output` as soon as the call is over, before
-        the next call's inputs are asked for. Between the two, once the child says the call's
-        inputs are on its device (`InputsReady`), the parent runs `before_call` (on a GPU: its own
-        flush of the L2 cache, which no code in the child can skip) and says go (`CallGo`); the
-        time to there is the call's prelude (`TimedShape.prelude_ms`), in which an honest child
-        runs only harness code. Every message is due within call_timeout_s of the
+        the next call's inputs are asked for. With `before_call` (on a GPU: the parent's own flush
+        of the L2 cache, which no code in the child can skip), between the two, once the child
+        says the call's inputs are on its device (`InputsReady`), the parent runs it and says go
+        (`CallGo`); the time to there is the call's prelude (`TimedShape.prelude_ms`), in which an
+        honest child runs only harness code. (Without it, no such round trip: on a loaded CPU two
+        more context switches a call lengthened the calibration's least bracket.) Every message is due within call_timeout_s of the
         one before it, so a hanging call is killed like one in `check`; the first, which ends the
         warm-up, within call_timeout_s per warm-up call asked for plus `warmup_s` (an honest
         warm-up's calls fit, one call past `warmup_s` included; a clock the candidate slowed down
@@ -671,6 +673,7 @@ class ChildProcess:
                 max_rel_err=rule.max_rel_err,
                 budget_s=rule.budget_s,
                 autotune_config=autotune_config,
+                wait_for_go=before_call is not None,
             )
             self._send(request, phase)
             # The child decides when warm-up and timing end by its own clock, which the candidate can
@@ -725,7 +728,11 @@ class ChildProcess:
                         self.copy_inputs(data, laid_out, phase)
                     self._send_encoded(encoded, phase)
                 elif isinstance(message, InputsReady):
-                    if message.index not in inputs_sent_at or message.index in prelude_ms:
+                    if (
+                        before_call is None
+                        or message.index not in inputs_sent_at
+                        or message.index in prelude_ms
+                    ):
                         raise self._fail(
                             "crashed", f"protocol violation during {phase}: inputs ready for no call"
                         )
@@ -734,7 +741,8 @@ class ChildProcess:
                     prelude_ms[message.index] = (monotonic() - inputs_sent_at[message.index]) * 1e3
                     self._send(CallGo(id=request.id, index=message.index), phase)
                 else:
-                    if message.index not in prelude_ms or message.index in call_wall_ms:
+                    went = prelude_ms if before_call is not None else inputs_sent_at
+                    if message.index not in went or message.index in call_wall_ms:
                         raise self._fail(
                             "crashed", f"protocol violation during {phase}: an output for no call"
                         )
