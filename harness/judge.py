@@ -16,8 +16,11 @@ an environment only) and counts as missing for the plan, so the next tournament 
    n-th timed call of a block (harness.sandbox.timed_cases); on a GPU the calibration stops at
    0.25 s of calls (five at least), and hidden work beyond the reported call is flagged; cuDNN's and
    cuBLAS's allocation failures count as out of memory (retried).
+5. Issues 28 and 33 (2026-12-03): on a GPU the parent flushes the L2 from its own process before
+   every timed call and flags a call's prelude (inputs to the go) longer than the calibrated one
+   (harness.timing.PRELUDE_MARGIN_MS); a calibration child out of memory is a shape result.
 """
 
 from __future__ import annotations
 
-JUDGE_VERSION = 4
+JUDGE_VERSION = 5
