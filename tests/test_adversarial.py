@@ -612,7 +612,10 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
     cheat_ms, honest_ms, hidden = [], [], []
     for shape, honest in zip(evaluation.shapes, reference.shapes):
         timing = shape.check["timing"]
-        assert max(timing["reported_ms"]) < 0.01, (shape.index, timing)
+        assert statistics.median(timing["reported_ms"]) < 0.01, (
+            shape.index,
+            timing,
+        )  # a loaded host delays some
         honest_reported = statistics.median(honest.check["timing"]["reported_ms"])
         if honest_reported >= 0.1:  # the reference's own clock: its compute, without harness cost
             cheat_ms.append(shape.mean_ms)
