@@ -52,9 +52,10 @@ from harness.wire import TensorInfo
 # whose bare no-op's calls are short but whose loop a loaded host slows: fewer calls there let a
 # load burst inflate the least bracket (a 10 ms hidden kernel then showed 8.8 ms in CI, 349f69e);
 # thirty there: beside a second test suite the fill cheat's hidden work (a 3 ms convolution in
-# every bracket) read as none twice in five runs with ten (and ten more at the second pass),
-# which only a least calibrated bracket that long explains (2026-12-03; a bare no-op's call
-# takes about a millisecond)
+# every bracket) read as none in two runs with ten (and ten more at the second pass), which only
+# a least calibrated bracket that long explains (2026-12-03, while the CPU still had the go's
+# round trip; none in seven runs since, with ten or thirty; a bare no-op's call takes about a
+# millisecond, so thirty cost little)
 CALIBRATION_RULE = StoppingRule(min_runs=30, max_runs=30)
 CUDA_CALIBRATION_RULE = StoppingRule(min_runs=5, max_runs=10, max_rel_err=0.0, budget_s=0.25)
 CALIBRATION_WARMUP_CALLS = 2  # the first export allocates its pinned buffer
