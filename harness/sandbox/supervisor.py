@@ -646,8 +646,8 @@ class ChildProcess:
         of the L2 cache, which no code in the child can skip), between the two, once the child
         says the call's inputs are on its device (`InputsReady`), the parent runs it and says go
         (`CallGo`); the time to there is the call's prelude (`TimedShape.prelude_ms`), in which an
-        honest child runs only harness code. (Without it, no such round trip: on a loaded CPU two
-        more context switches a call lengthened the calibration's least bracket.) Every message is due within call_timeout_s of the
+        honest child runs only harness code. (Without it, no such round trip: on the CPU there is no
+        flush to do.) Every message is due within call_timeout_s of the
         one before it, so a hanging call is killed like one in `check`; the first, which ends the
         warm-up, within call_timeout_s per warm-up call asked for plus `warmup_s` (an honest
         warm-up's calls fit, one call past `warmup_s` included; a clock the candidate slowed down
@@ -736,8 +736,7 @@ class ChildProcess:
                         raise self._fail(
                             "crashed", f"protocol violation during {phase}: inputs ready for no call"
                         )
-                    if before_call is not None:
-                        before_call()
+                    before_call()
                     prelude_ms[message.index] = (monotonic() - inputs_sent_at[message.index]) * 1e3
                     self._send(CallGo(id=request.id, index=message.index), phase)
                 else:
