@@ -19,6 +19,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -214,6 +215,34 @@ def on_a_terminal(
     returncode = process.wait(timeout=60)
     assert code is None or returncode == code, output.decode(errors="replace")[-2000:] + stderr
     return TerminalRun(output=output.decode(errors="replace"), stderr=stderr)
+
+
+def processes_named(comm: str) -> list[int]:
+    """Live processes on this machine named `comm` (the hostile candidates name every process they
+    make; zombies are left out: an orphan killed outside a pid namespace stays one until the
+    machine's init reaps it)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                alive = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+                if alive and Path(entry.path, "comm").read_text().strip() == comm:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def none_left_named(comm: str, before: set[int] | frozenset[int] = frozenset(), wait_s: float = 30.0) -> bool:
+    """No process named `comm` is left but those alive in `before`. A leaked one stays for good;
+    those of another suite running beside this one (the same test, the same candidate) come and go
+    within seconds, so this waits until none of them is there at one moment."""
+    deadline = time.monotonic() + wait_s
+    while set(processes_named(comm)) - set(before):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def times_around(mean_ms: float, calls: int) -> list[float]:

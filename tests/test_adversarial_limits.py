@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import HARNESS_SCRIPT
+from conftest import HARNESS_SCRIPT, none_left_named
 
 from harness.sandbox.evaluation import Evaluation, Evaluator, checked_configs, evaluate_interleaved
 from harness.sandbox.isolation import detect_isolation
@@ -59,19 +59,6 @@ CASES = {
 }
 if FULL_ISOLATION:  # without a mount namespace /dev/shm is the host's: the test would fill it
     CASES["disk"] = ("fills_disk.py", {})
-
-
-def _left_processes(comm: str) -> list[int]:
-    """Processes on this machine named `comm` (the candidates name every process they make)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if Path(entry.path, "comm").read_text().strip() == comm:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +128,7 @@ def test_memory_held_by_several_processes_is_killed_by_the_parent(results):
         evaluation.reason,
     )
     assert "(memory_bytes)" in evaluation.reason
-    assert _left_processes("limits-memory") == []
+    assert none_left_named("limits-memory", wait_s=10)
 
 
 def test_a_fork_bomb_as_root_is_killed_by_the_parent(results):
@@ -152,7 +139,7 @@ def test_a_fork_bomb_as_root_is_killed_by_the_parent(results):
         evaluation.reason,
     )
     assert "(max_processes)" in evaluation.reason
-    assert _left_processes("limits-forker") == []
+    assert none_left_named("limits-forker", wait_s=10)
 
 
 def test_the_per_code_cache_is_capped_and_removed(results):

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import none_left_named, processes_named
 
 from harness.sandbox.cgroups import make_child_cgroups
 from harness.sandbox.isolation import detect_isolation
@@ -54,21 +55,6 @@ def _statuses(store_url: str) -> dict[int, tuple[str, str]]:
     with sqlite3.connect(store_url.removeprefix("sqlite:///")) as connection:
         rows = connection.execute("SELECT revision_id, status, reason || ' ' || details FROM runs").fetchall()
     return {revision: (status, details or "") for revision, status, details in rows}
-
-
-def _processes_named(comm: str) -> list[int]:
-    """Live processes named `comm` (not zombies: an orphan killed outside a pid namespace stays one
-    until the machine's init reaps it)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                alive = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-                if alive and Path(entry.path, "comm").read_text().strip() == comm:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 # --- item 9: IPC namespace, memory and tasks in cgroups --------------------------------------
@@ -163,10 +149,11 @@ def test_spinners_in_sessions_of_their_own_do_not_starve_a_neighbour_and_all_end
         _register(run_cli, REFERENCE, "ref"),
     ]
     env = {"HARNESS_CHECK_PARALLELISM": "2", "HARNESS_SANDBOX_ISOLATION": isolation}
+    before = set(processes_named("session-spinner"))  # a suite beside this one may have its own
     done = run_cli("test", *ids, "--device", "cpu", env=env, timeout=900)
     statuses = _statuses(store_url)
     assert statuses[ids[1]][0] == "pass", done.stdout  # checked beside the spinners
-    assert _processes_named("session-spinner") == []
+    assert none_left_named("session-spinner", before)
 
 
 def _cpu_ticks(pids: list[int]) -> int:
@@ -180,6 +167,25 @@ def _cpu_ticks(pids: list[int]) -> int:
     return ticks
 
 
+def _spinners_of(child: ChildProcess) -> list[int]:
+    """This child's spinners only: a suite running beside this one has spinners of its own. They
+    left the child's session, so its cgroup (or else its pid namespace) says whose they are."""
+    named = processes_named("session-spinner")
+    if child.cgroups.mechanisms:
+        return sorted(set(named) & child.cgroups.pids())
+    if LEVEL.full:  # a pid namespace of its own: the spinners share it with nobody else
+        own = os.readlink("/proc/self/ns/pid")
+        theirs = []
+        for pid in named:
+            try:
+                if os.readlink(f"/proc/{pid}/ns/pid") != own:
+                    theirs.append(pid)
+            except OSError:
+                continue
+        return theirs
+    return named
+
+
 def test_a_stopped_child_runs_nothing_until_resumed_and_leaves_nothing_behind():
     limits = SandboxLimits.from_settings(import_timeout_s=120.0)
     code = (ADVERSARIAL / "spins_in_sessions.py").read_bytes()
@@ -187,7 +193,7 @@ def test_a_stopped_child_runs_nothing_until_resumed_and_leaves_nothing_behind():
     try:
         assert child.start().type == "ready"
         deadline = time.monotonic() + 30
-        while len(spinners := _processes_named("session-spinner")) < 8 and time.monotonic() < deadline:
+        while len(spinners := _spinners_of(child)) < 8 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(spinners) == 8
         child.stop()
@@ -203,9 +209,9 @@ def test_a_stopped_child_runs_nothing_until_resumed_and_leaves_nothing_behind():
     finally:
         child.close()
     deadline = time.monotonic() + 10
-    while _processes_named("session-spinner") and time.monotonic() < deadline:
+    while set(spinners) & set(processes_named("session-spinner")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_named("session-spinner") == []
+    assert not set(spinners) & set(processes_named("session-spinner"))
 
 
 # --- item 8: a private /dev -------------------------------------------------------------------
