@@ -366,7 +366,7 @@ def test_a_candidate_that_skips_the_childs_flush_still_calls_on_a_cold_cache_on_
     show what the flush is worth (not asserted: it depends on the GPU)."""
     from harness.sandbox import evaluation as evaluation_module
 
-    task = TASK.model_copy(update={"smoke": TASK.benchmarks[:2]})
+    task = TASK.model_copy(update={"smoke": TASK.benchmarks[:2], "benchmarks": TASK.benchmarks[:2]})
     rule = StoppingRule(min_runs=10, max_runs=30, budget_s=1.0)
     code = (ADVERSARIAL / "skips_the_flush.py").read_bytes()
 
@@ -387,7 +387,8 @@ def test_a_candidate_that_skips_the_childs_flush_still_calls_on_a_cold_cache_on_
     means = [(s.mean_ms, h.mean_ms) for s, h in zip(skipper.shapes, honest.shapes)]
     print("skips the flush vs reference, with the parent's flush (ms):", means)
     monkeypatch.setattr(evaluation_module, "parent_l2_flush", lambda device: None)
-    unguarded = [(s.mean_ms, h.mean_ms) for s, h in zip(*pair())]
+    skipper, honest = pair()
+    unguarded = [(s.mean_ms, h.mean_ms) for s, h in zip(skipper.shapes, honest.shapes)]
     print("skips the flush vs reference, without the parent's flush (ms):", unguarded)
     for skipped, reference in means:
         assert skipped >= 0.95 * reference, means
@@ -719,7 +720,8 @@ def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> N
     )
     assert honest_result.shapes[0].timing_flags == [], honest_result.shapes[0].check["timing"]
     gaps = _spinner_gaps(spinning.log_tail)
-    assert len(phases) == 2 * len(honest.shapes)  # two blocks of calls per shape
+    # two blocks of calls per shape, and a third where the parent's clock asked to confirm one
+    assert len(phases) >= 2 * len(honest.shapes)
     for start, end in phases[:-1]:
         for kind in ("thread", "process", *(["gpu"] if device == "cuda" else [])):
             assert any(k == kind and g0 <= start + 0.1 and g1 >= end - 0.05 for k, g0, g1 in gaps), (

@@ -556,6 +556,7 @@ class Worker:
         isolation: IsolationReport,
         output_fd: int | None = None,
         inputs_fd: int | None = None,
+        fd_socket: int | None = None,
     ) -> None:
         self.hello = hello
         self.channel = channel
@@ -565,6 +566,10 @@ class Worker:
         self.shared_output = None  # transfer.SharedBuffer over output_fd, made on the first timing
         self.inputs_fd = inputs_fd
         self.inputs = None  # transfer.SharedBuffer over inputs_fd, made at the start
+        # where the parent sends device windows' descriptors (harness.sandbox.device_memory);
+        # a window replaces the inputs memory or the shared output buffer when a message says so
+        self.fd_socket = fd_socket
+        self.output_window = None
         self.output_keys: tuple[int | str, ...] = ()  # the output buffers' places in the data handed over
         self.autotuners = Autotuners()
         self.called = False
@@ -670,6 +675,33 @@ class Worker:
                 return
             self.channel.send(self.handlers[type(request)](request))
 
+    def adopt_window(self, purpose: str, size: int | None) -> None:
+        """Take the device window a message announced (`size`; None: none), whose descriptor the
+        parent sent over the fd socket just before, in place of the inputs memory or the output
+        buffer."""
+        if size is None:
+            return
+        import socket
+
+        from harness.sandbox.device_memory import DeviceWindow
+
+        if self.fd_socket is None:
+            raise ValueError("a device window was announced, but there is no fd socket")
+        with socket.socket(fileno=os.dup(self.fd_socket)) as channel:
+            tag, fds, _flags, _address = socket.recv_fds(channel, 64, 1)
+        if tag != purpose.encode() or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError(f"expected the {purpose} window's descriptor, got {tag!r}")
+        window = DeviceWindow.open(fds[0], size)
+        old = self.inputs if purpose == "inputs" else self.output_window
+        if purpose == "inputs":
+            self.inputs = window
+        else:
+            self.output_window = window
+        if old is not None:
+            old.close()
+
     def make_inputs(self, items: list[DataItem]) -> tuple:
         """The data tuple the parent handed over in the inputs memory, on this child's device
         (a GPU's copy from the host here, outside any timed region)."""
@@ -699,6 +731,7 @@ class Worker:
         if request.forget_tuning:
             self.autotuners.scan()
             self.autotuners.forget()
+        self.adopt_window("inputs", request.inputs_memory)
         data = self.make_inputs(request.data)
         self.fill_output_buffer(data)
         counted = self.transfer.tensor_inputs(data, self.output_keys)
@@ -791,8 +824,10 @@ class Worker:
             # every live object, tenths of a second with torch and Triton loaded)
             self.autotuners.scan()
         self.autotuners.force(request.autotune_config)
-        self.shared_output_buffer(request.shared_output_bytes)
         try:
+            self.adopt_window("output", request.output_memory)
+            self.adopt_window("inputs", request.inputs_memory)
+            self.shared_output_buffer(request.shared_output_bytes)
             current = [self.make_inputs(request.warmup_data)]
         except Exception as exc:  # noqa: BLE001 - a GPU that fails here fails the shape
             traceback.print_exc()
@@ -805,9 +840,10 @@ class Worker:
 
         def make_inputs(index: int) -> tuple:
             self.channel.send(InputsWanted(token=self.hello.token, id=request.id, index=index))
-            items = self.receive_call_inputs(request.id, index)
-            if items is not None:
-                current[0] = self.make_inputs(items)
+            message = self.receive_for_call(CallInputs, request.id, index)
+            self.adopt_window("inputs", message.inputs_memory)
+            if message.data is not None:
+                current[0] = self.make_inputs(message.data)
             self.fill_output_buffer(current[0])
             if request.wait_for_go:
                 # the prelude ends here: the parent clocks it, flushes the GPU's L2 from its own
@@ -853,7 +889,12 @@ class Worker:
     def shared_output_buffer(self, capacity: int):
         """The shared output buffer, mapped (and registered with CUDA) to `capacity` bytes: at the
         start of a timing, so that neither costs the first timed call; None without one."""
-        if not capacity or self.output_fd is None:
+        if not capacity:
+            return None
+        if self.output_window is not None:  # a device window: the parent sized it
+            self.output_window.ensure(capacity)
+            return self.output_window
+        if self.output_fd is None:
             return None
         if self.shared_output is None:
             self.shared_output = self.transfer.SharedBuffer(self.output_fd, cuda=self.hello.device == "cuda")
@@ -870,9 +911,6 @@ class Worker:
             if info.written or not info.exact_tensor:
                 return info
         return self.export_tensor(result, self.io_dir / f"timed-{request.id}-{index}.bin")
-
-    def receive_call_inputs(self, request_id: int, index: int) -> list[DataItem] | None:
-        return self.receive_for_call(CallInputs, request_id, index).data
 
     def receive_call_go(self, request_id: int, index: int) -> None:
         self.receive_for_call(CallGo, request_id, index)
@@ -933,13 +971,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status-fd", type=int)
     parser.add_argument("--output-fd", type=int)  # the shared buffer for timed outputs (transfer.py)
     parser.add_argument("--inputs-fd", type=int)  # the parent's memfd the inputs come in (transfer.py)
+    parser.add_argument("--fd-socket", type=int)  # device windows' descriptors (device_memory.py)
     parser.add_argument("--probe", metavar="SCRATCH_DIR")
     parser.add_argument("--probe-cuda", action="store_true")
     parser.add_argument("--probe-ipc", type=int)  # the parent's IPC namespace (inode)
     args = parser.parse_args(argv)
     if args.probe:
         return probe(args.probe, args.probe_cuda, args.probe_ipc)
-    shared_fds = [fd for fd in (args.output_fd, args.inputs_fd) if fd is not None]
+    shared_fds = [fd for fd in (args.output_fd, args.inputs_fd, args.fd_socket) if fd is not None]
     worker_fds = [args.request_fd, args.reply_fd, *shared_fds]
     for fd in worker_fds + ([args.status_fd] if args.status_fd is not None else []):
         os.set_inheritable(fd, False)
@@ -950,7 +989,7 @@ def main(argv: list[str] | None = None) -> int:
     hello = Hello.model_validate_json(line)
     isolation = apply_isolation(hello.isolation, args.status_fd, worker_fds)
     os.chdir(hello.workdir)
-    worker = Worker(hello, channel, isolation, args.output_fd, args.inputs_fd)
+    worker = Worker(hello, channel, isolation, args.output_fd, args.inputs_fd, args.fd_socket)
     if worker.start():
         worker.serve()
     exit_now()

@@ -929,6 +929,8 @@ class Evaluator:
         """A timed call's output: from the shared buffer, or from its file when it did not fit."""
         child = self.child
         if done.output is not None and done.output.shared:
+            if child.output_window is not None:  # a device window: a copy within the GPU
+                return read_shared(child.output_window, child.shared_bytes, done.output, device)
             if child.shared_reader is None:
                 child.shared_reader = SharedBuffer(child.output_fd, cuda=device == "cuda")
             return read_shared(child.shared_reader, child.shared_bytes, done.output, device)

@@ -138,6 +138,9 @@ class CheckRequest(Message):
     id: int
     data: list[DataItem]
     autotune_config: int | None = None  # force every Autotuner to its config (index mod count)
+    # the size of a new device window for the inputs, whose descriptor the parent sent over the
+    # fd socket just before (harness.sandbox.device_memory); None: the inputs memory as before
+    inputs_memory: int | None = None
     # before the call, every Triton autotuner forgets the configs it chose, as in a fresh process
     # (the first check of a child kept from the candidate's previous phase)
     forget_tuning: bool = False
@@ -173,6 +176,10 @@ class TimeRequest(Message):
     shared_output_bytes: int = 0
     # before every timed call: InputsReady, then wait for CallGo (the parent's flush; on a GPU)
     wait_for_go: bool = False
+    # new device windows (harness.sandbox.device_memory) whose descriptors the parent sent over
+    # the fd socket just before, the output's first: their sizes; None: the memory as before
+    output_memory: int | None = None
+    inputs_memory: int | None = None
 
 
 class CallInputs(Message):
@@ -184,6 +191,7 @@ class CallInputs(Message):
     id: int
     index: int
     data: list[DataItem] | None = None
+    inputs_memory: int | None = None  # a new device window for them (as in CheckRequest)
 
 
 class CallGo(Message):

@@ -28,6 +28,7 @@ import os
 import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -174,6 +175,12 @@ class ChildProcess:
         self.inputs_fd: int | None = None
         self.inputs_writer = None
         self.inputs_written: tuple[object, list[DataItem]] | None = None
+        # On a GPU that can (harness.sandbox.device_memory): device windows instead of the two
+        # memfds, their descriptors sent over `fd_socket` (a Unix socket whose other end the
+        # child holds); None until the first one is needed, False where they cannot be made.
+        self.fd_socket: socket.socket | None = None
+        self.device_windows: bool | None = False  # set below, with the settings
+        self.output_window = None  # the timed outputs' window (device_memory.DeviceWindow)
         self.shutdown_requested = False
         self.startup_s: float | None = None
         self.ready: Ready | ImportFailed | None = None
@@ -188,6 +195,8 @@ class ChildProcess:
         self.paused_at: float | None = None
         self._stop_exempt: set[int] | None = None  # between `stop_begin` and `stop_finish`
         settings = get_settings()
+        if device == "cuda" and settings.device_windows == "auto":
+            self.device_windows = None
         self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
         self.inductor_cache = Path(settings.cache_dir, "inductor", code_sha256)
@@ -268,6 +277,12 @@ class ChildProcess:
             "--inputs-fd",
             str(inputs_for_child),
         ]
+        if self.device_windows is None:  # device windows' descriptors go this way (send_window)
+            self.fd_socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            self.fd_socket.shutdown(socket.SHUT_RD)  # nothing the child sends is ever read
+            self.fd_socket.setblocking(False)  # a child that never reads cannot stall the parent
+            child_fds.append(theirs.detach())
+            arguments += ["--fd-socket", str(child_fds[-1])]
         status_write = None
         if self.level.full:
             self.status_fd, status_write = os.pipe()
@@ -534,16 +549,18 @@ class ChildProcess:
             for group in self.watch.directories
         ]
 
-    def write_inputs(self, data: tuple, phase: str = "a call") -> list[DataItem]:
+    def write_inputs(self, data: tuple, phase: str = "a call") -> tuple[list[DataItem], int | None]:
         """Copy the data tuple's tensors into the child's inputs memory (harness.sandbox.transfer,
-        `InputsWriter`) and return the items that describe it; the tuple written last is not
+        `InputsWriter`) and return the items that describe it, with the size of a new device
+        window the message must announce (`reserve_inputs`); the tuple written last is not
         written again (the parent never reads that memory back: a child that wrote there has
         only changed its own inputs)."""
         if self.holds_inputs(data):
-            return self.inputs_written[1]
+            return self.inputs_written[1], None
         laid_out = self.lay_out_inputs(data)
+        announced = self.reserve_inputs(laid_out, phase)
         self.copy_inputs(data, laid_out, phase)
-        return laid_out[0]
+        return laid_out[0], announced
 
     def holds_inputs(self, data: tuple) -> bool:
         """Whether `data` is the tuple written last into the child's inputs memory."""
@@ -557,18 +574,64 @@ class ChildProcess:
 
         return lay_out_inputs(data, data_layout(self.task, self.device, data).outputs)
 
-    def copy_inputs(self, data: tuple, laid_out, phase: str = "a call") -> None:
-        """The bytes of a laid-out data tuple into the child's inputs memory (grown first by
-        `grow_memfd`; a mapping that fails is the child's failure too, as what it did to the
-        memfd may be the cause)."""
+    def uses_device_windows(self) -> bool:
+        """Whether this child's inputs and timed outputs go through device windows (decided at
+        the first need: whether this process can make them, harness.sandbox.device_memory)."""
+        if self.device_windows is None:
+            from harness.sandbox import device_memory
+
+            self.device_windows = self.fd_socket is not None and device_memory.supported()
+        return self.device_windows
+
+    def send_window(self, purpose: str, size: int, phase: str):
+        """A new device window of at least `size` bytes, its descriptor sent to the child (tagged
+        with `purpose`); the message that names its size must follow. A full socket (a child
+        that never takes them) or any error of the driver's is the child's failure."""
+        from harness.sandbox.device_memory import DeviceMemoryError, DeviceWindow
+
+        size = 1 << max(size - 1, 1).bit_length()  # powers of two: few windows, few descriptors
+        try:
+            window = DeviceWindow.create(size)
+        except DeviceMemoryError as exc:
+            raise self._fail("crashed", f"no device window of {size} bytes during {phase}: {exc}") from None
+        try:
+            socket.send_fds(self.fd_socket, [purpose.encode()], [window.fd])
+        except OSError as exc:
+            window.close()
+            raise self._fail(
+                "crashed", f"the harness's {purpose} window could not be handed over during {phase}: {exc}"
+            ) from None
+        window.close_fd()
+        return window
+
+    def reserve_inputs(self, laid_out, phase: str) -> int | None:
+        """Room for a laid-out data tuple in the child's inputs memory, made before the message
+        that hands it over: with device windows, a larger window when it does not fit (its size,
+        for the message's `inputs_memory`); None otherwise (a memfd grows in `copy_inputs`)."""
+        writer = self._inputs_writer()
+        needed = laid_out[2]
+        if not self.uses_device_windows() or needed <= writer.size:
+            return None
+        window = self.send_window("inputs", needed, phase)
+        old, writer.buffer, writer.size = writer.buffer, window, window.size
+        old.close()
+        return window.size
+
+    def _inputs_writer(self):
         if self.inputs_writer is None:
             from harness.sandbox.transfer import InputsWriter
 
             self.inputs_writer = InputsWriter(self.inputs_fd, cuda=self.device == "cuda")
+        return self.inputs_writer
+
+    def copy_inputs(self, data: tuple, laid_out, phase: str = "a call") -> None:
+        """The bytes of a laid-out data tuple into the child's inputs memory (grown first by
+        `grow_memfd`, or a window made by `reserve_inputs`; a mapping that fails is the child's
+        failure too, as what it did to the memfd may be the cause)."""
+        writer = self._inputs_writer()
         self.inputs_written = None
-        writer = self.inputs_writer
         needed = laid_out[2]
-        if needed > writer.size:
+        if needed > writer.size and not self.uses_device_windows():
             self.grow_memfd(self.inputs_fd, writer.size, needed, "inputs memory", phase)
             writer.size = needed
         try:
@@ -606,9 +669,11 @@ class ChildProcess:
         """One call of the entry point on `data` (the parent's inputs, handed over as bytes:
         `write_inputs`), limited to call_timeout_s (with `forget_tuning`, the autotuners forget
         their choices first: CheckRequest)."""
+        items, inputs_memory = self.write_inputs(data, phase)
         request = CheckRequest(
             id=self.new_request_id(),
-            data=self.write_inputs(data, phase),
+            data=items,
+            inputs_memory=inputs_memory,
             autotune_config=autotune_config,
             forget_tuning=forget_tuning,
         )
@@ -657,14 +722,24 @@ class ChildProcess:
             call_wall_ms: dict[int, float] = {}
             prelude_ms: dict[int, float] = {}
             inputs_sent_at: dict[int, float] = {}
-            if self.output_fd is not None and output_bytes > self.shared_bytes:
+            output_memory = None
+            if self.uses_device_windows() and output_bytes > self.shared_bytes:
+                window = self.send_window("output", output_bytes, phase)
+                if self.output_window is not None:
+                    self.output_window.close()
+                self.output_window, self.shared_bytes = window, output_bytes
+                output_memory = window.size
+            elif self.output_fd is not None and output_bytes > self.shared_bytes:
                 self.grow_memfd(
                     self.output_fd, self.shared_bytes, output_bytes, "shared output buffer", phase
                 )
                 self.shared_bytes = output_bytes
+            warmup_items, inputs_memory = self.write_inputs(warmup_data, phase)
             request = TimeRequest(
                 id=self.new_request_id(),
-                warmup_data=self.write_inputs(warmup_data, phase),
+                warmup_data=warmup_items,
+                output_memory=output_memory,
+                inputs_memory=inputs_memory,
                 shared_output_bytes=self.shared_bytes,
                 warmup_calls=warmup_calls,
                 warmup_s=warmup_s,
@@ -720,7 +795,12 @@ class ChildProcess:
                     # made before the clock starts: the layout and the message; within it: the bytes
                     laid_out = None if self.holds_inputs(data) else self.lay_out_inputs(data)
                     items = None if laid_out is None else laid_out[0]
-                    encoded = encode(CallInputs(id=request.id, index=message.index, data=items))
+                    inputs_memory = None if laid_out is None else self.reserve_inputs(laid_out, phase)
+                    encoded = encode(
+                        CallInputs(
+                            id=request.id, index=message.index, data=items, inputs_memory=inputs_memory
+                        )
+                    )
                     inputs_sent_at[message.index] = monotonic()
                     # the parent's own work (the call's inputs and reference) is not the child's time
                     phase_deadline += inputs_sent_at[message.index] - work_started
@@ -780,6 +860,12 @@ class ChildProcess:
         if self.inputs_writer is not None:
             self.inputs_writer.close()
             self.inputs_writer = None
+        if self.output_window is not None:
+            self.output_window.close()
+            self.output_window = None
+        if self.fd_socket is not None:
+            self.fd_socket.close()
+            self.fd_socket = None
         self.inputs_written = None
         fds = (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd, self.io_fd)
         for fd in (*fds, self.output_fd, self.inputs_fd):

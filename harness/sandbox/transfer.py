@@ -432,6 +432,10 @@ class SharedBuffer:
                     cudart.cudaGetLastError()
         return self.tensor
 
+    def capacity(self) -> int:
+        """The memfd's size now (as the parent grew it)."""
+        return os.fstat(self.fd).st_size
+
     def close(self) -> None:
         if self.registered:  # before the unmap: a later mapping at the same address is not this one
             torch.cuda.cudart().cudaHostUnregister(self.tensor.data_ptr())
@@ -456,6 +460,8 @@ def export_shared(value: object, buffer: SharedBuffer, capacity: int) -> TensorI
     if info.nbytes:
         target = buffer.ensure(capacity)[: info.nbytes].view(value.dtype).view(value.shape)
         target.copy_(value.detach())  # from the GPU: one DMA into the registered mapping (blocking)
+        if target.is_cuda:  # a device window (harness.sandbox.device_memory): done before CallDone
+            torch.cuda.synchronize(target.device)
     info.written = info.shared = True
     return info
 
@@ -470,7 +476,12 @@ def read_shared(buffer: SharedBuffer, capacity: int, info: TensorInfo, device: s
     if nbytes > capacity:
         raise ValueError(f"shape {info.shape} needs {nbytes} bytes, the shared buffer holds {capacity}")
     source = buffer.ensure(capacity)[:nbytes].view(dtype).view(info.shape)
-    return source.to(device) if device != "cpu" else source.clone()
+    if not source.is_cuda:
+        return source.to(device) if device != "cpu" else source.clone()
+    # a device window: a copy within the GPU, finished before the child hears of the next call
+    copy = source.clone() if device != "cpu" else source.cpu()
+    torch.cuda.current_stream(source.device).synchronize()
+    return copy
 
 
 # --- inputs, parent -> child ------------------------------------------------------------------
@@ -584,6 +595,8 @@ class InputsWriter:
     def __init__(self, fd: int, *, cuda: bool) -> None:
         self.fd = fd
         self.size = 0
+        # the memfd's mapping, or a device window (harness.sandbox.device_memory) that
+        # ChildProcess replaces by a larger one before a copy needs it
         self.buffer = SharedBuffer(fd, cuda=cuda)
 
     def write(self, data: object, output_keys: Collection[int | str]) -> list[DataItem]:
@@ -596,6 +609,8 @@ class InputsWriter:
         the part of `write` that a timed call's bracket must hold (the layout can come before)."""
         _items, placed, needed = laid_out
         if needed > self.size:  # ChildProcess.copy_inputs grows it first, checking the child left it alone
+            if not isinstance(self.buffer, SharedBuffer):
+                raise ValueError(f"{needed} bytes of inputs do not fit the device window of {self.size}")
             os.ftruncate(self.fd, needed)
             self.size = needed
         if needed:
@@ -604,6 +619,8 @@ class InputsWriter:
                 if value.numel():
                     nbytes = value.numel() * value.element_size()
                     memory[offset : offset + nbytes].view(value.dtype).view(value.shape).copy_(value.detach())
+            if memory.is_cuda:  # copies within the GPU: done before the child is told
+                torch.cuda.current_stream(memory.device).synchronize()
 
     def close(self) -> None:
         self.buffer.close()
@@ -654,7 +671,7 @@ def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tup
 
     size = max((needed(item) for item in items), default=0)
     if size:  # the whole memfd as the parent sized it: it grows rarely, and each mapping is registered
-        memory = buffer.ensure(max(size, os.fstat(buffer.fd).st_size))
+        memory = buffer.ensure(max(size, buffer.capacity()))
     if len(items) == 1 and isinstance(items[0], WholeItem):
         return make(items[0].item)
     return tuple(make(item) for item in items)
