@@ -76,7 +76,12 @@ def _driver() -> ctypes.CDLL:
 def _call(name: str, *arguments) -> None:
     result = getattr(_driver(), name)(*arguments)
     if result != 0:
-        raise DeviceMemoryError(f"{name} failed (CUresult {result})")
+        text = ctypes.c_char_p()
+        _driver().cuGetErrorName(result, ctypes.byref(text))
+        # the error's name, so that an out-of-memory one reads as such (harness.checking.MEMORY_WORDS):
+        # beside a child that holds the GPU's memory, a retry's business, not this child's fault
+        word = text.value.decode() if text.value else f"CUresult {result}"
+        raise DeviceMemoryError(f"{name} failed: {word}")
 
 
 def _properties(device: int) -> _Properties:
