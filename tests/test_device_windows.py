@@ -81,8 +81,8 @@ def test_a_window_made_here_is_written_by_a_process_in_namespaces_of_its_own():
 @needs_cuda
 def test_timed_inputs_and_outputs_go_through_device_windows_and_every_output_is_checked(monkeypatch):
     """The reference timed on the GPU on two shapes: both windows are handed over (inputs and
-    timed outputs), the output window grown for the larger shape, and it passes with every timed
-    output checked against its seed's reference."""
+    outputs), the output window grown for the larger shape, and it passes with every checked and
+    timed output judged against its seed's reference, the checked ones read from the window."""
     sent: list[tuple[str, int]] = []
     original = ChildProcess.send_window
 
@@ -102,6 +102,8 @@ def test_timed_inputs_and_outputs_go_through_device_windows_and_every_output_is_
         shape.check["timing"] for shape in honest.shapes
     ]
     # the candidate's child and the harness's calibration child: 0.8 MB of output, then 3.7 MB
+    for shape in honest.shapes:  # the checked call's output came back in the window too
+        assert shape.check["output"]["shared"] is True, shape.check["output"]
     outputs = [size for purpose, size in sent if purpose == "output"]
     assert min(outputs) < 3_700_000 <= max(outputs), sent
     assert any(purpose == "inputs" for purpose, _ in sent), sent

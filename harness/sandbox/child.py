@@ -731,6 +731,7 @@ class Worker:
         if request.forget_tuning:
             self.autotuners.scan()
             self.autotuners.forget()
+        self.adopt_window("output", request.output_memory)
         self.adopt_window("inputs", request.inputs_memory)
         data = self.make_inputs(request.data)
         self.fill_output_buffer(data)
@@ -753,7 +754,7 @@ class Worker:
             self.called = True
         reply.autotuners = self.autotuners.describe()
         reply.autotune_config = self.autotuners.chosen()
-        reply.output = self.export_output(self.resolved(result), self.io_dir / f"output-{request.id}.bin")
+        reply.output = self.export_checked(self.resolved(result), request)
         reply.inputs = [self.describe(item(data, index)) for index in counted]
         reply.inputs_changed = [
             self.changed_elements(copy, item(data, index))
@@ -900,6 +901,19 @@ class Worker:
             self.shared_output = self.transfer.SharedBuffer(self.output_fd, cuda=self.hello.device == "cuda")
         self.shared_output.ensure(capacity)
         return self.shared_output
+
+    def export_checked(self, result: object, request: CheckRequest):
+        """A checked call's output into the device window when the parent offered one and it
+        fits (a copy within the GPU), else into its file."""
+        if (
+            request.shared_output_bytes
+            and self.output_window is not None
+            and type(result) is self.torch.Tensor
+        ):
+            info = self.transfer.export_shared(result, self.output_window, request.shared_output_bytes)
+            if info.written:
+                return info
+        return self.export_output(result, self.io_dir / f"output-{request.id}.bin")
 
     def export_timed(self, result: object, request: TimeRequest, index: int):
         """A timed call's output into the shared buffer when it fits, else into a file."""

@@ -84,6 +84,19 @@ def _call(name: str, *arguments) -> None:
         raise DeviceMemoryError(f"{name} failed: {word}")
 
 
+def _make_current(device: int) -> None:
+    """The device's primary context (torch's) current on this thread: the driver's calls need
+    one, and a thread of the parent that has run no CUDA work of torch's yet has none."""
+    context = ctypes.c_void_p()
+    _call("cuCtxGetCurrent", ctypes.byref(context))
+    if context.value:
+        return
+    handle = ctypes.c_int()
+    _call("cuDeviceGet", ctypes.byref(handle), device)
+    _call("cuDevicePrimaryCtxRetain", ctypes.byref(context), handle)
+    _call("cuCtxSetCurrent", context)  # retained for good: torch's own, alive with the process
+
+
 def _properties(device: int) -> _Properties:
     properties = _Properties()
     properties.type = _ALLOCATION_PINNED
@@ -129,6 +142,7 @@ class DeviceWindow:
     def create(cls, size: int) -> DeviceWindow:
         """At least `size` bytes on the current GPU, with a descriptor to hand over (`fd`)."""
         device = torch.cuda.current_device()
+        _make_current(device)
         step = granularity(device)
         size = max(step, -(-size // step) * step)
         handle = ctypes.c_uint64()
@@ -161,6 +175,7 @@ class DeviceWindow:
         device = torch.cuda.current_device()
         handle = ctypes.c_uint64()
         try:
+            _make_current(device)
             _call(
                 "cuMemImportFromShareableHandle",
                 ctypes.byref(handle),
@@ -224,6 +239,11 @@ class DeviceWindow:
             except RuntimeError:  # a GPU in an error state: nothing more is queued that will run
                 pass
         try:
+            if self.pointer or self.handle:
+                try:
+                    _make_current(self.device)
+                except DeviceMemoryError:  # the calls below fail quietly: the process's end frees it
+                    pass
             if self.pointer:
                 size = ctypes.c_size_t(self.size)
                 _driver().cuMemUnmap(ctypes.c_uint64(self.pointer), size)

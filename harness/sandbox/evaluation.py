@@ -155,9 +155,11 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     if problem is not None:
         return "wrong_answer", problem, details, None
     try:
-        received = read_output(
-            child.io_fd, child.output_name(reply.id), reply.output, checking.output_device(case.expected)
-        )
+        device = checking.output_device(case.expected)
+        if reply.output.shared and child.output_window is not None:  # a device window
+            received = read_shared(child.output_window, child.shared_bytes, reply.output, device)
+        else:
+            received = read_output(child.io_fd, child.output_name(reply.id), reply.output, device)
     except (ValueError, OSError) as exc:
         return "wrong_answer", f"output could not be read back: {exc}", details, None
     check = checking.judge_output(task, received, case)
@@ -231,6 +233,7 @@ def _check_shape(
             autotune_config=forced,
             phase=phase,
             forget_tuning=forget_tuning and index == 0,
+            output_bytes=checking.output_nbytes(case.expected),
         )
         status, reason, details, check = _judge(task, case, child, reply)
         child.discard_files()

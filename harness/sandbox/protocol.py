@@ -141,6 +141,10 @@ class CheckRequest(Message):
     # the size of a new device window for the inputs, whose descriptor the parent sent over the
     # fd socket just before (harness.sandbox.device_memory); None: the inputs memory as before
     inputs_memory: int | None = None
+    # with device windows: a new output window (as in TimeRequest), and the bytes of it the
+    # output may fill (0: the output goes to its file, as on the CPU)
+    output_memory: int | None = None
+    shared_output_bytes: int = 0
     # before the call, every Triton autotuner forgets the configs it chose, as in a fresh process
     # (the first check of a child kept from the candidate's previous phase)
     forget_tuning: bool = False

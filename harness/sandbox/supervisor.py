@@ -664,20 +664,42 @@ class ChildProcess:
             raise self._fail("crashed", f"{reason}: the child changed it") from None
 
     def check(
-        self, data: tuple, *, autotune_config: int | None, phase: str, forget_tuning: bool = False
+        self,
+        data: tuple,
+        *,
+        autotune_config: int | None,
+        phase: str,
+        forget_tuning: bool = False,
+        output_bytes: int = 0,
     ) -> CheckReply:
         """One call of the entry point on `data` (the parent's inputs, handed over as bytes:
         `write_inputs`), limited to call_timeout_s (with `forget_tuning`, the autotuners forget
-        their choices first: CheckRequest)."""
+        their choices first: CheckRequest). With device windows, an output of up to
+        `output_bytes` comes back in the output window (`output_window`), else in a file."""
+        output_memory = self.reserve_output(output_bytes, phase) if self.uses_device_windows() else None
         items, inputs_memory = self.write_inputs(data, phase)
         request = CheckRequest(
             id=self.new_request_id(),
             data=items,
             inputs_memory=inputs_memory,
+            output_memory=output_memory,
+            shared_output_bytes=self.shared_bytes if self.output_window is not None else 0,
             autotune_config=autotune_config,
             forget_tuning=forget_tuning,
         )
         return self.ask(request, CheckReply, timeout_s=self.limits.call_timeout_s, phase=phase)
+
+    def reserve_output(self, output_bytes: int, phase: str) -> int | None:
+        """With device windows, an output window of at least `output_bytes` (a new one, sent to
+        the child, when the last is smaller): its size for the next message's `output_memory`,
+        or None when the last one does."""
+        if output_bytes <= self.shared_bytes:
+            return None
+        window = self.send_window("output", output_bytes, phase)
+        if self.output_window is not None:
+            self.output_window.close()
+        self.output_window, self.shared_bytes = window, output_bytes
+        return window.size
 
     def time(
         self,
@@ -723,12 +745,8 @@ class ChildProcess:
             prelude_ms: dict[int, float] = {}
             inputs_sent_at: dict[int, float] = {}
             output_memory = None
-            if self.uses_device_windows() and output_bytes > self.shared_bytes:
-                window = self.send_window("output", output_bytes, phase)
-                if self.output_window is not None:
-                    self.output_window.close()
-                self.output_window, self.shared_bytes = window, output_bytes
-                output_memory = window.size
+            if self.uses_device_windows():
+                output_memory = self.reserve_output(output_bytes, phase)
             elif self.output_fd is not None and output_bytes > self.shared_bytes:
                 self.grow_memfd(
                     self.output_fd, self.shared_bytes, output_bytes, "shared output buffer", phase
