@@ -488,6 +488,41 @@ def test_revisions_starved_beside_one_that_was_not_are_retried_together_without_
         CHILD_POOL.close_waiting()
 
 
+def test_a_flagged_timing_beside_a_revision_that_ran_out_of_memory_is_evaluated_again(tmp_path, monkeypatch):
+    """Issue 33, item 4, as seen on the H200: the reference, retried with a hog that had run out of
+    memory too, was timed beside the hog's child that held the GPU's memory and came out flagged
+    by the parent's clock, so an honest revision went unranked. A flagged timing in a group where
+    another revision ran out of memory is a neighbour's doing until shown otherwise: it is
+    evaluated again with the starved ones. Here the flagged one is a cheat (its own timing loop
+    reports 0.0005 ms per call): flagged again, as before. The reference that passed unflagged is
+    not evaluated again."""
+    from harness.sandbox.pool import CHILD_POOL
+    from harness.timing import HOST_CLOCK_MISMATCH, StoppingRule
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    settings = SandboxLimits.from_settings(call_timeout_s=120.0, import_timeout_s=120.0)
+    codes = [
+        (REFERENCE.read_bytes(), "reference.py"),
+        ((ADVERSARIAL / "starved_once.py").read_bytes(), "starved.py"),
+        ((ADVERSARIAL / "replaces_timing_loop_with_calls.py").read_bytes(), "cheat.py"),
+    ]
+    rule = StoppingRule(min_runs=3, max_runs=3, budget_s=1.0)
+    evaluators = [
+        Evaluator(code, name, TASK, device="cpu", limits=settings, timed=True, rule=rule)
+        for code, name in codes
+    ]
+    try:
+        reference, starved, cheat = evaluate_interleaved(evaluators)
+    finally:
+        CHILD_POOL.close_waiting()
+    assert reference.status == starved.status == cheat.status == "pass", (starved.reason, cheat.reason)
+    assert "evaluated again" not in reference.log_tail
+    assert "evaluated again" in starved.log_tail and "evaluated again" in cheat.log_tail
+    assert any(HOST_CLOCK_MISMATCH in shape.timing_flags for shape in cheat.shapes), [
+        shape.check["timing"] for shape in cheat.shapes
+    ]
+
+
 def test_a_revision_retried_alone_has_no_kept_child_beside_it(tmp_path, monkeypatch):
     """Issue 33, item 4, as seen on the H200: the hog, retried alone first, passed and kept its
     child for the next phase, and two honest revisions retried after it ran out of memory again

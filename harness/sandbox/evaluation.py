@@ -1128,13 +1128,18 @@ def retry_out_of_memory(
     together), each half of them on its own, one after the other; alone, in a fresh child, when
     one did. A round's own retries go by the same rule (`evaluate_in_groups`), so the set shrinks
     at each level: one hog among n starved revisions costs about log2(n) failed rounds, not n
-    rounds alone. Only what fails alone counts; its reason says it was retried. Returns the
-    evaluations, the retried ones replaced."""
+    rounds alone. Revisions of such a group whose timing the parent's clock flagged go with them
+    (`clock_flagged`: their brackets held a neighbour's doing). Only what fails alone counts; its
+    reason says it was retried. Returns the evaluations, the retried ones replaced."""
     if len(evaluators) < 2:
         return evaluations
     retried = [i for i, evaluation in enumerate(evaluations) if ran_out_of_memory(evaluation)]
     if not retried:
         return evaluations
+    # and those the parent's clock flagged beside them: seen on the H200, where the reference,
+    # retried with a hog that had run out of memory too, was timed beside the hog's child holding
+    # the GPU's memory and came out flagged; alone it ranks (a cheat is flagged again alone)
+    retried = sorted(retried + [i for i, evaluation in enumerate(evaluations) if clock_flagged(evaluation)])
     evaluations = list(evaluations)
     if 1 < len(retried) < len(evaluators) or len(retried) == 1:
         rounds = [retried]
@@ -1254,8 +1259,17 @@ def evaluate_in_groups(
 
 
 def held_back(evaluators: list[Evaluator], evaluation: Evaluation) -> bool:
-    """Whether an evaluation waits for `retry_out_of_memory` before anyone hears of it."""
-    return len(evaluators) > 1 and ran_out_of_memory(evaluation)
+    """Whether an evaluation waits for `retry_out_of_memory` before anyone hears of it (one that
+    ran out of memory, or one the parent's clock flagged: a neighbour's doing where another
+    revision of the group ran out of memory)."""
+    return len(evaluators) > 1 and (ran_out_of_memory(evaluation) or clock_flagged(evaluation))
+
+
+def clock_flagged(evaluation: Evaluation) -> bool:
+    """Whether a passing evaluation has a shape whose timing the parent's clock flagged."""
+    return evaluation.status == "pass" and any(
+        HOST_CLOCK_MISMATCH in (shape.timing_flags or []) for shape in evaluation.shapes
+    )
 
 
 def _after_retries(
