@@ -1,6 +1,7 @@
-"""Device windows (harness.sandbox.device_memory): on a GPU the timed calls' inputs and outputs go
-between parent and child through device memory the parent allocates and hands over by a file
-descriptor, not through host memory. On the CPU the memfd road is the only one."""
+"""Device windows (harness.sandbox.device_memory, opt-in with HARNESS_DEVICE_WINDOWS=auto): on a
+GPU the calls' inputs and outputs go between parent and child through device memory the parent
+allocates and hands over by a file descriptor, not through host memory. On the CPU the memfd road
+is the only one."""
 
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ TASK = load_task("conv2d_v2")
 REFERENCE = (CANDIDATES_DIR / "conv2d_v2_reference.py").read_bytes()
 
 
-def test_without_a_gpu_no_window_is_made_and_the_child_gets_no_fd_socket():
+def test_without_a_gpu_no_window_is_made_and_the_child_gets_no_fd_socket(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
+    monkeypatch.setenv("HARNESS_DEVICE_WINDOWS", "auto")
     assert device_memory.supported() is False
     child = ChildProcess(
         REFERENCE, TASK, device="cpu", limits=SandboxLimits.from_settings(), code_sha256="windows-cpu"
@@ -83,6 +85,7 @@ def test_timed_inputs_and_outputs_go_through_device_windows_and_every_output_is_
     """The reference timed on the GPU on two shapes: both windows are handed over (inputs and
     outputs), the output window grown for the larger shape, and it passes with every checked and
     timed output judged against its seed's reference, the checked ones read from the window."""
+    monkeypatch.setenv("HARNESS_DEVICE_WINDOWS", "auto")  # opt-in (harness.config)
     sent: list[tuple[str, int]] = []
     original = ChildProcess.send_window
 
