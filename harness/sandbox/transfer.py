@@ -28,6 +28,12 @@ changes its own next inputs, and answers them wrongly. The parent writes a call'
 once its clock runs for that call (harness.sandbox.supervisor), so that no thread of the candidate
 can start on them earlier.
 
+Device windows. With `HARNESS_DEVICE_WINDOWS=auto` on a GPU, the inputs memory and the shared
+output buffer are device memory of the parent's instead (harness.sandbox.device_memory.DeviceWindow,
+with the same `ensure`, `capacity` and `close` as `SharedBuffer`): every copy above is then one
+within the GPU, synchronized before the other side is told; a checked call's output that fits goes
+there too, instead of a file.
+
 Inputs the candidate changes. The child copies its inputs before a call and counts afterwards,
 bit for bit, the elements that changed (`changed_elements`); the parent judges the counts. The
 parent could instead compare its own copy with the inputs read back after the call, but that
