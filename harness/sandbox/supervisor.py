@@ -872,18 +872,12 @@ class ChildProcess:
             except (ChildFailure, subprocess.TimeoutExpired):
                 pass
         self._kill()
-        if self.shared_reader is not None:
-            self.shared_reader.close()
-            self.shared_reader = None
-        if self.inputs_writer is not None:
-            self.inputs_writer.close()
-            self.inputs_writer = None
-        if self.output_window is not None:
-            self.output_window.close()
-            self.output_window = None
-        if self.fd_socket is not None:
-            self.fd_socket.close()
-            self.fd_socket = None
+        # the mappings of the shared memory (memfds or device windows) and the descriptors' socket
+        for name in ("shared_reader", "inputs_writer", "output_window", "fd_socket"):
+            closable = getattr(self, name)
+            if closable is not None:
+                closable.close()
+                setattr(self, name, None)
         self.inputs_written = None
         fds = (getattr(self, "request_fd", None), getattr(self, "reply_fd", None), self.status_fd, self.io_fd)
         for fd in (*fds, self.output_fd, self.inputs_fd):
