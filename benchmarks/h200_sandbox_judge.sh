@@ -11,6 +11,8 @@
 # seeds: benchmarks/tournament_overhead.py, the six seeds in benchmark mode (scores and overhead).
 # tests: the CUDA tests of the judge (timing cheats, spinners, hidden work); honest: the honest
 #   corpus on CUDA (tests/test_honest.py), on its own limit.
+# HARNESS_DEVICE_WINDOWS=auto in the environment runs any part with device windows (opt-in:
+#   harness/sandbox/device_memory.py); CUDA_LAUNCH_BLOCKING=1 locates a CUDA error where it happens.
 set -uo pipefail
 parts=",${1:-board},"
 want() { [[ $parts == *",$1,"* ]]; }

@@ -542,7 +542,10 @@ def main() -> None:
     args.cache_dir = args.cache_dir.resolve()
     report = Report(args.out / f"report-{'-'.join(steps)}.txt")
     report(f"tournament overhead: {' '.join(tournament_args(args))}; store {args.db}; cache {args.cache_dir}")
-    report(f"python {sys.version.split()[0]}; cores {os.cpu_count()}; steps {', '.join(steps)}")
+    report(
+        f"python {sys.version.split()[0]}; cores {os.cpu_count()}; steps {', '.join(steps)}; "
+        f"device windows {os.environ.get('HARNESS_DEVICE_WINDOWS', 'none')} (HARNESS_DEVICE_WINDOWS)"
+    )
     if args.cache_autotuning:
         report("HARNESS_CACHE_AUTOTUNING=1: Triton's autotuning results are kept with the kernels")
     subprocess.run(
