@@ -50,7 +50,7 @@ from harness.sandbox.pool import CHILD_POOL, ChildPool, child_key
 from harness.sandbox.protocol import CallDone, ImportFailed, IsolationReport, Ready
 from harness.sandbox.supervisor import SHUTDOWN_GRACE_S, ChildFailure, ChildProcess
 from harness.sandbox.timed_cases import TimedCases
-from harness.sandbox.transfer import SharedBuffer, read_output, read_shared
+from harness.sandbox.transfer import read_output
 from harness.tasks import Shape, TaskSpec, combine_seeds, load_reference
 from harness.tasks.spec import TaskUnsupported, shape_label
 from harness.timing import (
@@ -157,7 +157,7 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     try:
         device = checking.output_device(case.expected)
         if reply.output.shared and child.output_window is not None:  # a device window
-            received = read_shared(child.output_window, child.shared_bytes, reply.output, device)
+            received = child.read_shared_output(reply.output, device)
         else:
             received = read_output(child.io_fd, child.output_name(reply.id), reply.output, device)
     except (ValueError, OSError) as exc:
@@ -932,11 +932,7 @@ class Evaluator:
         """A timed call's output: from the shared buffer, or from its file when it did not fit."""
         child = self.child
         if done.output is not None and done.output.shared:
-            if child.output_window is not None:  # a device window: a copy within the GPU
-                return read_shared(child.output_window, child.shared_bytes, done.output, device)
-            if child.shared_reader is None:
-                child.shared_reader = SharedBuffer(child.output_fd, cuda=device == "cuda")
-            return read_shared(child.shared_reader, child.shared_bytes, done.output, device)
+            return child.read_shared_output(done.output, device)
         return read_output(child.io_fd, child.timed_output_name(done.id, done.index), done.output, device)
 
     def _timed_case_for(self, shape: Shape, seed: int) -> checking.ReferenceCase:

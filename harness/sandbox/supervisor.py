@@ -177,10 +177,10 @@ class ChildProcess:
         self.inputs_written: tuple[object, list[DataItem]] | None = None
         # On a GPU that can (harness.sandbox.device_memory): device windows instead of the two
         # memfds, their descriptors sent over `fd_socket` (a Unix socket whose other end the
-        # child holds); None until the first one is needed, False where they cannot be made.
+        # child holds); `device_windows`, set below from the settings, is None until the first
+        # one is needed and False where they are off or cannot be made.
         self.fd_socket: socket.socket | None = None
-        self.device_windows: bool | None = False  # set below, with the settings
-        self.output_window = None  # the timed outputs' window (device_memory.DeviceWindow)
+        self.output_window = None  # the outputs' window (device_memory.DeviceWindow)
         self.shutdown_requested = False
         self.startup_s: float | None = None
         self.ready: Ready | ImportFailed | None = None
@@ -195,8 +195,9 @@ class ChildProcess:
         self.paused_at: float | None = None
         self._stop_exempt: set[int] | None = None  # between `stop_begin` and `stop_finish`
         settings = get_settings()
-        if device == "cuda" and settings.device_windows == "auto":
-            self.device_windows = None
+        self.device_windows: bool | None = (
+            None if device == "cuda" and settings.device_windows == "auto" else False
+        )
         self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
         self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
         self.inductor_cache = Path(settings.cache_dir, "inductor", code_sha256)
@@ -847,6 +848,19 @@ class ChildProcess:
                     call_wall_ms[message.index] = (work_started - inputs_sent_at[message.index]) * 1e3
                     on_output(message)
                     phase_deadline += monotonic() - work_started  # the parent's check of the output
+
+    def read_shared_output(self, info, device: str):
+        """An output the child put in the shared output buffer (`info` says so), as a fresh
+        tensor on `device`: from the device window where there is one (a copy within the GPU),
+        else from the parent's mapping of the memfd (made on the first read)."""
+        from harness.sandbox.transfer import SharedBuffer, read_shared
+
+        buffer = self.output_window
+        if buffer is None:
+            if self.shared_reader is None:
+                self.shared_reader = SharedBuffer(self.output_fd, cuda=device == "cuda")
+            buffer = self.shared_reader
+        return read_shared(buffer, self.shared_bytes, info, device)
 
     def output_name(self, request_id: int) -> str:
         """The name (in `io_fd`'s directory) of the file the child exports a checked call's output to."""
