@@ -217,15 +217,15 @@ def on_a_terminal(
     return TerminalRun(output=output.decode(errors="replace"), stderr=stderr)
 
 
-def processes_named(comm: str) -> list[int]:
-    """Live processes on this machine named `comm` (the hostile candidates name every process they
-    make; zombies are left out: an orphan killed outside a pid namespace stays one until the
-    machine's init reaps it)."""
+def processes_named(comm: str, *, zombies: bool = False) -> list[int]:
+    """Processes on this machine named `comm` (the hostile candidates name every process they
+    make); zombies only with `zombies` (an orphan killed outside a pid namespace stays one until
+    the machine's init reaps it)."""
     found = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                alive = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+                alive = zombies or Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
                 if alive and Path(entry.path, "comm").read_text().strip() == comm:
                     found.append(int(entry.name))
             except OSError:
@@ -233,12 +233,15 @@ def processes_named(comm: str) -> list[int]:
     return found
 
 
-def none_left_named(comm: str, before: set[int] | frozenset[int] = frozenset(), wait_s: float = 30.0) -> bool:
-    """No process named `comm` is left but those alive in `before`. A leaked one stays for good;
-    those of another suite running beside this one (the same test, the same candidate) come and go
-    within seconds, so this waits until none of them is there at one moment."""
+def none_left_named(
+    comm: str, before: set[int] | frozenset[int] = frozenset(), wait_s: float = 30.0, *, zombies: bool = False
+) -> bool:
+    """No process named `comm` is left (zombies counted with `zombies`) but those in `before`. A
+    leaked one stays for good; those of another suite running beside this one (the same test, the
+    same candidate) come and go within seconds, so this waits until none of them is there at one
+    moment."""
     deadline = time.monotonic() + wait_s
-    while set(processes_named(comm)) - set(before):
+    while set(processes_named(comm, zombies=zombies)) - set(before):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)

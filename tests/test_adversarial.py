@@ -696,7 +696,9 @@ def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> N
     While the other revision (an honest 20 ms kernel) is timed, every spinner is stopped: each
     shows a gap in its beats over every timing phase of the other revision (the last shape's gap
     may not be printed before the shutdown)."""
-    spinners_before = set(processes_named("hx-spinner"))  # a suite beside this one may have its own
+    spinners_before = set(
+        processes_named("hx-spinner", zombies=True)
+    )  # a suite beside this one may have its own
     evaluators = _timing_cheat_evaluators(
         device, [("spins_while_others_run.py", "test"), ("slow_honest.py", "test")], **options
     )
@@ -729,7 +731,9 @@ def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> N
                 (start, end),
                 gaps,
             )
-    assert none_left_named("hx-spinner", spinners_before, wait_s=10), "the spinner outlived its sandbox"
+    assert none_left_named("hx-spinner", spinners_before, wait_s=5, zombies=True), (
+        "the spinner outlived its sandbox"
+    )
 
 
 @pytest.mark.skipif(not FULL_ISOLATION, reason="without a pid namespace a process in a new session escapes")

@@ -128,7 +128,7 @@ def test_memory_held_by_several_processes_is_killed_by_the_parent(results):
         evaluation.reason,
     )
     assert "(memory_bytes)" in evaluation.reason
-    assert none_left_named("limits-memory", wait_s=10)
+    assert none_left_named("limits-memory", wait_s=10, zombies=True)
 
 
 def test_a_fork_bomb_as_root_is_killed_by_the_parent(results):
@@ -139,7 +139,7 @@ def test_a_fork_bomb_as_root_is_killed_by_the_parent(results):
         evaluation.reason,
     )
     assert "(max_processes)" in evaluation.reason
-    assert none_left_named("limits-forker", wait_s=10)
+    assert none_left_named("limits-forker", wait_s=10, zombies=True)
 
 
 def test_the_per_code_cache_is_capped_and_removed(results):
