@@ -342,6 +342,35 @@ def test_a_failing_parent_gets_the_fix_prompt_a_few_times(seeded_store: str, tmp
     ) == [("stopped",)]
 
 
+def _sandboxed_descendants(pid: int) -> list[int]:
+    """The processes below `pid` that run a sandboxed child (`harness.sandbox.child`, not its
+    isolation probe)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(
+                    Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[1]
+                )
+                commands[int(entry.name)] = Path(entry.path, "cmdline").read_bytes().decode(errors="replace")
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def below(candidate: int) -> bool:
+        while candidate in parents and candidate > 1:
+            candidate = parents[candidate]
+            if candidate == pid:
+                return True
+        return False
+
+    return [
+        child
+        for child, command in commands.items()
+        if "harness.sandbox.child" in command and "--probe" not in command and below(child)
+    ]
+
+
 def test_an_experiment_interrupted_while_evaluating_resumes(seeded_store: str, tiny_revision: int):
     db = seeded_store
     command = reply_command("whole-file")
@@ -365,7 +394,13 @@ def test_an_experiment_interrupted_while_evaluating_resumes(seeded_store: str, t
         time.sleep(0.05)
     # The runner has claimed the child's run and is starting its sandbox (a child process whose
     # startup takes seconds); a signal that lands inside the fork itself is swallowed by Python's
-    # at-fork hooks, so wait until the fork is done.
+    # at-fork hooks, so wait until the fork is done: the sandboxed child runs (on a loaded machine
+    # a fixed second was not always enough), and a second more as before.
+    deadline = time.monotonic() + 120
+    while not _sandboxed_descendants(process.pid):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no sandboxed child was started"
+        time.sleep(0.05)
     time.sleep(1.0)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
