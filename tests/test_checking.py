@@ -552,3 +552,37 @@ def test_cudnn_and_cublas_allocation_failures_are_out_of_memory_and_their_intern
     if not torch.cuda.is_available():
         assert out_of_memory(internal) is None
     assert out_of_memory(RuntimeError("cuDNN error: CUDNN_STATUS_BAD_PARAM")) is None
+
+
+def test_a_timed_check_asks_for_the_exact_answer_only_where_gpu_modes_rule_fails():
+    """Where GPU MODE's rule fails at a few elements, the timed check (`figures=False`) takes the
+    exact answer at those elements from the task's `exact_answer_at` (conv2d's `ref_kernel_at`)
+    and reaches the verdicts the whole exact answer reaches, without making it; a function that
+    fails sends it back to the whole exact answer."""
+    assert TASK.exact_answer_at == "ref_kernel_at"
+    data = REFERENCE.generate_input(**SHAPE.parameters, seed=SHAPE.seed, device="cpu")
+    exact = REFERENCE.ref_kernel(tuple(t.double() for t in data))
+    expected = exact.float()
+    expected[0, 1, 2, 3] += 1.0  # the reference off at one element: there only `accurate` passes
+    received = exact.float()
+    received[1, 0, 4, 5] += 1.0  # the candidate off at another: both verdicts fail there
+    received[1, 3, 8, 8] = float("nan")
+
+    def judged(exact_at: str | None) -> tuple[checking.ReferenceCase, checking.OutputCheck]:
+        case = checking.ReferenceCase(
+            data=data,
+            expected=expected,
+            reference=REFERENCE,
+            exact_function="ref_kernel",
+            exact_at_function=exact_at,
+        )
+        return case, checking.compare_output(received, case, rtol=TASK.rtol, atol=TASK.atol, figures=False)
+
+    at_elements, quick = judged("ref_kernel_at")
+    whole, full = judged(None)
+    assert at_elements.expected64 is None and whole.expected64 is not None
+    assert (quick.verdicts.gpumode.failures, quick.verdicts.accurate.failures) == (3, 2)
+    assert quick.mismatches_where_reference_is_off == full.mismatches_where_reference_is_off == 1
+    assert quick.verdicts == full.verdicts and quick.reason == full.reason
+    failing, fallback = judged("generate_input")  # called as f(data, positions): it raises
+    assert failing.expected64 is not None and fallback.verdicts == full.verdicts

@@ -952,6 +952,7 @@ class Evaluator:
                     self.device,
                     exact_now=False,
                     exact_answer=self.task.exact_answer,
+                    exact_answer_at=self.task.exact_answer_at,
                     clone_inputs=lambda data: (
                         not checking.data_layout(self.task, self.device, data, shape).outputs
                     ),

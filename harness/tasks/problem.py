@@ -15,7 +15,8 @@ The harness's own additions go under one key, `harness:` in task.yml (README, "T
 check_implementation is GPU MODE's elementwise match at these tolerances, so the harness computes
 the `gpumode` verdict itself, with counts and positions), `exact_answer` (with a tolerance: the
 reference function computed on the inputs cast to float64, usually `ref_kernel`; it brings the
-`accurate` verdict), `verdict`, `data` and `output_buffer` (names of generate_input's tuple and
+`accurate` verdict), `exact_answer_at` (the exact answer at given output elements only: what a timed
+call's check asks for where GPU MODE's rule fails at a few elements), `verdict`, `data` and `output_buffer` (names of generate_input's tuple and
 the one that is the output buffer, or a list of those that are; when left out, the parent learns
 which items are buffers by calling generate_input and the reference the first time it needs to:
 harness.tasks.layout),
@@ -54,6 +55,7 @@ class HarnessExtension(BaseModel):
     smoke: list[dict[str, Any]] | None = None
     tolerance: dict[str, float] | None = None
     exact_answer: str | None = None
+    exact_answer_at: str | None = None
     verdict: str | None = None
     data: list[str] | None = None
     output_buffer: str | list[str] | None = None
@@ -194,6 +196,7 @@ def problem_spec(
             rtol=tolerance.get("rtol"),
             atol=tolerance.get("atol"),
             exact_answer=extension.exact_answer,
+            exact_answer_at=extension.exact_answer_at,
             verdict=verdict,
             ranking_by=ranking_by,
             gpumode_ranking_by=extension.gpumode_ranking_by or raw.get("ranking_by"),

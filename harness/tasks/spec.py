@@ -104,6 +104,11 @@ class TaskSpec(BaseModel):
     # reference module's function computed on the inputs cast to float64 (`ref_kernel`), or None:
     # the task has only the `gpumode` verdict.
     exact_answer: str | None = "ref_kernel"
+    # Optional: the reference module's function f(data, positions) giving the exact answer at the
+    # output elements `positions` (an [n, ndim] index tensor) as n float64 values, computed from the
+    # fp32 inputs as `exact_answer` computes them everywhere; a timed call's check, where GPU MODE's
+    # rule fails at a few elements, then needs only those (harness.checking.compare_output).
+    exact_answer_at: str | None = None
     # The stored version of the task's files (harness task add); results are tied to it. A built-in
     # task's files ship with the harness (its version is in every run's environment): version 1.
     version: int = 1
@@ -137,6 +142,8 @@ class TaskSpec(BaseModel):
             raise ValueError(
                 "an exact answer needs the tolerances (rtol, atol) that the accurate verdict uses"
             )
+        if self.exact_answer_at is not None and self.exact_answer is None:
+            raise ValueError("exact_answer_at needs an exact answer (exact_answer)")
         if self.verdict == "accurate" and self.exact_answer is None:
             raise ValueError("verdict accurate needs an exact answer")
         return self

@@ -47,6 +47,30 @@ def ref_kernel(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.T
         return F.conv2d(input_tensor, kernel, stride=1, padding=0)
 
 
+def ref_kernel_at(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor], positions: torch.Tensor) -> torch.Tensor:
+    """The exact answer at the output elements `positions` (an [n, 4] index tensor: batch, output
+    channel, row, column) as n float64 values: each element's products x * w summed in float64,
+    as ref_kernel on the inputs cast to float64 sums them everywhere (task.yml's
+    `exact_answer_at`). A few elements at a time, so that memory stays small."""
+    input_tensor, kernel, _output = data
+    channels, size = input_tensor.shape[1], kernel.shape[-1]
+    device = input_tensor.device
+    positions = positions.to(device)
+    offsets = torch.arange(size, device=device)
+    channel = torch.arange(channels, device=device)[None, :, None, None]
+    values = []
+    for part in positions.split(16):
+        b, out_channel, row, column = part.unbind(1)
+        patches = input_tensor[
+            b[:, None, None, None],
+            channel,
+            (row[:, None] + offsets)[:, None, :, None],
+            (column[:, None] + offsets)[:, None, None, :],
+        ]
+        values.append((patches.double() * kernel[out_channel].double()).sum(dim=(1, 2, 3)))
+    return torch.cat(values) if values else torch.zeros(0, dtype=torch.float64, device=device)
+
+
 def output_scale(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """The natural scale of each output element, s = sqrt(sum (x*w)^2) over its terms: the size of
     the rounding errors an fp32 sum of those terms makes. In the inputs' dtype (a scale needs no
