@@ -2,7 +2,7 @@
 # Issues 28 and 33 on one lent H200, after the wheel prelude:
 #   bash benchmarks/h200_sandbox_judge.sh board     # hostile + honest + reference, leaderboard mode
 #   bash benchmarks/h200_sandbox_judge.sh seeds,tests
-# board: (MODE, BUDGET, ATTEMPTS, CANDIDATES, BOARD_TIMEOUT pick another run) the task's reference, the hostile set (memoizers, work in the NaN fill, the GPU memory hog,
+# board: (MODE, BUDGET, ATTEMPTS, CANDIDATES, BOARD_TIMEOUT pick another run; SEEDS=1 adds the seeds) the task's reference, the hostile set (memoizers, work in the NaN fill, the GPU memory hog,
 #   spinners in sessions, terminal writers, the store reader) and the honest corpus (tests/honest/:
 #   torch.compile, a CUDA graph, two streams, fresh tensors, odd strides, a negated view, Triton
 #   autotune, threads), one `harness tournament --mode leaderboard` (test, benchmark and leaderboard
@@ -29,6 +29,7 @@ if want board; then
   export HARNESS_DB="sqlite:////tmp/board/board.sqlite" HARNESS_CACHE_DIR=/tmp/board/cache
   rm -rf /tmp/board && mkdir -p /tmp/board
   python3 -m harness register candidates/conv2d_v2_reference.py > /dev/null
+  [[ -n ${SEEDS:-} ]] && python3 -m harness seed > /dev/null  # SEEDS=1: the seed revisions too
   hostile="memoizes_by_fingerprint memoizes_by_pointer memoizes_by_shape computes_in_the_fill fills_with_the_answer"
   hostile="$hostile holds_device_memory spins_in_sessions opens_terminals reads_secrets"
   default=$(for name in $hostile; do echo "tests/adversarial/$name.py"; done; ls tests/honest/*.py)

@@ -177,6 +177,8 @@ def test_leaderboard_mode_uses_secret_seeds_and_stores_only_the_public_ones():
     assert [shape.shape["seed"] for shape in evaluation.shapes] == [shape.seed for shape in TASK.smoke]
     public = evaluate(reference, "ref.py", TASK, device="cpu")
     assert public.shapes[0].check["max_abs_err"] == 0.0
+    # a checked output that fits comes back in the shared output buffer (the memfd), not a file
+    assert all(shape.check["output"]["shared"] for shape in (*public.shapes, *evaluation.shapes))
     assert evaluation.shapes[0].check["rel_l2"] != public.shapes[0].check["rel_l2"], "other inputs"
 
 

@@ -903,14 +903,11 @@ class Worker:
         return self.shared_output
 
     def export_checked(self, result: object, request: CheckRequest):
-        """A checked call's output into the device window when the parent offered one and it
-        fits (a copy within the GPU), else into its file."""
-        if (
-            request.shared_output_bytes
-            and self.output_window is not None
-            and type(result) is self.torch.Tensor
-        ):
-            info = self.transfer.export_shared(result, self.output_window, request.shared_output_bytes)
+        """A checked call's output into the shared output buffer (the device window, else the
+        memfd) when the parent offered one and it fits, else into its file."""
+        shared = self.shared_output_buffer(request.shared_output_bytes)
+        if shared is not None and type(result) is self.torch.Tensor:
+            info = self.transfer.export_shared(result, shared, request.shared_output_bytes)
             if info.written:
                 return info
         return self.export_output(result, self.io_dir / f"output-{request.id}.bin")
@@ -983,7 +980,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request-fd", type=int)
     parser.add_argument("--reply-fd", type=int)
     parser.add_argument("--status-fd", type=int)
-    parser.add_argument("--output-fd", type=int)  # the shared buffer for timed outputs (transfer.py)
+    parser.add_argument("--output-fd", type=int)  # the shared output buffer (transfer.py)
     parser.add_argument("--inputs-fd", type=int)  # the parent's memfd the inputs come in (transfer.py)
     parser.add_argument("--fd-socket", type=int)  # device windows' descriptors (device_memory.py)
     parser.add_argument("--probe", metavar="SCRATCH_DIR")

@@ -156,7 +156,7 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
         return "wrong_answer", problem, details, None
     try:
         device = checking.output_device(case.expected)
-        if reply.output.shared and child.output_window is not None:  # a device window
+        if reply.output.shared:  # in the shared output buffer (a device window or the memfd)
             received = child.read_shared_output(reply.output, device)
         else:
             received = read_output(child.io_fd, child.output_name(reply.id), reply.output, device)

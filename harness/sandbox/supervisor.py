@@ -164,7 +164,7 @@ class ChildProcess:
         self.proc: subprocess.Popen | None = None
         self.buffer = b""
         self.status_fd: int | None = None
-        # the shared buffer for timed outputs (create_shared_output), its size as this parent set
+        # the shared output buffer (timed and checked outputs) (create_shared_output), its size as this parent set
         # it, and the parent's mapping of it (a transfer.SharedBuffer, made by whoever reads first)
         self.output_fd: int | None = None
         self.shared_bytes = 0
@@ -676,19 +676,31 @@ class ChildProcess:
         """One call of the entry point on `data` (the parent's inputs, handed over as bytes:
         `write_inputs`), limited to call_timeout_s (with `forget_tuning`, the autotuners forget
         their choices first: CheckRequest). With device windows, an output of up to
-        `output_bytes` comes back in the output window (`output_window`), else in a file."""
-        output_memory = self.reserve_output(output_bytes, phase) if self.uses_device_windows() else None
+        `output_bytes` comes back in the shared output buffer (the output window, else the memfd,
+        grown to it first), as a timed call's does; one that does not fit, in a file."""
+        output_memory = self.prepare_shared_output(output_bytes, phase)
         items, inputs_memory = self.write_inputs(data, phase)
         request = CheckRequest(
             id=self.new_request_id(),
             data=items,
             inputs_memory=inputs_memory,
             output_memory=output_memory,
-            shared_output_bytes=self.shared_bytes if self.output_window is not None else 0,
+            shared_output_bytes=self.shared_bytes,
             autotune_config=autotune_config,
             forget_tuning=forget_tuning,
         )
         return self.ask(request, CheckReply, timeout_s=self.limits.call_timeout_s, phase=phase)
+
+    def prepare_shared_output(self, output_bytes: int, phase: str) -> int | None:
+        """The shared output buffer made to hold `output_bytes`: with device windows a window
+        (`reserve_output`: its size for the next message's `output_memory`, or None), else the
+        memfd grown (`grow_memfd`; None)."""
+        if self.uses_device_windows():
+            return self.reserve_output(output_bytes, phase)
+        if self.output_fd is not None and output_bytes > self.shared_bytes:
+            self.grow_memfd(self.output_fd, self.shared_bytes, output_bytes, "shared output buffer", phase)
+            self.shared_bytes = output_bytes
+        return None
 
     def reserve_output(self, output_bytes: int, phase: str) -> int | None:
         """With device windows, an output window of at least `output_bytes` (a new one, sent to
@@ -745,14 +757,7 @@ class ChildProcess:
             call_wall_ms: dict[int, float] = {}
             prelude_ms: dict[int, float] = {}
             inputs_sent_at: dict[int, float] = {}
-            output_memory = None
-            if self.uses_device_windows():
-                output_memory = self.reserve_output(output_bytes, phase)
-            elif self.output_fd is not None and output_bytes > self.shared_bytes:
-                self.grow_memfd(
-                    self.output_fd, self.shared_bytes, output_bytes, "shared output buffer", phase
-                )
-                self.shared_bytes = output_bytes
+            output_memory = self.prepare_shared_output(output_bytes, phase)
             warmup_items, inputs_memory = self.write_inputs(warmup_data, phase)
             request = TimeRequest(
                 id=self.new_request_id(),

@@ -10,8 +10,10 @@ the file holds exactly the bytes the reported shape and dtype need, so nothing t
 ever interpreted as anything but numbers. The child can replace the file by anything (a symbolic
 link to a file hidden from it, a FIFO, a directory): the parent opens it by name in a directory it
 holds open, never following a link and never blocking, and reads only a regular file of its own
-(`open_exported`). Timed outputs (every one is checked, up to tens of MB per call) take a faster
-road: a sealed memfd of the parent's that both sides map (`SharedBuffer`, below).
+(`open_exported`). An output that fits (a plain tensor, timed or checked: up to tens of MB per
+call) takes a faster road: a sealed memfd of the parent's that both sides map (`SharedBuffer`,
+below), sized by the parent to the reference's output before the call; the files are for the rest
+(outputs of several parts, or larger than the reference's).
 
 Inputs. The parent alone runs the task's generate_input (harness.checking, for its own reference
 of every call); the child never imports the task's reference module. `InputsWriter` copies the
@@ -31,8 +33,7 @@ can start on them earlier.
 Device windows. With `HARNESS_DEVICE_WINDOWS=auto` on a GPU, the inputs memory and the shared
 output buffer are device memory of the parent's instead (harness.sandbox.device_memory.DeviceWindow,
 with the same `ensure`, `capacity` and `close` as `SharedBuffer`): every copy above is then one
-within the GPU, synchronized before the other side is told; a checked call's output that fits goes
-there too, instead of a file.
+within the GPU, synchronized before the other side is told.
 
 Inputs the candidate changes. The child copies its inputs before a call and counts afterwards,
 bit for bit, the elements that changed (`changed_elements`); the parent judges the counts. The

@@ -1,7 +1,8 @@
 """Computes the right answer, then replaces the file the harness exports its output to with a
 FIFO that nobody writes: a parent that opens it blocking waits forever (issue 15: 541 s under a
 120 s call limit, every other revision waiting). It finds the harness's export function in its
-caller's frame and wraps it."""
+caller's frame and wraps it, and turns down the shared output buffer (where an
+output that fits goes first) so that its output takes the file road."""
 import os
 import sys
 
@@ -24,6 +25,7 @@ def _wrap(worker, attribute: str) -> None:
 
     export_then_fifo.wrapped = True
     setattr(worker, attribute, export_then_fifo)
+    worker.shared_output_buffer = lambda capacity: None
 
 
 def custom_kernel(data: input_t) -> output_t:

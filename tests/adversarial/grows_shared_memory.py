@@ -1,5 +1,5 @@
 """Finds, among its own descriptors (/proc/self/fd), the memfd the parent shares with it whose
-name is TARGET (the inputs memory, or the shared buffer for timed outputs), and grows it to 64 MiB
+name is TARGET (the inputs memory, or the shared output buffer), and grows it to 64 MiB
 at import (a size the parent never gave it: its next grow would be a shrink of a file sealed
 against shrinking); then answers every call correctly."""
 import os

@@ -1,7 +1,8 @@
 """Computes the right answer, then replaces the file the harness exports its output to with a
 symbolic link to a file hidden from it (the link is resolved in the parent, which can see it): a
 parent that follows it judges, and reports, the hidden file's size and values. It finds the
-harness's export function in its caller's frame and wraps it. TARGET is what it links to (a
+harness's export function in its caller's frame and wraps it, and turns down the shared output buffer (where an
+output that fits goes first) so that its output takes the file road. TARGET is what it links to (a
 test points it at a file of its own)."""
 import os
 import sys
@@ -27,6 +28,7 @@ def _wrap(worker, attribute: str) -> None:
 
     export_then_link.wrapped = True
     setattr(worker, attribute, export_then_link)
+    worker.shared_output_buffer = lambda capacity: None
 
 
 def custom_kernel(data: input_t) -> output_t:
