@@ -47,7 +47,9 @@ def ref_kernel(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.T
         return F.conv2d(input_tensor, kernel, stride=1, padding=0)
 
 
-def ref_kernel_at(data: tuple[torch.Tensor, torch.Tensor, torch.Tensor], positions: torch.Tensor) -> torch.Tensor:
+def ref_kernel_at(
+    data: tuple[torch.Tensor, torch.Tensor, torch.Tensor], positions: torch.Tensor
+) -> torch.Tensor:
     """The exact answer at the output elements `positions` (an [n, 4] index tensor: batch, output
     channel, row, column) as n float64 values: each element's products x * w summed in float64,
     as ref_kernel on the inputs cast to float64 sums them everywhere (task.yml's
