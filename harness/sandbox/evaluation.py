@@ -683,7 +683,7 @@ class Evaluator:
             return outcome
         passes.append(_pass_of(again))
         # the parent's clock judges every pass's calls at once (harness.timing.host_clock_verdict),
-        # against the least of the shape's calibrations (a later pass calibrates once more)
+        # against the least of the shape's calibrations (on the CPU a later pass calibrates once more)
         verdict = host_clock_verdict(
             [time for item in passes for time in item["reported_ms"]],
             [bracket for item in passes for bracket in item["parent_ms"]],
