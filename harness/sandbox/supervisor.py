@@ -164,7 +164,7 @@ class ChildProcess:
         self.proc: subprocess.Popen | None = None
         self.buffer = b""
         self.status_fd: int | None = None
-        # the shared output buffer (timed and checked outputs) (create_shared_output), its size as this parent set
+        # the shared output buffer of timed and checked outputs (create_shared_output), its size as this parent set
         # it, and the parent's mapping of it (a transfer.SharedBuffer, made by whoever reads first)
         self.output_fd: int | None = None
         self.shared_bytes = 0
@@ -675,9 +675,9 @@ class ChildProcess:
     ) -> CheckReply:
         """One call of the entry point on `data` (the parent's inputs, handed over as bytes:
         `write_inputs`), limited to call_timeout_s (with `forget_tuning`, the autotuners forget
-        their choices first: CheckRequest). With device windows, an output of up to
-        `output_bytes` comes back in the shared output buffer (the output window, else the memfd,
-        grown to it first), as a timed call's does; one that does not fit, in a file."""
+        their choices first: CheckRequest). An output of up to `output_bytes` comes back in the
+        shared output buffer (the device window, else the memfd, grown to it first), as a timed
+        call's does; one that does not fit, or of several parts, in a file."""
         output_memory = self.prepare_shared_output(output_bytes, phase)
         items, inputs_memory = self.write_inputs(data, phase)
         request = CheckRequest(
