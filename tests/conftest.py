@@ -396,11 +396,43 @@ def any_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return request.getfixturevalue("postgres_url")
 
 
+def session_processes(session: int) -> list[int]:
+    """The live (not zombie) processes of process session `session`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[3]) == session:
+                found.append(int(entry.name))
+    return found
+
+
+def end_session(session: int, grace_s: float = 10.0) -> None:
+    """SIGTERM to every process of `session`, SIGKILL to those left after `grace_s`."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+        for pid in session_processes(session):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait_s
+        while session_processes(session) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not session_processes(session):
+            return
+
+
 @contextmanager
 def local_ray_cluster(temp: Path, *, gpus: int) -> Iterator[str]:
     """A local Ray head on this machine's CPUs that declares `gpus` GPUs (none is used), its files
-    in `temp`; yields its address. `ray stop --force` at the end stops every Ray cluster of this
-    machine."""
+    in `temp`; yields its address. `ray start` runs in a process session of its own, which every
+    process of the cluster keeps (Ray starts them, and they their workers, without a session of
+    their own), and the end stops that session alone: `ray stop --force`, as before, stopped every
+    Ray cluster of the machine, a second suite's beside this one too (its node "dead or
+    unavailable" in test_ray_tasks_run_the_tournament_on_declared_gpus, 2026-12-04)."""
     ray = Path(sys.executable).parent / "ray"
     if not ray.exists():
         pytest.fail("ray is not installed in this environment: ./setup.sh installs the ray extra")
@@ -413,10 +445,15 @@ def local_ray_cluster(temp: Path, *, gpus: int) -> Iterator[str]:
         "--disable-usage-stats", "--include-dashboard", "false", "--object-store-memory", "200000000",
         "--node-ip-address", "127.0.0.1", f"--temp-dir={temp}",
     ]  # fmt: skip
-    started = subprocess.run(command, capture_output=True, text=True, env=env, timeout=180, check=False)
-    assert started.returncode == 0, started.stdout + started.stderr
+    starter = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
     try:
+        output, _ = starter.communicate(timeout=180)
+        assert starter.returncode == 0, output
         yield f"127.0.0.1:{port}"
     finally:
-        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120, check=False)
+        if starter.poll() is None:
+            starter.kill()
+        end_session(starter.pid)
         shutil.rmtree(temp, ignore_errors=True)
