@@ -748,9 +748,18 @@ def _exact_at_counts(
     got = received[index].to(torch.float64)
     reference = expected[index].to(device=got.device, dtype=torch.float64)
     exact = exact.to(got.device)
-    within_exact = (got - exact).abs() <= atol + rtol * exact.abs()
-    exact_fails = ~((exact - reference).abs() <= atol + rtol * reference.abs())
+    within_exact, exact_fails = _against_exact(got - exact, reference, exact, rtol=rtol, atol=atol)
     return int((~within_exact).sum()), int(exact_fails.sum())
+
+
+def _against_exact(
+    error: torch.Tensor, reference: torch.Tensor, exact: torch.Tensor, *, rtol: float, atol: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per element (float64): whether the output's `error` is within the tolerance of the exact
+    answer, and whether the exact answer itself fails GPU MODE's rule against the reference."""
+    within_exact = error.abs() <= atol + rtol * exact.abs()
+    exact_fails = ~((exact - reference).abs() <= atol + rtol * reference.abs())
+    return within_exact, exact_fails
 
 
 def _exact_figures(
@@ -786,8 +795,7 @@ def _exact_figures(
         norms["reference_error_norm"].append(torch.linalg.vector_norm(reference - exact_part))
         if mismatched_part is not None:
             on_exact = mismatched_part.to(device)
-            within_exact = error.abs() <= atol + rtol * exact_part.abs()
-            exact_fails = ~((exact_part - reference).abs() <= atol + rtol * reference.abs())
+            within_exact, exact_fails = _against_exact(error, reference, exact_part, rtol=rtol, atol=atol)
             counts.append(torch.stack([(on_exact & ~within_exact).sum(), (on_exact & exact_fails).sum()]))
             del on_exact, within_exact, exact_fails
         if scale_part is not None:
