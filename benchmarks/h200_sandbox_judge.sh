@@ -2,7 +2,10 @@
 # Issues 28 and 33 on one lent H200, after the wheel prelude:
 #   bash benchmarks/h200_sandbox_judge.sh board     # hostile + honest + reference, leaderboard mode
 #   bash benchmarks/h200_sandbox_judge.sh seeds,tests
-# board: (MODE, BUDGET, ATTEMPTS, CANDIDATES, BOARD_TIMEOUT pick another run; SEEDS=1 adds the seeds) the task's reference, the hostile set (memoizers, work in the NaN fill, the GPU memory hog,
+# board: (MODE, BUDGET, ATTEMPTS, CANDIDATES, BOARD_TIMEOUT pick another run; SEEDS=1 adds the seeds;
+#   BOARD_DIR=.board keeps the store in the checkout, where a warm machine's next call finds it, and
+#   RESUME=1 goes on with that store: a board too long for one call spans two, and a leaderboard-mode
+#   tournament after a benchmark-mode one reuses its test and benchmark phases) the task's reference, the hostile set (memoizers, work in the NaN fill, the GPU memory hog,
 #   spinners in sessions, terminal writers, the store reader) and the honest corpus (tests/honest/:
 #   torch.compile, a CUDA graph, two streams, fresh tensors, odd strides, a negated view, Triton
 #   autotune, threads), one `harness tournament --mode leaderboard` (test, benchmark and leaderboard
@@ -26,27 +29,31 @@ if want isolation; then
 fi
 if want board; then
   echo "== board: reference + hostile + honest, leaderboard mode, --budget ${BUDGET:-0.5}"
-  export HARNESS_DB="sqlite:////tmp/board/board.sqlite" HARNESS_CACHE_DIR=/tmp/board/cache
-  rm -rf /tmp/board && mkdir -p /tmp/board
-  python3 -m harness register candidates/conv2d_v2_reference.py > /dev/null
-  [[ -n ${SEEDS:-} ]] && python3 -m harness seed > /dev/null  # SEEDS=1: the seed revisions too
-  hostile="memoizes_by_fingerprint memoizes_by_pointer memoizes_by_shape computes_in_the_fill fills_with_the_answer"
-  hostile="$hostile holds_device_memory spins_in_sessions opens_terminals reads_secrets"
-  default=$(for name in $hostile; do echo "tests/adversarial/$name.py"; done; ls tests/honest/*.py)
-  for f in ${CANDIDATES:-$default}; do
-    python3 -m harness register "$f" --lineage "$(basename "$f" .py)" > /dev/null || echo "register failed: $f"
-  done
+  board=$(realpath -m "${BOARD_DIR:-/tmp/board}")
+  export HARNESS_DB="sqlite:///$board/board.sqlite" HARNESS_CACHE_DIR=$board/cache
+  if [[ -n ${RESUME:-} && -f $board/board.sqlite ]]; then
+    echo "going on with the store of $board"
+  else
+    rm -rf "$board" && mkdir -p "$board"
+    python3 -m harness register candidates/conv2d_v2_reference.py > /dev/null
+    [[ -n ${SEEDS:-} ]] && python3 -m harness seed > /dev/null  # SEEDS=1: the seed revisions too
+    hostile="memoizes_by_fingerprint memoizes_by_pointer memoizes_by_shape computes_in_the_fill fills_with_the_answer"
+    hostile="$hostile holds_device_memory spins_in_sessions opens_terminals reads_secrets"
+    default=$(for name in $hostile; do echo "tests/adversarial/$name.py"; done; ls tests/honest/*.py)
+    for f in ${CANDIDATES:-$default}; do
+      python3 -m harness register "$f" --lineage "$(basename "$f" .py)" > /dev/null || echo "register failed: $f"
+    done
+  fi
   for attempt in $(seq "${ATTEMPTS:-2}"); do
     start=$SECONDS
     COLUMNS=240 timeout "${BOARD_TIMEOUT:-480}" python3 -m harness tournament --device cuda --mode "${MODE:-leaderboard}" \
-      --budget "${BUDGET:-0.5}" > "$OUT/board-$attempt.log" 2>&1
+      --budget "${BUDGET:-0.5}" > "$OUT/board-${MODE:-leaderboard}-$attempt.log" 2>&1
     echo "tournament $attempt: exit $? in $((SECONDS - start)) s"
   done
-  COLUMNS=240 python3 -m harness leaderboard --device cuda --wide > "$OUT/board-leaderboard.txt" 2>&1
-  python3 -m harness leaderboard --device cuda --format json --out "$OUT/board.json"
-  grep -v "━" "$OUT/board-leaderboard.txt" | cut -c1-240
+  COLUMNS=240 python3 -m harness leaderboard --device cuda --wide > "$OUT/board-${MODE:-leaderboard}.txt" 2>&1
+  grep -v "━" "$OUT/board-${MODE:-leaderboard}.txt" | cut -c1-240
   echo "left in /dev/shm: $(ls /dev/shm | grep -c harness || true); harness cgroups left: $(find /sys/fs/cgroup -maxdepth 3 -name 'harness-*' | wc -l)"
-  [[ -n ${KEEP_STORE:-} ]] && cp /tmp/board/board.sqlite "$OUT/"
+  [[ -n ${KEEP_STORE:-} ]] && cp "$board/board.sqlite" "$OUT/"
 fi
 if want seeds; then
   echo "== seeds: benchmark mode, --budget 1, fresh caches (benchmarks/tournament_overhead.py)"
