@@ -53,6 +53,7 @@ CASES = {
     ),
     "memory": ("holds_memory.py", {}),
     "memory in children": ("holds_memory_in_children.py", {}),
+    "memory in helpers": ("holds_memory_in_helpers.py", {}),
     "processes": ("forks_processes.py", {}),
     "cache": ("fills_cache.py", {}),
     "exchange directory": ("fills_exchange_dir.py", {}),
@@ -128,6 +129,24 @@ def test_memory_held_by_several_processes_is_killed_by_the_parent(results):
         evaluation.reason,
     )
     assert "(memory_bytes)" in evaluation.reason
+
+
+def test_an_oom_kill_of_one_helper_ends_the_whole_child(results):
+    """The kernel's OOM kill in the child's memory cgroup took one helper; the candidate, waiting
+    on it, would sit to the call's timeout (it did under load, 2026-12-05) had the parent's watch
+    not ended the child for that kill. Without a memory cgroup the parent's watch kills it."""
+    evaluation, evaluator = results["memory in helpers"]
+    assert evaluation.status == "crashed", evaluation.reason
+    if "memory" in evaluator.child.cgroups.mechanisms:
+        assert re.search(
+            r"killed by the kernel during call on smoke\[0\]: memory .* over the limit of 1536 MiB",
+            evaluation.reason,
+        )
+    else:
+        assert "killed by the parent during call on smoke[0]" in evaluation.reason
+    assert "(memory_bytes)" in evaluation.reason
+    assert evaluation.wall_s < 50  # not the call's timeout (60 s)
+    assert none_left_named("limits-helper", wait_s=10, zombies=True)
     assert none_left_named("limits-memory", wait_s=10, zombies=True)
 
 

@@ -261,19 +261,25 @@ class ChildCgroups:
         `problem`; None when nothing."""
         if self.problem is not None:
             return self.problem
-        memory = self.tops.get("memory")
-        if memory is not None:
-            events = memory / ("memory.oom_control" if self.mechanisms["memory"] == 1 else "memory.events")
-            counts = _counts(events)
-            if counts.get("oom_kill", 0) > 0 or counts.get("oom", 0) > 0:
-                limit = f"{self.memory_bytes / 1024**2:.0f} MiB"
-                self.problem = (
-                    f"memory (resident, tmpfs, memfd, shared) over the limit of {limit} (memory_bytes)"
-                )
+        self.problem = self.memory_problem()
         pids = self.tops.get("pids")
         if self.problem is None and pids is not None and _counts(pids / "pids.events").get("max", 0) > 0:
             self.problem = f"a fork refused: tasks over the limit of {self.max_tasks} (max_tasks)"
         return self.problem
+
+    def memory_problem(self) -> str | None:
+        """The memory group's OOM kill, if the kernel made one (None when none, or no memory
+        group). A kill of any of the child's processes ends the whole child (the watch polls
+        this): an OOM-killed helper process leaves the candidate waiting on it to the timeout."""
+        memory = self.tops.get("memory")
+        if memory is None:
+            return None
+        events = memory / ("memory.oom_control" if self.mechanisms["memory"] == 1 else "memory.events")
+        counts = _counts(events)
+        if counts.get("oom_kill", 0) == 0 and counts.get("oom", 0) == 0:
+            return None
+        limit = f"{self.memory_bytes / 1024**2:.0f} MiB"
+        return f"memory (resident, tmpfs, memfd, shared) over the limit of {limit} (memory_bytes)"
 
     def kill(self) -> None:
         """SIGKILL every process in the child's groups (v2: cgroup.kill; else frozen, killed, thawed,

@@ -15,7 +15,8 @@ parent outlive it; so the parent counts, in a thread of its own, every `POLL_INT
   not while the child is stopped (another child is timed: `ResourceWatch.paused`).
 
 Above a limit it kills the child's process group and each process it found (SIGKILL) and keeps
-the reason, which the supervisor reports as `crashed`. Between two looks a process can do a lot:
+the reason, which the supervisor reports as `crashed`; so too after an OOM kill in the child's
+memory cgroup (`kernel_problem`), whose reason the supervisor reads from the group. Between two looks a process can do a lot:
 what the limits bound is what it keeps, not what it does within a fifth of a second.
 """
 
@@ -25,7 +26,7 @@ import os
 import signal
 import stat
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,12 +207,14 @@ class ResourceWatch:
         max_processes: int,
         memory_bytes: int,
         directories: list[WatchedDirectories],
+        kernel_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.root_pid = root_pid
         self.whole_session = whole_session
         self.max_processes = max_processes
         self.memory_bytes = memory_bytes
         self.directories = directories
+        self.kernel_problem = kernel_problem  # a limit the kernel enforced (an OOM kill in the group)
         self.problem: str | None = None
         # set while the child is stopped (ChildProcess.stop: another child is timed): its files
         # cannot change, and walking them would take the CPU from the timed one
@@ -256,9 +259,9 @@ class ResourceWatch:
                 problem, pids = self.check()
             except OSError:  # what the child made or ended under this look: the next one looks again
                 continue
-            if problem is None:
+            if problem is None and self.kernel_problem() is None:
                 continue
-            self.problem = problem
+            self.problem = problem  # None: the kernel's reason, which the supervisor reads
             for kill, target in [(os.killpg, self.root_pid), *((os.kill, pid) for pid in pids)]:
                 try:
                     kill(target, signal.SIGKILL)

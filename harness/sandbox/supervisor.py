@@ -336,6 +336,7 @@ class ChildProcess:
                     self.caches, self.limits.code_cache_bytes, "code_cache_bytes", "the per-code caches"
                 ),
             ],
+            kernel_problem=self.cgroups.memory_problem,
         )
         self.watch.start()
         plan = IsolationPlan()
