@@ -140,11 +140,12 @@ def test_a_parent_retimed_in_the_childs_run_is_compared_within_its_own_drift(sto
 REFERENCE_FILE = CANDIDATES_DIR / "conv2d_v2_reference.py"
 BUDGET = ("--device", "cpu", "--budget", "0.2")
 # A byte-different copy of the reference times like it: within this factor of 1x on a loaded
-# machine (0.61x in one CI run; the stored reference score below is made 3x off, so a cross-run
-# speedup reads ~3x: the bound above 1x is the one that tells the two apart). Below 1x a copy
-# timed while the machine is busier than for the reference reads lower: 0.44x on 2 cores with a
-# second suite running beside this one (2026-12-03), so the bound below is twice as wide.
+# machine (0.61x in one CI run; 0.44x and 2.05x on 2 cores with a second suite running beside
+# this one, 2026-12-03 and 2026-12-04, where a bound of twice NOISE applies). The stored reference
+# score in the first test is made CROSS_RUN x off, so a speedup taken across runs reads ~10x:
+# well above the widest bound.
 NOISE = 2.0
+CROSS_RUN = 10
 
 
 def _register(run_cli, store_url, path, *args) -> int:
@@ -204,9 +205,11 @@ def test_bench_times_the_reference_and_the_parent_in_the_same_run(tmp_path, run_
     reference = _register(run_cli, store_url, REFERENCE_FILE, "--lineage", "conv2d_v2_reference")
     assert rows(store_url, "select count(*) from revisions")[0][0] == 2  # the same bytes: unchanged
     _bench(run_cli, reference)
-    # The reference's stored result made 3x slower: a speedup taken from it would read ~3x.
+    # The reference's stored result made 10x slower: a speedup taken from it would read ~10x.
     with sqlite3.connect(store_url.removeprefix("sqlite:///")) as connection:
-        connection.execute("update runs set score_ms = score_ms * 3 where revision_id = ?", (reference,))
+        connection.execute(
+            "update runs set score_ms = score_ms * ? where revision_id = ?", (CROSS_RUN, reference)
+        )
     stored = rows(
         store_url, "select id, score_ms, batch, finished_at from runs where revision_id = ?", reference
     )
@@ -214,7 +217,7 @@ def test_bench_times_the_reference_and_the_parent_in_the_same_run(tmp_path, run_
     child = _register(run_cli, store_url, _copy(tmp_path, "child"), "--parent", alone)
     benched = _bench(run_cli, child)
     speedup = benched[child]["speedup_vs_reference"]
-    assert 1 / (2 * NOISE) < speedup < NOISE, speedup
+    assert 1 / (2 * NOISE) < speedup < 2 * NOISE < CROSS_RUN, speedup
     assert benched[child]["vs_parent"] is not None  # its parent timed beside it
     (batch,) = rows(store_url, "select batch from runs where revision_id = ?", child)[0]
     retimed = rows(
