@@ -2,14 +2,17 @@
 # Issues 28 and 33 on one lent H200, after the wheel prelude:
 #   bash benchmarks/h200_sandbox_judge.sh board     # hostile + honest + reference, leaderboard mode
 #   bash benchmarks/h200_sandbox_judge.sh seeds,tests
-# board: (MODE, BUDGET, ATTEMPTS, CANDIDATES, BOARD_TIMEOUT pick another run; SEEDS=1 adds the seeds;
-#   BOARD_DIR=.board keeps the store in the checkout, where a warm machine's next call finds it, and
-#   RESUME=1 goes on with that store: a board too long for one call spans two, and a leaderboard-mode
-#   tournament after a benchmark-mode one reuses its test and benchmark phases) the task's reference, the hostile set (memoizers, work in the NaN fill, the GPU memory hog,
-#   spinners in sessions, terminal writers, the store reader) and the honest corpus (tests/honest/:
-#   torch.compile, a CUDA graph, two streams, fresh tensors, odd strides, a negated view, Triton
-#   autotune, threads), one `harness tournament --mode leaderboard` (test, benchmark and leaderboard
-#   phases) on a fresh store, run twice (the second must reuse everything), then the leaderboard.
+# board: the task's reference, the hostile set (memoizers, work in the NaN fill, the GPU memory hog,
+#   spinners in sessions, terminal writers, the store reader; ALL_HOSTILE=1 adds every timing and output
+#   cheat of tests/adversarial/) and the honest corpus (tests/honest/: torch.compile, a CUDA graph, two
+#   streams, fresh tensors, odd strides, a negated view, Triton autotune, threads) in `harness tournament`
+#   (MODE, default leaderboard; MODES="benchmark leaderboard" runs one of each on the same store, the
+#   second reusing the first's phases), ATTEMPTS times (default 2: the second must reuse everything), then
+#   the leaderboard. SEEDS=1 adds the seeds; BUDGET, CANDIDATES, BOARD_TIMEOUT (per tournament) and
+#   DEADLINE (seconds since the start, for all of them) pick another run. BOARD_DIR=.board keeps the store
+#   in the checkout, KEEP_STORE=1 writes it with its caches to $OUT/board.tgz, and RESUME=1 goes on with
+#   the store in BOARD_DIR or, failing that, the tarball BOARD_TGZ (default .boardtar/board.tgz, carried):
+#   a board too long for one call spans two.
 # isolation: tests/test_isolation.py in this machine's container (cgroup v2 only).
 # seeds: benchmarks/tournament_overhead.py, the six seeds in benchmark mode (scores and overhead).
 # tests: the CUDA tests of the judge (timing cheats, spinners, hidden work); honest: the honest
@@ -28,9 +31,13 @@ if want isolation; then
   echo "exit $?"; grep -E "^(PASSED|FAILED|SKIPPED|ERROR)|passed|failed" "$OUT/isolation.log" | cut -c1-220
 fi
 if want board; then
-  echo "== board: reference + hostile + honest, leaderboard mode, --budget ${BUDGET:-0.5}"
+  echo "== board: reference + hostile + honest, ${MODES:-${MODE:-leaderboard}} mode, --budget ${BUDGET:-0.5}"
   board=$(realpath -m "${BOARD_DIR:-/tmp/board}")
   export HARNESS_DB="sqlite:///$board/board.sqlite" HARNESS_CACHE_DIR=$board/cache
+  # a store carried from an earlier call's KEEP_STORE tarball (board.tgz, named by BOARD_TGZ)
+  if [[ -n ${RESUME:-} && ! -f $board/board.sqlite && -f ${BOARD_TGZ:-.boardtar/board.tgz} ]]; then
+    mkdir -p "$board" && tar -xzf "${BOARD_TGZ:-.boardtar/board.tgz}" -C "$board"
+  fi
   if [[ -n ${RESUME:-} && -f $board/board.sqlite ]]; then
     echo "going on with the store of $board"
   else
@@ -39,21 +46,39 @@ if want board; then
     [[ -n ${SEEDS:-} ]] && python3 -m harness seed > /dev/null  # SEEDS=1: the seed revisions too
     hostile="memoizes_by_fingerprint memoizes_by_pointer memoizes_by_shape computes_in_the_fill fills_with_the_answer"
     hostile="$hostile holds_device_memory spins_in_sessions opens_terminals reads_secrets"
+    # ALL_HOSTILE=1: every timing and output cheat of tests/adversarial/ too
+    [[ -n ${ALL_HOSTILE:-} ]] && hostile="$hostile computes_in_some_fills computes_when_checked patches_timers
+      replaces_timing_loop replaces_timing_loop_with_calls skips_the_flush side_stream thread_writes_later
+      precomputes_public_seeds reused_allocation searches_memory spins_while_others_run patches_comparison"
     default=$(for name in $hostile; do echo "tests/adversarial/$name.py"; done; ls tests/honest/*.py)
     for f in ${CANDIDATES:-$default}; do
       python3 -m harness register "$f" --lineage "$(basename "$f" .py)" > /dev/null || echo "register failed: $f"
     done
   fi
-  for attempt in $(seq "${ATTEMPTS:-2}"); do
-    start=$SECONDS
-    COLUMNS=240 timeout "${BOARD_TIMEOUT:-480}" python3 -m harness tournament --device cuda --mode "${MODE:-leaderboard}" \
-      --budget "${BUDGET:-0.5}" > "$OUT/board-${MODE:-leaderboard}-$attempt.log" 2>&1
-    echo "tournament $attempt: exit $? in $((SECONDS - start)) s"
+  # MODES="benchmark leaderboard": a benchmark-mode tournament, its leaderboard, then a leaderboard-mode one on
+  # the same store (which reuses the test and benchmark phases) and its leaderboard; each tournament's limit is
+  # BOARD_TIMEOUT, cut to what is left before DEADLINE (seconds since the script started; default none)
+  for mode in ${MODES:-${MODE:-leaderboard}}; do
+    for attempt in $(seq "${ATTEMPTS:-2}"); do
+      limit=${BOARD_TIMEOUT:-480}
+      [[ -n ${DEADLINE:-} ]] && limit=$((DEADLINE - SECONDS < limit ? DEADLINE - SECONDS : limit))
+      ((limit > 10)) || { echo "tournament $mode $attempt: no time left before DEADLINE"; break; }
+      start=$SECONDS
+      COLUMNS=240 timeout "$limit" python3 -m harness tournament --device cuda --mode "$mode" \
+        --budget "${BUDGET:-0.5}" > "$OUT/board-$mode-$attempt.log" 2>&1
+      echo "tournament $mode $attempt: exit $? in $((SECONDS - start)) s (limit $limit s)"
+      grep -E "^(test|benchmark|leaderboard) +━" "$OUT/board-$mode-$attempt.log" | tail -3 | cut -c1-100
+    done
+    COLUMNS=240 python3 -m harness leaderboard --device cuda --wide > "$OUT/board-$mode.txt" 2>&1
+    grep -v "━" "$OUT/board-$mode.txt" | cut -c1-240
   done
-  COLUMNS=240 python3 -m harness leaderboard --device cuda --wide > "$OUT/board-${MODE:-leaderboard}.txt" 2>&1
-  grep -v "━" "$OUT/board-${MODE:-leaderboard}.txt" | cut -c1-240
   echo "left in /dev/shm: $(ls /dev/shm | grep -c harness || true); harness cgroups left: $(find /sys/fs/cgroup -maxdepth 3 -name 'harness-*' | wc -l)"
-  [[ -n ${KEEP_STORE:-} ]] && cp "$board/board.sqlite" "$OUT/"
+  if [[ -n ${KEEP_STORE:-} ]]; then  # the store and its caches, for a later call's RESUME=1
+    tar -czf "$OUT/board.tgz" -C "$board" . && ls -l "$OUT/board.tgz"
+    if (($(stat -c %s "$OUT/board.tgz") > 15 * 1024 * 1024)); then  # over what $OUT brings back: the store alone
+      tar -czf "$OUT/board.tgz" -C "$board" board.sqlite && ls -l "$OUT/board.tgz"
+    fi
+  fi
 fi
 if want seeds; then
   echo "== seeds: benchmark mode, --budget 1, fresh caches (benchmarks/tournament_overhead.py)"
