@@ -61,7 +61,10 @@ def experiment_steps(db: str, experiment_id: int, columns: str) -> list[tuple]:
 def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tmp_path: Path):
     db, folder = store
     parent = register(db, folder, "tiny_parallel", TINY)
-    command = sleepy(tmp_path, 4)
+    # each proposer waits until all four have started (a minute at most): four in flight at once
+    # end after the last one starts; proposals run fewer at a time would not (a fixed 4 s sleep
+    # was not enough for four to start beside a second test suite, 2026-12-05)
+    command = sleepy(tmp_path, 60, "together=4")
     result = harness(
         db,
         "evolve",
@@ -107,7 +110,7 @@ def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tm
         assert rows(
             db, "select score_ms from retimings where batch = ? and revision_id = ?", compared_in, parent
         ) == [(parent_score_ms,)]
-        assert stderr == f"sleepy proposer: step 0:{generation}, sleeping 4 s\n"
+        assert stderr == f"sleepy proposer: step 0:{generation}, waiting for 4 calls (at most 60 s)\n"
     # siblings timed together share one re-timing of their parent per run
     batches = {step[5] for step in steps}
     assert rows(db, "select count(*) from retimings where revision_id = ?", parent) == [(len(batches),)]
@@ -126,7 +129,9 @@ def test_k_proposals_in_flight_and_children_judged_beside_their_parent(store, tm
     assert "same as its parent within noise (timed together in run " in story.stdout
     assert "proposer stderr: 1 line(s) (--full shows them)" in story.stdout
     full = harness(db, "experiments", "show", experiment_id, "--full")
-    assert "  proposer stderr:\n    sleepy proposer: step 0:3, sleeping 4 s" in full.stdout
+    assert (
+        "  proposer stderr:\n    sleepy proposer: step 0:3, waiting for 4 calls (at most 60 s)" in full.stdout
+    )
 
     history = harness(db, "history", "tiny_parallel", "--device", "cpu")
     assert history.returncode == 0, history.stderr

@@ -683,7 +683,7 @@ class Evaluator:
             return outcome
         passes.append(_pass_of(again))
         # the parent's clock judges every pass's calls at once (harness.timing.host_clock_verdict),
-        # against the least of the shape's calibrations (on the CPU a later pass calibrates once more)
+        # against the least of the shape's calibrations (on the CPU every block calibrates once more)
         verdict = host_clock_verdict(
             [time for item in passes for time in item["reported_ms"]],
             [bracket for item in passes for bracket in item["parent_ms"]],
@@ -858,7 +858,7 @@ class Evaluator:
             )
             calibrator = self._calibrator()
             try:
-                harness_ms = calibrator.harness_ms(shape, output_bytes, calibrated, again=later)
+                harness_ms = calibrator.harness_ms(shape, output_bytes, calibrated)
                 prelude_harness_ms = calibrator.prelude_ms(shape, output_bytes, calibrated)
             except CalibrationOutOfMemory as exc:  # the GPU's memory held by a neighbour, likely
                 outcome.status, outcome.passed = "crashed", False

@@ -2,8 +2,12 @@
 the parent's code plus one comment line naming its step (a child that behaves exactly as its
 parent), and says something on stderr.
 
-    python tests/proposers/sleepy.py STATE_DIR SECONDS [fixed-comment | fail | slower]
+    python tests/proposers/sleepy.py STATE_DIR SECONDS [fixed-comment | fail | slower | together=N]
 
+`together=N`: instead of sleeping SECONDS, wait until N calls have started (each leaves a file
+`started-SEED` in STATE_DIR), SECONDS at most: calls that the harness has in flight at once all
+start before any of them ends, however slowly a loaded machine starts them, and calls that run
+one after another do not (the first ends SECONDS after it started, before the next one starts);
 `fixed-comment`: the same comment whatever the step (so two steps from one parent propose the
 same bytes); `fail`: exit with status 3 after saying "no idea" on stderr; `slower`: the parent
 with a 2 ms sleep in every call.
@@ -26,8 +30,15 @@ mode = sys.argv[3] if len(sys.argv) > 3 else "step-comment"
 seed = os.environ["HARNESS_STEP_SEED"]
 start = time.time()
 prompt = sys.stdin.read()
-print(f"sleepy proposer: step {seed}, sleeping {seconds:g} s", file=sys.stderr)
-time.sleep(seconds)
+if mode.startswith("together="):
+    calls = int(mode.removeprefix("together="))
+    (state / f"started-{seed}").touch()
+    print(f"sleepy proposer: step {seed}, waiting for {calls} calls (at most {seconds:g} s)", file=sys.stderr)
+    while len(list(state.glob("started-*"))) < calls and time.time() < start + seconds:
+        time.sleep(0.05)
+else:
+    print(f"sleepy proposer: step {seed}, sleeping {seconds:g} s", file=sys.stderr)
+    time.sleep(seconds)
 if mode == "fail":
     print("no idea", file=sys.stderr)
     sys.exit(3)
