@@ -29,6 +29,7 @@ from harness.sandbox.evaluation import Evaluation, Evaluator, evaluate, evaluate
 from harness.sandbox.isolation import detect_isolation
 from harness.sandbox.limits import SandboxLimits
 from harness.sandbox.pool import CHILD_POOL
+from harness.store.models import Run
 from harness.store.revisions import get_or_create_secret, register_revision
 from harness.store.session import open_store
 from harness.tasks import load_task
@@ -629,6 +630,34 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
         cheat_ms,
         honest_ms,
     )
+
+
+def test_a_computation_in_the_nan_fill_gains_nothing_on_the_smallest_smoke_shape(harness, store_url):
+    """Issue 28, as a new user meets it: a default CPU tournament (conv2d_v2's smoke shapes) of the
+    reference, an honest revision that does the same work (a fresh tensor) and the convolution
+    hidden in the NaN fill. On smoke[0] the hidden work (0.04-0.05 ms) lay under the CPU's score
+    floor (0.02 ms and 30 % of the calibrated harness cost, 0.06-0.07 ms), went unscored, and the
+    cheat ranked first at 3.6x the reference: 0.0005 ms on smoke[0] against the honest 0.03
+    (2026-12-06). Now every shape of the cheat is scored by its brackets: no shape of it beats
+    the honest revision beside it by more than the CPU's noise allows (a fifth of its score: two
+    identical revisions read up to 2.3x apart beside a second test suite)."""
+    for path in (
+        REFERENCE,
+        Path(__file__).parent / "honest" / "fresh_tensor.py",
+        ADVERSARIAL / "computes_in_the_fill.py",
+    ):
+        registered = harness("register", path, "--lineage", path.stem)
+        assert registered.returncode == 0, registered.stderr
+    ran = harness("tournament", "--device", "cpu", "--mode", "benchmark", "--budget", "0.5", timeout=600)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    with open_store(store_url, read_only=True) as store, store.session() as session:
+        means = {
+            run.revision.lineage.name: {shape.index: shape.mean_ms for shape in run.shapes}
+            for run in session.query(Run).filter(Run.mode == "benchmark")
+        }
+    honest, cheat = means["fresh_tensor"], means["computes_in_the_fill"]
+    assert set(cheat) == set(honest) == set(range(len(TASK.smoke))), means
+    assert all(cheat[i] > honest[i] / 5 for i in cheat), means
 
 
 def test_a_computation_in_some_fills_only_is_scored_by_those_calls_brackets(fill_cheat):
