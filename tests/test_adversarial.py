@@ -582,6 +582,7 @@ FILL_CASES = [
     (REFERENCE.name, "test"),
     (REFERENCE.name, "leaderboard"),
     ("computes_in_some_fills.py", "test"),
+    ("computes_in_most_fills.py", "test"),
 ]
 
 
@@ -677,6 +678,21 @@ def test_a_computation_in_some_fills_only_is_scored_by_those_calls_brackets(fill
         assert honest and answered, calls
         assert shape.check["timing"]["joined"]["rescored_calls"] > 0, shape.check["timing"]
         assert statistics.mean(answered) >= 0.5 * statistics.median(honest), calls
+
+
+def test_a_computation_in_most_fills_is_scored_by_the_quietest_bracket(fill_cheat):
+    """Issue 28: the convolution in the NaN fill on 4 calls of 5, honest in the fifth. The least
+    excess is the honest call's, and the median reported call is a hiding one, so no call is
+    reported far below it: scored by its reports it was a fifth of the honest time (1.6x the
+    reference, first, in a default CPU tournament, 2026-12-06). The quietest bracket less the
+    fastest report holds the work, added to every call: at least half the reference's own
+    reported compute on every shape (a loaded host's calibration can make a burst of slack)."""
+    evaluation = fill_cheat["computes_in_most_fills.py", "test"]
+    reference = fill_cheat[REFERENCE.name, "test"]
+    assert evaluation.status == reference.status == "pass", (evaluation.reason, reference.reason)
+    for shape, honest in zip(evaluation.shapes, reference.shapes, strict=True):
+        honest_ms = statistics.median(honest.check.timing.reported_ms)
+        assert shape.mean_ms > honest_ms / 2, (shape.index, shape.mean_ms, honest_ms, shape.check.timing)
 
 
 @pytest.mark.parametrize("mode", ["test", "leaderboard"])
