@@ -523,8 +523,8 @@ def test_a_replaced_timing_loop_is_caught_by_the_parents_clock(timing_cheats):
     for mode in ("test", "leaderboard"):
         for shape in timing_cheats["replaces_timing_loop_with_calls.py", mode].shapes:
             timing = shape.check.timing
-            assert timing["reported_ms"] == [0.0005] * 2  # the first of two blocks of 2 calls
-            assert min(timing["parent_ms"]) - timing["harness_ms"] > 10.0, (mode, timing)
+            assert timing.reported_ms == [0.0005] * 2  # the first of two blocks of 2 calls
+            assert min(timing.parent_ms) - timing.harness_ms > 10.0, (mode, timing)
             assert min(shape.times_ms) > 10.0, "scored with the work every bracket held"
 
 
@@ -533,7 +533,7 @@ def test_work_in_the_nan_fill_counts_against_the_candidate(timing_cheats):
     for mode in ("test", "leaderboard"):
         for shape in timing_cheats["fills_with_the_answer.py", mode].shapes:
             timing = shape.check.timing
-            assert max(timing["reported_ms"]) < 1.0 and min(timing["parent_ms"]) > 10.0, (mode, timing)
+            assert max(timing.reported_ms) < 1.0 and min(timing.parent_ms) > 10.0, (mode, timing)
             assert shape.min_ms > 10.0, "scored with the work every bracket held"
 
 
@@ -614,7 +614,7 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
     cheat_ms, honest_ms, hidden = [], [], []
     for shape, honest in zip(evaluation.shapes, reference.shapes):
         timing = shape.check.timing
-        assert statistics.median(timing["reported_ms"]) < 0.01, (
+        assert statistics.median(timing.reported_ms) < 0.01, (
             shape.index,
             timing,
         )  # a loaded host delays some
@@ -622,7 +622,7 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
         if honest_reported >= 0.1:  # the reference's own clock: its compute, without harness cost
             cheat_ms.append(shape.mean_ms)
             honest_ms.append(honest_reported)
-            hidden.append(timing["joined"]["hidden_ms"])
+            hidden.append(timing.joined.hidden_ms)
     assert len(cheat_ms) == len(FILL_TASK.smoke), [s.check.timing for s in reference.shapes]
     assert any(hidden), hidden
     assert statistics.geometric_mean(cheat_ms) > statistics.geometric_mean(honest_ms) / 3, (
