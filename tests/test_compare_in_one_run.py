@@ -23,7 +23,7 @@ from harness.report.history import history_header
 from harness.sandbox.evaluation import Evaluation
 from harness.scoring import FASTER, SAME, score
 from harness.standing.board import build_leaderboard
-from harness.store.models import Retiming
+from harness.store.models import RetimedShape, Retiming
 from harness.store.revisions import register_revision
 from harness.store.runs import claim_run, record_run
 from harness.store.session import open_store
@@ -117,7 +117,7 @@ def _retime(session, revision_id: int, batch: str, first_ms: float, last_ms: flo
             env_key=CPU.env_key,
             status="pass",
             score_ms=statistics.fmean(times),
-            shapes=[{"shape": SHAPES[0], "times_ms": times, "means_ms": [first_ms, last_ms]}],
+            shapes=[RetimedShape(shape=SHAPES[0], times_ms=times, means_ms=[first_ms, last_ms])],
         )
     )
 

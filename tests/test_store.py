@@ -397,3 +397,40 @@ def test_shape_results_stored_before_the_typed_check_migrate_to_its_columns_and_
         )
     finally:
         store.close()
+
+
+def test_a_retimings_shapes_read_back_typed_and_rows_without_block_means_have_none(store_url):
+    """Retiming.shapes is kept as json and read back as RetimedShape; a row written before block
+    means were kept (no `means_ms`) reads with none."""
+    from sqlalchemy import text
+
+    from harness.store.models import RetimedShape, Retiming
+    from harness.store.revisions import register_revision
+
+    store = open_store(store_url)
+    try:
+        with store.session() as session:
+            revision = register_revision(session, b"def custom_kernel(data):\n    return data[2]\n", "k.py")
+            for batch in ("new", "old"):
+                session.add(
+                    Retiming(
+                        batch=batch,
+                        revision_id=revision.revision.id,
+                        task="conv2d_v2",
+                        mode="benchmark",
+                        env_key="e",
+                        status="pass",
+                        shapes=[RetimedShape(shape={"size": 8}, times_ms=[1.0, 1.5], means_ms=[1.25])],
+                    )
+                )
+        with store.engine.connect() as connection, connection.begin():
+            connection.execute(
+                text("UPDATE retimings SET shapes = :shapes WHERE batch = 'old'"),
+                {"shapes": '[{"shape": {"size": 8}, "times_ms": [1.0, 1.5]}]'},
+            )
+        with store.session() as session:
+            rows = {row.batch: row.shapes for row in session.scalars(select(Retiming))}
+        assert rows["new"] == [RetimedShape(shape={"size": 8}, times_ms=[1.0, 1.5], means_ms=[1.25])]
+        assert rows["old"] == [RetimedShape(shape={"size": 8}, times_ms=[1.0, 1.5], means_ms=[])]
+    finally:
+        store.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from sqlalchemy import JSON, ForeignKey, LargeBinary, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -49,6 +50,34 @@ class ShapeCheckJSON(TypeDecorator[ShapeCheck]):
 
     def process_result_value(self, value: dict[str, Any] | None, dialect: Any) -> ShapeCheck | None:
         return None if value is None else ShapeCheck.model_validate(value)
+
+
+class RetimedShape(BaseModel):
+    """One timed shape of a `Retiming`: its parameters (with the public seed), every timed call's
+    time and its blocks' means (scoring.block_means; [] in rows written before blocks were kept,
+    or for a shape timed in one block)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shape: dict[str, Any]
+    times_ms: list[float]
+    means_ms: list[float] = []
+
+
+RETIMED_SHAPES: TypeAdapter[list[RetimedShape]] = TypeAdapter(list[RetimedShape])
+
+
+class RetimedShapesJSON(TypeDecorator[list[RetimedShape]]):
+    """A Retiming's shapes kept as JSON, read back as `RetimedShape`s."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: list[RetimedShape] | None, dialect: Any) -> list[Any] | None:
+        return None if value is None else RETIMED_SHAPES.dump_python(value, mode="json")
+
+    def process_result_value(self, value: list[Any] | None, dialect: Any) -> list[RetimedShape] | None:
+        return None if value is None else RETIMED_SHAPES.validate_python(value)
 
 
 class Base(DeclarativeBase):
@@ -283,8 +312,8 @@ class Retiming(Base):
     status: Mapped[str] = mapped_column(String(30))
     score_ms: Mapped[float | None]
     judge_version: Mapped[int] = mapped_column(default=JUDGE_VERSION, server_default="1")  # as Run's
-    # [{"shape": {...}, "times_ms": [...]}, ...] per timed shape, in the run's order
-    shapes: Mapped[list[Any]] = mapped_column(default=list)
+    # per timed shape, in the run's order: its parameters, per-call times and block means
+    shapes: Mapped[list[RetimedShape]] = mapped_column(RetimedShapesJSON, default=list)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
