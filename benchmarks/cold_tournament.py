@@ -96,9 +96,11 @@ def measure(store: Path) -> dict:
     runs = connection.execute(
         "select id, revision_id, mode, status, score_ms, details, compile_s from runs"
     ).fetchall()
-    shapes: dict[int, list[tuple[dict, list]]] = {}
-    for run_id, check, times in connection.execute('select run_id, "check", times_ms from shape_results'):
-        shapes.setdefault(run_id, []).append((json.loads(check or "{}"), json.loads(times or "[]")))
+    shapes: dict[int, list[tuple[float, float, list]]] = {}
+    for run_id, call_s, warmup_s, times in connection.execute(
+        "select run_id, call_s, json_extract(\"check\", '$.timing.compile_s'), times_ms from shape_results"
+    ):
+        shapes.setdefault(run_id, []).append((call_s or 0.0, warmup_s or 0.0, json.loads(times or "[]")))
     connection.close()
     building, checking = [], []
     benchmark_checks_s = timing_s = 0.0
@@ -112,13 +114,13 @@ def measure(store: Path) -> dict:
             building.append((started, ready))
             if mode == "test":
                 checking.append((ready, ended))
-        for check, times in shapes.get(run_id, []):
+        for call_s, warmup_s, times in shapes.get(run_id, []):
             if mode == "benchmark":
-                benchmark_checks_s += check.get("call_s") or 0.0
-                timing_s += (check.get("timing", {}).get("compile_s") or 0.0) + sum(times) / 1e3
+                benchmark_checks_s += call_s
+                timing_s += warmup_s + sum(times) / 1e3
         if mode == "benchmark":
             scores[revision_id] = (status, score_ms)
-            times_per_revision[revision_id] = [times for _, times in shapes.get(run_id, [])]
+            times_per_revision[revision_id] = [times for _, _, times in shapes.get(run_id, [])]
     building_s, checking_s = union_s(building), union_s(checking) + benchmark_checks_s
     return {
         "building_s": building_s,

@@ -21,7 +21,7 @@ def compile_seconds(path: str) -> dict[int, tuple[float, float]]:
         result = {}
         for run_id, revision_id, compile_s in runs:
             first = connection.execute(
-                "select json_extract(\"check\", '$.call_s') from shape_results where run_id = ? order by id limit 1",
+                "select call_s from shape_results where run_id = ? order by id limit 1",
                 (run_id,),
             ).fetchone()
             result[revision_id] = (compile_s or 0.0, (first[0] if first and first[0] else 0.0))

@@ -74,15 +74,13 @@ def main() -> None:
                 max((r.compile_s or 0.0 for r in in_order[first : first + GROUP]), default=0.0)
                 for first in range(0, len(in_order), GROUP)
             )
-            compile_s += sum(
-                (s.check.get("timing") or {}).get("compile_s") or 0.0 for r in phase for s in r.shapes
-            )
-            checked_s = sum(s.check.get("call_s") or 0.0 for r in phase for s in r.shapes)
+            compile_s += sum(s.warmup_s for r in phase for s in r.shapes)
+            checked_s = sum(s.call_s or 0.0 for r in phase for s in r.shapes)
             first_call_compile = sum(
-                max(0.0, s.check["call_s"] - statistics.median(s.times_ms) / 1000)
+                max(0.0, s.call_s - statistics.median(s.times_ms) / 1000)
                 for r in phase
                 for s in r.shapes
-                if s.times_ms and s.check.get("call_s")
+                if s.times_ms and s.call_s
             )
             compile_s += first_call_compile
             checked_s -= first_call_compile

@@ -35,14 +35,13 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 import torch
-from pydantic import BaseModel
 
 from harness.errors import HarnessError
 from harness.tasks import Shape, TaskSpec
 from harness.tasks.layout import DataLayout, copied, learn_layout, structure
 from harness.tasks.spec import TaskUnsupported, generate_inputs, load_reference
 from harness.verdicts import Accuracy, Verdict, Verdicts
-from harness.wire import CheckReply, TensorInfo
+from harness.wire import CheckReply, Mismatch, OutputComparison, TensorInfo
 
 MAX_PRINT = 5
 SMALL_FOR_CPU_FLOAT64 = 1 << 22  # elements of all data together: float64 reference on the CPU
@@ -241,34 +240,14 @@ class ReferenceCase:
         return self._scale
 
 
-class Mismatch(BaseModel):
-    """A mismatching element; NaN and infinities are kept as the strings "nan", "inf", "-inf"
-    so that the JSON column stays standard JSON."""
-
-    index: list[int]
-    received: float | str
-    expected: float | str
-
-
-class OutputCheck(BaseModel):
+class OutputCheck(OutputComparison):
     """The comparison of one output: both verdicts, the accuracy figures and the details of GPU
-    MODE's comparison. `passed`: either verdict passes (the output is worth timing); which one
-    ranks is the caller's choice (the task's `verdict`)."""
+    MODE's comparison (harness.wire.OutputComparison). `passed`: either verdict passes (the
+    output is worth timing); which one ranks is the caller's choice (the task's `verdict`)."""
 
     passed: bool
-    reason: str = ""
     verdicts: Verdicts
     accuracy: Accuracy = Accuracy()
-    mismatches: int = 0
-    not_finite: int = 0
-    first_mismatches: list[Mismatch] = []
-    max_abs_err: float | None = None
-    rel_l2: float | None = None
-    reference_rel_l2: float | None = None
-    # When GPU MODE's check fails: at how many of those elements the exact answer itself fails it
-    # (the reference's own rounding, not the candidate's).
-    mismatches_where_reference_is_off: int | None = None
-    note: str | None = None
 
 
 def _synchronize(device: str) -> None:

@@ -33,11 +33,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from harness.errors import HarnessError
+
+if TYPE_CHECKING:
+    from harness.wire import ShapeCheck
 
 RANKING_CHOICES = ("geom", "mean", "last")
 FASTER = "faster"
@@ -146,10 +149,10 @@ def block_spread(groups: Iterable[Sequence[float]]) -> BlockSpread:
     return BlockSpread(total / freedom if freedom else 0.0, freedom)
 
 
-def block_means(check: Mapping[str, Any]) -> list[float]:
-    """The means of a stored shape's blocks of calls (its check's `passes`), in timing order;
-    empty for a shape timed in one block."""
-    return [item["mean_ms"] for item in check.get("passes") or [] if item.get("mean_ms")]
+def block_means(check: ShapeCheck) -> list[float]:
+    """The means of a shape's blocks of calls (its check's `passes`), in timing order; empty for a
+    shape timed in one block."""
+    return [item.mean_ms for item in check.passes if item.mean_ms]
 
 
 def run_blocks(run: Any) -> list[list[float]]:

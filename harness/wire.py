@@ -2,13 +2,15 @@
 module: what the sandboxed child reports of a call (`TensorInfo`, `CheckReply`, framed by
 harness.sandbox.protocol and judged by harness.checking), an evaluation's results (`ShapeOutcome`,
 `Evaluation`: made by the sandbox, carried by the executors, written by the plan into the store as
-`Run` and `ShapeResult` rows), and what a GPU worker or a Ray task sends back (`WorkerMessage`).
+`Run` and `ShapeResult` rows; a shape's check, its timing and its timing passes in one typed form,
+`ShapeCheck`, from the sandbox to the store, the reports and the prompts), and what a GPU worker or
+a Ray task sends back (`WorkerMessage`).
 Messages (`Message`) forbid unknown fields; a message that does not validate is an error, never
 skipped.
 
 Two durations keep their stored names: `Evaluation.compile_s` is the candidate's import in the
 child (`Run.compile_s`), `ShapeOutcome.compile_s` the timing warm-up of one shape
-(`ShapeResult.warmup_s`, kept in `check["timing"]`).
+(`ShapeResult.warmup_s`, kept in `ShapeCheck.timing.compile_s`).
 """
 
 from __future__ import annotations
@@ -99,6 +101,110 @@ ShapeStatus = Literal[
 ]
 
 
+class Mismatch(Message):
+    """A mismatching element; NaN and infinities are kept as the strings "nan", "inf", "-inf"
+    so that the JSON column stays standard JSON."""
+
+    index: list[int]
+    received: float | str
+    expected: float | str
+
+
+class OutputComparison(Message):
+    """The figures of one output's comparison with the reference (harness.checking.OutputCheck
+    adds its verdicts): whether it passed, why not, how many elements differ or are not finite,
+    the first few, the errors."""
+
+    passed: bool | None = None  # None: no output was compared (an error, a wrong type or shape)
+    reason: str = ""
+    mismatches: int = 0
+    not_finite: int = 0
+    first_mismatches: list[Mismatch] = []
+    max_abs_err: float | None = None
+    rel_l2: float | None = None
+    reference_rel_l2: float | None = None
+    # When GPU MODE's check fails: at how many of those elements the exact answer itself fails it
+    # (the reference's own rounding, not the candidate's).
+    mismatches_where_reference_is_off: int | None = None
+    note: str | None = None
+
+
+class ConfigCheck(Message):
+    """One autotune config's checked call on a shape (`index` None: the config the autotuner
+    chose; `config` its label)."""
+
+    index: int | None
+    config: str
+    status: ShapeStatus
+    max_abs_err: float | None = None
+    rel_l2: float | None = None
+
+
+class JoinedTiming(Message):
+    """The parent's clock's verdict over every timing pass's calls of a shape joined
+    (harness.timing.host_clock_verdict)."""
+
+    hidden_ms: float
+    spread_ms: float
+    rescored_calls: int
+    prelude_excess_ms: float
+
+
+class TimingRecord(Message):
+    """How a shape was timed (harness.sandbox.evaluation): the device, the warm-up's seconds
+    (`compile_s`, ShapeResult.warmup_s), the flags the store keeps (ShapeResult.timing_flags), the
+    parent's bracket of every timed call and the calibrated harness cost; the times as the child
+    reported them, the work every bracket held beyond its reported call and the harness cost
+    (`hidden_ms`, added to each call's time) and the calls' spread; each call's prelude (inputs
+    handed over to the parent's go), the calibrated child's least and the least excess over it;
+    what the harness's no-op returned when calibrating (None, or the output's dtype and shape);
+    `joined`: the verdict over every pass's calls, when the shape was timed in several passes."""
+
+    device: str
+    compile_s: float = 0.0
+    flags: list[str] = []
+    parent_ms: list[float] = []
+    harness_ms: float = 0.0
+    reported_ms: list[float] = []
+    hidden_ms: float = 0.0
+    spread_ms: float = 0.0
+    rescored_calls: int = 0
+    prelude_ms: list[float] = []
+    prelude_harness_ms: float = 0.0
+    prelude_excess_ms: float = 0.0
+    calibrated_output: tuple[str, list[int]] | None = None
+    joined: JoinedTiming | None = None
+
+
+class TimingPass(Message):
+    """One timing pass (block of calls) of a shape (harness.sandbox.evaluation.Evaluator.time_again):
+    its scored times, mean and flags, and what the parent's clock judges (the reported times, the
+    brackets, the harness's cost), so that the verdict can be made again over every pass's calls."""
+
+    times_ms: list[float]
+    mean_ms: float | None = None
+    flags: list[str] = []
+    reported_ms: list[float] = []
+    parent_ms: list[float] = []
+    harness_ms: float = 0.0
+    prelude_ms: list[float] = []
+    prelude_harness_ms: float = 0.0
+
+
+class ShapeCheck(OutputComparison):
+    """What a shape's check and timing found beyond its status, reason and statistics (the
+    ShapeResult's `check` column, harness.store.models): the first failing (else the last)
+    call's comparison, what the child said of its output, each autotune config's call when
+    configs were forced (`configs`; `configs_sampled`: a sentence, when only a sample was
+    checked), how it was timed (`timing`) and, timed in several passes, each pass (`passes`)."""
+
+    output: TensorInfo | None = None
+    configs: list[ConfigCheck] = []
+    configs_sampled: str | None = None
+    timing: TimingRecord | None = None
+    passes: list[TimingPass] = []
+
+
 class ShapeOutcome(BaseModel):
     """One shape of an evaluation. `shape` holds the parameters and the public seed (never the
     combined leaderboard seed, from which the secret could be recovered). The timing fields stay
@@ -110,7 +216,7 @@ class ShapeOutcome(BaseModel):
     status: ShapeStatus = "not_run"
     passed: bool | None = None
     reason: str = ""
-    check: dict = {}
+    check: ShapeCheck = ShapeCheck()
     call_s: float | None = None
     runs: int | None = None
     mean_ms: float | None = None

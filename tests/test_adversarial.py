@@ -113,14 +113,14 @@ def test_no_shape_of_a_cheat_passes(untimed):
 
 def test_patched_comparisons_in_the_child_do_not_reach_the_parents_check(untimed):
     check = untimed["patches_comparison.py"].shapes[0].check
-    assert check["mismatches"] == 98 and check["rel_l2"] > 0.1
-    assert check["max_abs_err"] > 0.1
+    assert check.mismatches == 98 and check.rel_l2 > 0.1
+    assert check.max_abs_err > 0.1
 
 
 def test_a_background_thread_writes_too_late_on_every_shape(untimed):
     shapes = untimed["thread_writes_later.py"].shapes
     assert [shape.status for shape in shapes] == ["wrong_answer"] * len(TASK.smoke)
-    assert all(shape.check["not_finite"] == shape.check["mismatches"] > 0 for shape in shapes)
+    assert all(shape.check.not_finite == shape.check.mismatches > 0 for shape in shapes)
 
 
 def _reused_allocation_lines(evaluation: Evaluation) -> list[str]:
@@ -133,12 +133,12 @@ def _assert_judged_on_stale_memory(evaluation: Evaluation, calls: int) -> None:
     assert len(_reused_allocation_lines(evaluation)) == calls, evaluation.log_tail
     assert evaluation.status == "wrong_answer", evaluation.reason
     for shape in evaluation.shapes:
-        numel = math.prod(shape.check["output"]["shape"])
+        numel = math.prod(shape.check.output.shape)
         assert shape.status == "wrong_answer" and "GPU MODE check: fails" in shape.reason, (
             shape.index,
             shape.reason,
         )
-        assert shape.check["mismatches"] > numel // 2, (shape.index, shape.reason)
+        assert shape.check.mismatches > numel // 2, (shape.index, shape.reason)
 
 
 def test_reused_allocations_hold_no_expected_output(untimed):
@@ -183,10 +183,10 @@ def test_replaced_timers_are_flagged_by_the_parents_clock(timed):
     evaluation = timed["patches_timers.py"]
     assert evaluation.status == "pass", "every output is right; only the times lie"
     for shape in evaluation.shapes:
-        assert max(shape.check["timing"]["reported_ms"]) < 0.01, "the child reports the fake clock's time"
+        assert max(shape.check.timing.reported_ms) < 0.01, "the child reports the fake clock's time"
         assert BELOW_PHYSICAL_FLOOR in shape.timing_flags
         # flagged, or (the brackets too widely spread by load for the flag) scored by them: 20 ms
-        assert HOST_CLOCK_MISMATCH in shape.timing_flags or shape.min_ms > 20.0, shape.check["timing"]
+        assert HOST_CLOCK_MISMATCH in shape.timing_flags or shape.min_ms > 20.0, shape.check.timing
 
 
 def test_a_shape_flagged_for_load_on_its_blocks_is_timed_again_and_judged_over_all_calls(tmp_path):
@@ -213,12 +213,12 @@ def test_a_shape_flagged_for_load_on_its_blocks_is_timed_again_and_judged_over_a
     ]
     for_a_while, hiding = (evaluation.shapes[0] for evaluation in evaluate_interleaved(evaluators))
     assert for_a_while.status == hiding.status == "pass", (for_a_while.reason, hiding.reason)
-    assert HOST_CLOCK_MISMATCH in hiding.timing_flags, hiding.check["timing"]
-    assert len(hiding.check["passes"]) == TIMING_PASSES + HOST_CONFIRM_PASSES
+    assert HOST_CLOCK_MISMATCH in hiding.timing_flags, hiding.check.timing
+    assert len(hiding.check.passes) == TIMING_PASSES + HOST_CONFIRM_PASSES
     assert hiding.min_ms > 20.0, "scored by its brackets"
-    assert for_a_while.timing_flags == [], for_a_while.check["timing"]
-    assert TIMING_PASSES < len(for_a_while.check["passes"]) <= TIMING_PASSES + HOST_CONFIRM_PASSES
-    assert HOST_CLOCK_MISMATCH in for_a_while.check["passes"][0]["flags"]  # its first block: flagged
+    assert for_a_while.timing_flags == [], for_a_while.check.timing
+    assert TIMING_PASSES < len(for_a_while.check.passes) <= TIMING_PASSES + HOST_CONFIRM_PASSES
+    assert HOST_CLOCK_MISMATCH in for_a_while.check.passes[0].flags  # its first block: flagged
 
 
 def test_an_honest_candidate_is_not_flagged_by_the_parents_clock(timed):
@@ -229,7 +229,7 @@ def test_an_honest_candidate_is_not_flagged_by_the_parents_clock(timed):
 
 def test_a_time_below_the_physical_floor_is_flagged_and_kept_for_reports(timed):
     shape = timed["conv2d_v2_reference.py"].shapes[0]
-    assert shape.check["timing"]["flags"] == [BELOW_PHYSICAL_FLOOR]
+    assert shape.check.timing.flags == [BELOW_PHYSICAL_FLOOR]
     assert 0 < shape.min_ms < 576_000, "smoke[0] reads 576 bytes of inputs: 576 s at the tiny peak"
 
 
@@ -514,7 +514,7 @@ def test_a_candidate_that_computes_only_for_the_check_fails_on_its_first_timed_o
     passes, and the NaN of its first timed call's buffer is checked like any output."""
     evaluation = timing_cheats["computes_when_checked.py", "test"]
     first = evaluation.shapes[0]
-    assert first.check["passed"] is True
+    assert first.check.passed is True
     assert "NaN/Inf (unwritten elements stay NaN)" in first.reason
 
 
@@ -523,9 +523,9 @@ def test_a_replaced_timing_loop_is_caught_by_the_parents_clock(timing_cheats):
     harness's own cost, hold its 10 ms kernel."""
     for mode in ("test", "leaderboard"):
         for shape in timing_cheats["replaces_timing_loop_with_calls.py", mode].shapes:
-            timing = shape.check["timing"]
-            assert timing["reported_ms"] == [0.0005] * 2  # the first of two blocks of 2 calls
-            assert min(timing["parent_ms"]) - timing["harness_ms"] > 10.0, (mode, timing)
+            timing = shape.check.timing
+            assert timing.reported_ms == [0.0005] * 2  # the first of two blocks of 2 calls
+            assert min(timing.parent_ms) - timing.harness_ms > 10.0, (mode, timing)
             assert min(shape.times_ms) > 10.0, "scored with the work every bracket held"
 
 
@@ -533,8 +533,8 @@ def test_work_in_the_nan_fill_counts_against_the_candidate(timing_cheats):
     """The fill runs before the timer in the child, but inside the parent's bracket."""
     for mode in ("test", "leaderboard"):
         for shape in timing_cheats["fills_with_the_answer.py", mode].shapes:
-            timing = shape.check["timing"]
-            assert max(timing["reported_ms"]) < 1.0 and min(timing["parent_ms"]) > 10.0, (mode, timing)
+            timing = shape.check.timing
+            assert max(timing.reported_ms) < 1.0 and min(timing.parent_ms) > 10.0, (mode, timing)
             assert shape.min_ms > 10.0, "scored with the work every bracket held"
 
 
@@ -544,7 +544,7 @@ def test_precomputed_public_outputs_gain_nothing(timing_cheats):
     evaluation = timing_cheats["precomputes_public_seeds.py", "test"]
     assert evaluation.status == "pass", evaluation.reason
     for shape in evaluation.shapes:
-        assert shape.check["passed"] is True and shape.min_ms > 10.0, (shape.index, shape.times_ms)
+        assert shape.check.passed is True and shape.min_ms > 10.0, (shape.index, shape.times_ms)
         assert shape.timing_flags == []
 
 
@@ -615,17 +615,17 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
     assert evaluation.status == reference.status == "pass", (evaluation.reason, reference.reason)
     cheat_ms, honest_ms, hidden = [], [], []
     for shape, honest in zip(evaluation.shapes, reference.shapes):
-        timing = shape.check["timing"]
-        assert statistics.median(timing["reported_ms"]) < 0.01, (
+        timing = shape.check.timing
+        assert statistics.median(timing.reported_ms) < 0.01, (
             shape.index,
             timing,
         )  # a loaded host delays some
-        honest_reported = statistics.median(honest.check["timing"]["reported_ms"])
+        honest_reported = statistics.median(honest.check.timing.reported_ms)
         if honest_reported >= 0.1:  # the reference's own clock: its compute, without harness cost
             cheat_ms.append(shape.mean_ms)
             honest_ms.append(honest_reported)
-            hidden.append(timing["joined"]["hidden_ms"])
-    assert len(cheat_ms) == len(FILL_TASK.smoke), [s.check["timing"] for s in reference.shapes]
+            hidden.append(timing.joined.hidden_ms)
+    assert len(cheat_ms) == len(FILL_TASK.smoke), [s.check.timing for s in reference.shapes]
     assert any(hidden), hidden
     assert statistics.geometric_mean(cheat_ms) > statistics.geometric_mean(honest_ms) / 3, (
         cheat_ms,
@@ -670,13 +670,11 @@ def test_a_computation_in_some_fills_only_is_scored_by_those_calls_brackets(fill
     evaluation = fill_cheat["computes_in_some_fills.py", "test"]
     assert evaluation.status == "pass", evaluation.reason
     for shape in evaluation.shapes:
-        calls = [
-            pair for block in shape.check["passes"] for pair in zip(block["reported_ms"], block["times_ms"])
-        ]
+        calls = [pair for block in shape.check.passes for pair in zip(block.reported_ms, block.times_ms)]
         honest = [reported for reported, _ in calls if reported >= 0.01]
         answered = [scored for reported, scored in calls if reported < 0.01]  # in the fill
         assert honest and answered, calls
-        assert shape.check["timing"]["joined"]["rescored_calls"] > 0, shape.check["timing"]
+        assert shape.check.timing.joined.rescored_calls > 0, shape.check.timing
         assert statistics.mean(answered) >= 0.5 * statistics.median(honest), calls
 
 
@@ -700,7 +698,7 @@ def test_the_honest_reference_is_not_flagged_beside_the_cheats(timing_cheats, mo
     evaluation = timing_cheats[REFERENCE.name, mode]
     assert evaluation.status == "pass", evaluation.reason
     assert [shape.timing_flags for shape in evaluation.shapes] == [[]] * len(TASK.smoke), [
-        shape.check["timing"] for shape in evaluation.shapes
+        shape.check.timing for shape in evaluation.shapes
     ]
 
 
@@ -724,7 +722,7 @@ def test_the_honest_reference_is_not_flagged_while_both_cores_are_busy():
     for evaluation in evaluations:
         assert evaluation.status == "pass", evaluation.reason
         assert [shape.timing_flags for shape in evaluation.shapes] == [[]] * len(TASK.smoke), [
-            shape.check["timing"] for shape in evaluation.shapes
+            shape.check.timing for shape in evaluation.shapes
         ]
 
 
@@ -765,7 +763,7 @@ def _assert_spinners_stopped_while_others_are_timed(device: str, **options) -> N
         spinning.reason,
         honest_result.reason,
     )
-    assert honest_result.shapes[0].timing_flags == [], honest_result.shapes[0].check["timing"]
+    assert honest_result.shapes[0].timing_flags == [], honest_result.shapes[0].check.timing
     gaps = _spinner_gaps(spinning.log_tail)
     # two blocks of calls per shape, and a third where the parent's clock asked to confirm one
     assert len(phases) >= 2 * len(honest.shapes)
@@ -820,9 +818,9 @@ def test_timing_cheats_fail_or_are_flagged_on_cuda():
                 (
                     s.mean_ms,
                     s.timing_flags,
-                    s.check.get("timing", {}).get("harness_ms"),
-                    min(s.check.get("timing", {}).get("parent_ms", [0])),
-                    s.check.get("timing", {}).get("joined"),
+                    s.check.timing and s.check.timing.harness_ms,
+                    min(s.check.timing.parent_ms or [0]) if s.check.timing else 0,
+                    s.check.timing and s.check.timing.joined,
                 )
                 for s in evaluation.shapes
             ],

@@ -93,10 +93,10 @@ def test_autotune_configs_above_the_cap_are_sampled_with_config_0(results):
     assert evaluation.status == "pass", evaluation.reason
     samples = []
     for shape, public in zip(evaluation.shapes, TASK.smoke):
-        indices = [config["index"] for config in shape.check["configs"]]
+        indices = [config.index for config in shape.check.configs]
         assert indices == checked_configs(400, 4, public.seed) and indices[0] == 0
-        assert all(config["status"] == "pass" for config in shape.check["configs"])
-        sampled = shape.check["configs_sampled"]
+        assert all(config.status == "pass" for config in shape.check.configs)
+        sampled = shape.check.configs_sampled
         assert f"checked autotune configs {', '.join(map(str, indices))} of 400" in sampled
         assert "max_checked_autotune_configs=4" in sampled and "the rest were not run" in sampled
         samples.append(tuple(indices))
@@ -538,7 +538,7 @@ def test_a_flagged_timing_beside_a_revision_that_ran_out_of_memory_is_evaluated_
     assert "evaluated again" not in reference.log_tail
     assert "evaluated again" in starved.log_tail and "evaluated again" in cheat.log_tail
     assert any(HOST_CLOCK_MISMATCH in shape.timing_flags for shape in cheat.shapes), [
-        shape.check["timing"] for shape in cheat.shapes
+        shape.check.timing for shape in cheat.shapes
     ]
 
 

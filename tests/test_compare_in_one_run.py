@@ -23,10 +23,11 @@ from harness.report.history import history_header
 from harness.sandbox.evaluation import Evaluation
 from harness.scoring import FASTER, SAME, score
 from harness.standing.board import build_leaderboard
-from harness.store.models import Retiming
+from harness.store.models import RetimedShape, Retiming
 from harness.store.revisions import register_revision
 from harness.store.runs import claim_run, record_run
 from harness.store.session import open_store
+from harness.wire import ShapeCheck, TimingPass
 
 TASK = "conv2d_v2"
 CPU = Environment(
@@ -47,8 +48,10 @@ def _record(session, revision_id: int, mean_ms: float, batch: str | None) -> Non
     """A run of one shape timed in two blocks of calls (harness.timing, method 5.), both at `mean_ms`."""
     run = claim_run(session, revision_id, TASK, "benchmark", CPU, worker="w", ttl_s=600)
     times = times_around(mean_ms, 40)
-    blocks = [{"times_ms": block, "mean_ms": statistics.fmean(block)} for block in (times[:20], times[20:])]
-    outcome = timed_outcome(0, SHAPES[0], times, set_name="smoke", check={"passes": blocks})
+    blocks = [
+        TimingPass(times_ms=block, mean_ms=statistics.fmean(block)) for block in (times[:20], times[20:])
+    ]
+    outcome = timed_outcome(0, SHAPES[0], times, set_name="smoke", check=ShapeCheck(passes=blocks))
     evaluation = Evaluation(
         status="pass",
         task=TASK,
@@ -114,7 +117,7 @@ def _retime(session, revision_id: int, batch: str, first_ms: float, last_ms: flo
             env_key=CPU.env_key,
             status="pass",
             score_ms=statistics.fmean(times),
-            shapes=[{"shape": SHAPES[0], "times_ms": times, "means_ms": [first_ms, last_ms]}],
+            shapes=[RetimedShape(shape=SHAPES[0], times_ms=times, means_ms=[first_ms, last_ms])],
         )
     )
 

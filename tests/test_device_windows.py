@@ -102,11 +102,11 @@ def test_timed_inputs_and_outputs_go_through_device_windows_and_every_output_is_
     )
     assert honest.status == "pass", honest.reason
     assert all(shape.runs >= 5 and shape.timing_flags == [] for shape in honest.shapes), [
-        shape.check["timing"] for shape in honest.shapes
+        shape.check.timing for shape in honest.shapes
     ]
     # the candidate's child and the harness's calibration child: 0.8 MB of output, then 3.7 MB
     for shape in honest.shapes:  # the checked call's output came back in the window too
-        assert shape.check["output"]["shared"] is True, shape.check["output"]
+        assert shape.check.output.shared is True, shape.check.output
     outputs = [size for purpose, size in sent if purpose == "output"]
     assert min(outputs) < 3_700_000 <= max(outputs), sent
     assert any(purpose == "inputs" for purpose, _ in sent), sent

@@ -19,6 +19,7 @@ from harness.evolve.prompts import (
 )
 from harness.store.revisions import get_revision, register_revision
 from harness.store.session import open_store
+from harness.wire import Mismatch, ShapeCheck
 
 ULTRA = CANDIDATES_DIR / "conv2d_a100_ultra.py"
 
@@ -117,21 +118,21 @@ def test_missing_templates_parts_and_syntax_errors(tmp_path: Path):
 
 def test_check_summary_reads_the_stored_check():
     summary = summarize_check(
-        {
-            "passed": False,
-            "reason": "3 elements differ",
-            "mismatches": 3,
-            "not_finite": 1,
-            "first_mismatches": [{"index": [0, 1, 2, 3], "received": 1.5, "expected": 1.25}],
-            "max_abs_err": 0.25,
-            "rel_l2": 0.0123456,
-        }
+        "3 elements differ",
+        ShapeCheck(
+            passed=False,
+            mismatches=3,
+            not_finite=1,
+            first_mismatches=[Mismatch(index=[0, 1, 2, 3], received=1.5, expected=1.25)],
+            max_abs_err=0.25,
+            rel_l2=0.0123456,
+        ),
     )
     assert summary == (
         "3 elements differ; 3 mismatched elements (1 not finite); max abs error 0.25; "
         "relative L2 error 0.0123; first: at [0, 1, 2, 3] got 1.5 expected 1.25"
     )
-    assert summarize_check({}) == "failed (no details recorded)"
+    assert summarize_check("", ShapeCheck()) == "failed (no details recorded)"
 
 
 def run_harness(*args: str, db: str) -> subprocess.CompletedProcess:

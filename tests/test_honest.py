@@ -79,7 +79,7 @@ def test_an_honest_candidate_passes_unflagged(honest, name, mode):
     assert evaluation.status == "pass", (evaluation.reason, evaluation.log_tail[-2000:])
     assert evaluation.score_ms is not None
     for shape in evaluation.shapes:
-        assert shape.status == "pass" and shape.timing_flags == [], (shape.index, shape.check.get("timing"))
+        assert shape.status == "pass" and shape.timing_flags == [], (shape.index, shape.check.timing)
 
 
 def test_every_honest_candidate_passes_unflagged_on_cuda():

@@ -67,15 +67,12 @@ def kept_shapes(db: str, revision: int) -> list[tuple]:
     """(state, index, status, call_s) of each shape stored for the revision's test run."""
     found = rows(
         db,
-        "SELECT runs.state, shape_results.[index], shape_results.[check] FROM runs "
+        "SELECT runs.state, shape_results.[index], shape_results.status, shape_results.call_s FROM runs "
         "JOIN shape_results ON shape_results.run_id = runs.id "
         "WHERE runs.revision_id = ? AND runs.mode = 'test' ORDER BY shape_results.[index]",
         revision,
     )
-    return [
-        (state, index, json.loads(check)["status"], json.loads(check)["call_s"])
-        for state, index, check in found
-    ]
+    return [tuple(row) for row in found]
 
 
 def run_state(db: str, revision: int) -> str | None:

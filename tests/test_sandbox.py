@@ -23,6 +23,7 @@ from harness.store.runs import claim_run, find_run, record_run, release_claim
 from harness.store.session import open_store
 from harness.tasks import load_task
 from harness.tasks.spec import load_task_file
+from harness.wire import ShapeCheck
 
 TASK = load_task("conv2d_v2")
 BAD = Path(__file__).parent / "bad_candidates"
@@ -98,8 +99,8 @@ def test_a_wrong_answer_is_checked_on_every_shape_with_details(bad_results):
     evaluation = bad_results["wrong_answer.py"]
     assert [shape.status for shape in evaluation.shapes] == ["wrong_answer"] * len(TASK.smoke)
     check = evaluation.shapes[0].check
-    assert check["mismatches"] > 0 and len(check["first_mismatches"]) == 5
-    assert check["rel_l2"] > 0.1 and check["max_abs_err"] > 0.1
+    assert check.mismatches > 0 and len(check.first_mismatches) == 5
+    assert check.rel_l2 > 0.1 and check.max_abs_err > 0.1
 
 
 def test_an_output_written_in_part_fails_by_exactly_its_unwritten_elements(bad_results):
@@ -107,8 +108,8 @@ def test_an_output_written_in_part_fails_by_exactly_its_unwritten_elements(bad_r
     out_size = p["size"] - p["kernelsize"] + 1
     unwritten = p["batch"] * p["channels"] * (out_size - out_size // 2) * out_size
     check = bad_results["partial_write.py"].shapes[0].check
-    assert check["not_finite"] == check["mismatches"] == unwritten
-    assert check["max_abs_err"] == 0.0, "the half it wrote is exact"
+    assert check.not_finite == check.mismatches == unwritten
+    assert check.max_abs_err == 0.0, "the half it wrote is exact"
 
 
 def test_printed_imitations_of_the_protocol_only_reach_the_log(bad_results):
@@ -128,8 +129,8 @@ def test_a_caching_candidate_passes_until_the_same_shape_comes_back_with_new_val
 def test_a_wrong_autotune_config_is_named_while_the_right_one_passes(bad_results):
     evaluation = bad_results["autotune_bad_config.py"]
     assert [tuner.name for tuner in evaluation.autotuners] == ["copy_kernel"]
-    configs = evaluation.shapes[0].check["configs"]
-    assert [(c["index"], c["status"]) for c in configs] == [(0, "pass"), (1, "wrong_answer")]
+    configs = evaluation.shapes[0].check.configs
+    assert [(c.index, c.status) for c in configs] == [(0, "pass"), (1, "wrong_answer")]
 
 
 @pytest.mark.skipif(not FULL_ISOLATION, reason="needs user, pid and mount namespaces")
@@ -162,9 +163,9 @@ def test_seed_candidates_pass_the_smoke_shapes_under_the_interpreter(seed_result
     assert evaluation.status == _expected_seed_status(path), evaluation.reason
     if evaluation.status == "pass":
         assert all(shape.passed for shape in evaluation.shapes)
-        assert all(shape.check["rel_l2"] < 1e-5 for shape in evaluation.shapes)
+        assert all(shape.check.rel_l2 < 1e-5 for shape in evaluation.shapes)
         for tuner in evaluation.autotuners:  # every config of every autotuner was checked
-            assert len(evaluation.shapes[0].check["configs"]) >= len(tuner.configs)
+            assert len(evaluation.shapes[0].check.configs) >= len(tuner.configs)
 
 
 # --- modes, tasks, arguments ---------------------------------------------------------------
@@ -176,10 +177,10 @@ def test_leaderboard_mode_uses_secret_seeds_and_stores_only_the_public_ones():
     assert evaluation.status == "pass", evaluation.reason
     assert [shape.shape["seed"] for shape in evaluation.shapes] == [shape.seed for shape in TASK.smoke]
     public = evaluate(reference, "ref.py", TASK, device="cpu")
-    assert public.shapes[0].check["max_abs_err"] == 0.0
+    assert public.shapes[0].check.max_abs_err == 0.0
     # a checked output that fits comes back in the shared output buffer (the memfd), not a file
-    assert all(shape.check["output"]["shared"] for shape in (*public.shapes, *evaluation.shapes))
-    assert evaluation.shapes[0].check["rel_l2"] != public.shapes[0].check["rel_l2"], "other inputs"
+    assert all(shape.check.output.shared for shape in (*public.shapes, *evaluation.shapes))
+    assert evaluation.shapes[0].check.rel_l2 != public.shapes[0].check.rel_l2, "other inputs"
 
 
 @pytest.mark.parametrize(
@@ -267,7 +268,7 @@ def _evaluation(status: str = "pass") -> Evaluation:
             shape={**s.parameters, "seed": s.seed},
             status=status,
             passed=status == "pass",
-            check={"max_abs_err": 0.0},
+            check=ShapeCheck(max_abs_err=0.0),
         )
         for i, s in enumerate(TASK.smoke)
     ]
@@ -316,7 +317,7 @@ def test_a_run_is_claimed_then_written_whole(store_with_revision):
         found = find_run(session, revision_id, "conv2d_v2", "test", environment.env_key)
         assert found.state == "done" and found.status == "wrong_answer" and found.claim_expires_at is None
         assert [shape.index for shape in found.shapes] == list(range(len(TASK.smoke)))
-        assert found.shapes[0].check["status"] == "wrong_answer" and found.details["log_tail"] == "tail"
+        assert found.shapes[0].status == "wrong_answer" and found.details["log_tail"] == "tail"
         assert (
             claim_run(session, revision_id, "conv2d_v2", "test", environment, worker="w3", ttl_s=60) is None
         )

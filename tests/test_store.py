@@ -245,3 +245,192 @@ def test_results_stored_before_the_judge_kept_its_version_migrate_as_an_older_ju
         assert JUDGE_VERSION > 1
     finally:
         store.close()
+
+
+# A shape's check as the harness of 0006 stored it (harness/sandbox/evaluation.py and
+# harness/store/runs.py then): the comparison's figures and the child's view of the output, the
+# autotune configs, the timing record and two passes, with the shape's status, reason and first
+# call's seconds mixed in, and a key of an older judge (`within_tolerance_of_float64`).
+CHECK_AT_0006 = {
+    "output": {
+        "type_name": "torch.Tensor",
+        "exact_tensor": True,
+        "shape": [1, 2, 14, 14],
+        "dtype": "torch.float32",
+        "device": "cpu",
+        "contiguous": True,
+        "nbytes": 1568,
+        "shared": True,
+        "parts": None,
+        "keys": None,
+        "value": None,
+    },
+    "passed": True,
+    "reason": "accurate: 2 of 392 elements off the exact answer",  # the shape's, over the check's
+    "mismatches": 0,
+    "not_finite": 0,
+    "first_mismatches": [],
+    "max_abs_err": 1.9e-06,
+    "rel_l2": 2.1e-07,
+    "reference_rel_l2": 1.2e-07,
+    "mismatches_where_reference_is_off": None,
+    "note": None,
+    "within_tolerance_of_float64": True,
+    "configs": [
+        {"index": 0, "config": "BLOCK=32", "status": "pass", "max_abs_err": 1.9e-06, "rel_l2": 2.1e-07},
+        {"index": 1, "config": "BLOCK=64", "status": "pass", "max_abs_err": 1.1e-06, "rel_l2": 1.4e-07},
+    ],
+    "timing": {
+        "device": "cpu",
+        "compile_s": 0.42,
+        "flags": ["host_clock_mismatch"],
+        "parent_ms": [1.31, 1.29],
+        "harness_ms": 0.2,
+        "reported_ms": [1.01, 1.0],
+        "hidden_ms": 0.05,
+        "spread_ms": 0.01,
+        "rescored_calls": 0,
+        "prelude_ms": [0.08, 0.07],
+        "prelude_harness_ms": 0.06,
+        "prelude_excess_ms": 0.01,
+        "calibrated_output": ["torch.float32", [1, 2, 14, 14]],
+        "joined": {"hidden_ms": 0.04, "spread_ms": 0.02, "rescored_calls": 1, "prelude_excess_ms": 0.0},
+    },
+    "passes": [
+        {
+            "times_ms": [1.06, 1.05],
+            "mean_ms": 1.055,
+            "flags": [],
+            "reported_ms": [1.01, 1.0],
+            "parent_ms": [1.31, 1.29],
+            "harness_ms": 0.2,
+            "prelude_ms": [0.08, 0.07],
+            "prelude_harness_ms": 0.06,
+        },
+        {"times_ms": [1.04, 1.07], "mean_ms": 1.055, "flags": ["host_clock_mismatch"]},
+    ],
+    "status": "pass",
+    "call_s": 0.75,
+}
+
+
+def test_shape_results_stored_before_the_typed_check_migrate_to_its_columns_and_model(store_url):
+    """db/migrations 0007: a shape row written at 0006 (status, reason and call_s inside the
+    `check` JSON) reads back with them as columns and its check as harness.wire.ShapeCheck; a
+    row written at head goes down to 0006's form and up again unchanged."""
+    import json
+
+    from sqlalchemy import text
+
+    from harness.store.models import Run, ShapeResult
+    from harness.store.revisions import register_revision
+    from harness.wire import ShapeCheck, TimingRecord
+
+    store = open_store(store_url)
+    with store.session() as session:
+        revision = register_revision(session, b"def custom_kernel(data):\n    return data[2]\n", "k.py")
+        run = Run(
+            revision_id=revision.revision.id, task="conv2d_v2", mode="benchmark", env_key="e", device="cpu"
+        )
+        session.add(run)
+        session.flush()
+        run_id = run.id
+        session.add(
+            ShapeResult(
+                run_id=run_id,
+                set_name="smoke",
+                index=1,
+                shape={"size": 8},
+                status="wrong_answer",
+                reason="3 mismatched",
+                call_s=0.5,
+                passed=False,
+                check=ShapeCheck(
+                    passed=False, mismatches=3, timing=TimingRecord(device="cpu", compile_s=0.1)
+                ),
+            )
+        )
+    with store.engine.connect() as connection, connection.begin():
+        command.downgrade(alembic_config(connection), "0006")
+        connection.execute(
+            text(
+                'INSERT INTO shape_results (run_id, set_name, "index", shape, passed, "check", runs, mean_ms, '
+                "times_ms) VALUES (:run_id, 'smoke', 0, :shape, 1, :check, 4, 1.055, :times)"
+            ),
+            {
+                "run_id": run_id,
+                "shape": json.dumps({"size": 16, "seed": 3}),
+                "check": json.dumps(CHECK_AT_0006),
+                "times": json.dumps([1.06, 1.05, 1.04, 1.07]),
+            },
+        )
+        down = json.loads(
+            connection.execute(text('SELECT "check" FROM shape_results WHERE "index" = 1')).scalar_one()
+        )
+        assert (down["status"], down["reason"], down["call_s"]) == ("wrong_answer", "3 mismatched", 0.5)
+        assert "configs" not in down and "passes" not in down and down["timing"]["compile_s"] == 0.1
+    store.close()
+
+    store = open_store(store_url)  # upgraded to head again
+    try:
+        assert store.previous_revision == "0006"
+        with store.session() as session:
+            old, new = session.scalars(select(ShapeResult).order_by(ShapeResult.index)).all()
+        assert (old.status, old.reason, old.call_s) == ("pass", CHECK_AT_0006["reason"], 0.75)
+        check = old.check
+        assert isinstance(check, ShapeCheck) and check.passed is True and check.reason == ""
+        assert check.output is not None and check.output.shape == [1, 2, 14, 14] and check.output.shared
+        assert [(config.index, config.config, config.status) for config in check.configs] == [
+            (0, "BLOCK=32", "pass"),
+            (1, "BLOCK=64", "pass"),
+        ]
+        assert check.timing is not None and check.timing.calibrated_output == (
+            "torch.float32",
+            [1, 2, 14, 14],
+        )
+        assert check.timing.joined is not None and check.timing.joined.rescored_calls == 1
+        assert [item.mean_ms for item in check.passes] == [1.055, 1.055] and check.passes[1].parent_ms == []
+        assert old.timing_flags == ["host_clock_mismatch"] and old.warmup_s == 0.42
+        assert (new.status, new.reason, new.call_s) == ("wrong_answer", "3 mismatched", 0.5)
+        assert new.check == ShapeCheck(
+            passed=False, mismatches=3, timing=TimingRecord(device="cpu", compile_s=0.1)
+        )
+    finally:
+        store.close()
+
+
+def test_a_retimings_shapes_read_back_typed_and_rows_without_block_means_have_none(store_url):
+    """Retiming.shapes is kept as json and read back as RetimedShape; a row written before block
+    means were kept (no `means_ms`) reads with none."""
+    from sqlalchemy import text
+
+    from harness.store.models import RetimedShape, Retiming
+    from harness.store.revisions import register_revision
+
+    store = open_store(store_url)
+    try:
+        with store.session() as session:
+            revision = register_revision(session, b"def custom_kernel(data):\n    return data[2]\n", "k.py")
+            for batch in ("new", "old"):
+                session.add(
+                    Retiming(
+                        batch=batch,
+                        revision_id=revision.revision.id,
+                        task="conv2d_v2",
+                        mode="benchmark",
+                        env_key="e",
+                        status="pass",
+                        shapes=[RetimedShape(shape={"size": 8}, times_ms=[1.0, 1.5], means_ms=[1.25])],
+                    )
+                )
+        with store.engine.connect() as connection, connection.begin():
+            connection.execute(
+                text("UPDATE retimings SET shapes = :shapes WHERE batch = 'old'"),
+                {"shapes": '[{"shape": {"size": 8}, "times_ms": [1.0, 1.5]}]'},
+            )
+        with store.session() as session:
+            rows = {row.batch: row.shapes for row in session.scalars(select(Retiming))}
+        assert rows["new"] == [RetimedShape(shape={"size": 8}, times_ms=[1.0, 1.5], means_ms=[1.25])]
+        assert rows["old"] == [RetimedShape(shape={"size": 8}, times_ms=[1.0, 1.5], means_ms=[])]
+    finally:
+        store.close()

@@ -204,8 +204,8 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def _joined(shape) -> list[float]:
     """A shape's times as both blocks' reported calls joined, each raised by the work the
     parent's brackets held beyond them over both blocks (harness.timing.host_clock_verdict)."""
-    hidden = shape.check["timing"]["joined"]["hidden_ms"]
-    return [t + hidden for block in shape.check["passes"] for t in block["reported_ms"]]
+    hidden = shape.check.timing.joined.hidden_ms
+    return [t + hidden for block in shape.check.passes for t in block.reported_ms]
 
 
 def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
@@ -218,13 +218,13 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
     for shape in evaluation.shapes:
         assert shape.status == "pass"
         # two blocks of calls (harness.timing, method 5.), each under half the rule: 2 of at most 5
-        assert [len(block["times_ms"]) for block in shape.check["passes"]] == [2, 2]
+        assert [len(block.times_ms) for block in shape.check.passes] == [2, 2]
         assert shape.runs == 4 and shape.times_ms == pytest.approx(_joined(shape), abs=1e-3)
         assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
         assert shape.min_ms == min(shape.times_ms) and shape.max_ms == max(shape.times_ms)
-        assert shape.check["timing"]["device"] == "cpu"
-        # the store keeps check["timing"]["flags"]: the verdict over both blocks, not the first's
-        assert shape.check["timing"]["flags"] == sorted(shape.timing_flags)
+        assert shape.check.timing.device == "cpu"
+        # the store keeps check.timing.flags: the verdict over both blocks, not the first's
+        assert shape.check.timing.flags == sorted(shape.timing_flags)
         assert shape.compile_s is not None and shape.compile_s > 0
     assert evaluation.score_ms == pytest.approx(score([s.mean_ms for s in evaluation.shapes], "geom"))
 
@@ -252,13 +252,13 @@ def test_every_timed_shape_is_timed_in_two_blocks_the_second_in_reverse_order():
     assert order == [(e, k) for k in shapes for e in (0, 1, 2, 1, 0)]
     for evaluation, per_block in zip(evaluations[:2], (2, 3)):  # at most 5 and at least 6, halved
         for shape in evaluation.shapes:
-            first, second = shape.check["passes"]
-            assert len(first["times_ms"]) == len(second["times_ms"]) == per_block
+            first, second = shape.check.passes
+            assert len(first.times_ms) == len(second.times_ms) == per_block
             assert shape.times_ms == pytest.approx(_joined(shape), abs=1e-3)
             assert shape.runs == len(shape.times_ms)
             assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
-            assert first["mean_ms"] == pytest.approx(statistics.fmean(first["times_ms"]))
-    assert all("passes" not in shape.check and 3 <= shape.runs <= 5 for shape in evaluations[2].shapes)
+            assert first.mean_ms == pytest.approx(statistics.fmean(first.times_ms))
+    assert all(not shape.check.passes and 3 <= shape.runs <= 5 for shape in evaluations[2].shapes)
     with pytest.raises(HarnessError, match="passes=2"):
         Evaluator(TINY_TRITON_CONV, "untimed.py", task, device="cpu", passes=2)
 
@@ -300,13 +300,13 @@ def test_both_modes_fail_a_candidate_that_replays_its_first_output(device):
         lambda evaluator, outcome: order.append((evaluators.index(evaluator), outcome.index)),
         group_size=2,
     )
-    assert benchmark.status == "wrong_answer" and benchmark.shapes[0].check["passed"] is True
+    assert benchmark.status == "wrong_answer" and benchmark.shapes[0].check.passed is True
     assert benchmark.shapes[0].reason.startswith("timed output check: call "), benchmark.shapes[0].reason
     assert benchmark.score_ms is None and benchmark.shapes[0].mean_ms is None
     assert leaderboard.status == "wrong_answer"
     assert leaderboard.shapes[0].status == "wrong_answer"
     assert "leaderboard recheck" in leaderboard.shapes[0].reason
-    assert leaderboard.shapes[0].check["passed"] is True  # its check call, before the timed calls
+    assert leaderboard.shapes[0].check.passed is True  # its check call, before the timed calls
     assert leaderboard.score_ms is None and leaderboard.shapes[0].mean_ms is None
     shapes = range(evaluators[0].shape_count)  # the failing shapes are not timed a second time
     assert order == [(e, k) for k in shapes for e in (0, 1)] + [(2, k) for k in shapes for _ in (0, 1)]
@@ -319,7 +319,7 @@ def test_cuda_timing_of_the_reference_through_the_sandbox():
     assert (evaluation.status, evaluation.shape_set) == ("pass", "benchmarks"), evaluation.reason
     for shape in evaluation.shapes:
         assert 3 <= shape.runs <= 100 and len(shape.times_ms) == shape.runs
-        assert shape.check["timing"]["device"] == "cuda"
+        assert shape.check.timing.device == "cuda"
         assert shape.timing_flags == []  # cuDNN on the current stream: event and wall time agree
     assert evaluation.score_ms == pytest.approx(score([s.mean_ms for s in evaluation.shapes], "geom"))
 
@@ -512,7 +512,7 @@ def test_a_call_that_raises_or_hangs_while_timed_is_a_status():
     assert "during timing: RuntimeError: boom" in raises.reason
     assert "timing on smoke[0] exceeded 3 s" in hangs.reason
     for evaluation in (raises, hangs):
-        assert evaluation.shapes[0].check["passed"] is True and evaluation.shapes[0].mean_ms is None
+        assert evaluation.shapes[0].check.passed is True and evaluation.shapes[0].mean_ms is None
         assert [shape.status for shape in evaluation.shapes[1:]] == ["not_run"] * (len(evaluation.shapes) - 1)
 
 

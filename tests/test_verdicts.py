@@ -135,8 +135,8 @@ def _unflagged(evaluation):
     evaluation = evaluation.model_copy(deep=True)
     for shape in evaluation.shapes:
         shape.timing_flags = []
-        if "timing" in shape.check:
-            shape.check["timing"]["flags"] = []
+        if shape.check.timing is not None:
+            shape.check.timing.flags = []
     return evaluation
 
 

@@ -58,6 +58,7 @@ from harness.store.revisions import reference_lineage_name, revision_code
 from harness.tasks import TaskSpec, load_task
 from harness.tasks.spec import shape_label
 from harness.verdicts import VERDICT_WORDS
+from harness.wire import ShapeCheck
 
 TEMPLATE_SUFFIX = ".j2"
 LEADERBOARD_SIZE = 5
@@ -341,27 +342,28 @@ def _failures(session: Session, revision: Revision) -> list[dict[str, str]]:
         return []
     failed = [shape for shape in run.shapes if shape.passed is False]
     return [
-        {"label": f"{shape.set_name} {shape_label(shape.shape)}", "summary": summarize_check(shape.check)}
+        {
+            "label": f"{shape.set_name} {shape_label(shape.shape)}",
+            "summary": summarize_check(shape.reason, shape.check),
+        }
         for shape in failed[:MAX_FAILURES_SHOWN]
     ]
 
 
-def summarize_check(check: dict[str, Any]) -> str:
-    """One line from a shape's check record (harness.checking.OutputCheck as stored): the reason,
-    the mismatch count, the errors, and the first few mismatched positions with both values."""
-    if not check:
+def summarize_check(reason: str, check: ShapeCheck) -> str:
+    """One line from a stored shape's reason and check (harness.wire.ShapeCheck): the reason, the
+    mismatch count, the errors, and the first few mismatched positions with both values."""
+    if not reason and check == ShapeCheck():
         return "failed (no details recorded)"
-    parts = [str(check["reason"])] if check.get("reason") else []
-    if check.get("mismatches"):
-        not_finite = f" ({check['not_finite']} not finite)" if check.get("not_finite") else ""
-        parts.append(f"{check['mismatches']} mismatched elements{not_finite}")
-    for key, label in (("max_abs_err", "max abs error"), ("rel_l2", "relative L2 error")):
-        if check.get(key) is not None:
-            parts.append(f"{label} {check[key]:.3g}")
+    parts = [reason] if reason else []
+    if check.mismatches:
+        not_finite = f" ({check.not_finite} not finite)" if check.not_finite else ""
+        parts.append(f"{check.mismatches} mismatched elements{not_finite}")
+    for value, label in ((check.max_abs_err, "max abs error"), (check.rel_l2, "relative L2 error")):
+        if value is not None:
+            parts.append(f"{label} {value:.3g}")
     first = [
-        f"at {item.get('index')} got {item.get('received')} expected {item.get('expected')}"
-        for item in check.get("first_mismatches") or []
-        if isinstance(item, dict)
+        f"at {item.index} got {item.received} expected {item.expected}" for item in check.first_mismatches
     ]
     if first:
         parts.append("first: " + ", ".join(first[:3]))

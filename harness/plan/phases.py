@@ -40,7 +40,7 @@ from harness.environment import Environment
 from harness.executors import EvaluationRequest, Executor, split_jobs
 from harness.judge import JUDGE_VERSION
 from harness.sandbox.limits import SandboxLimits
-from harness.store.models import Retiming, Revision, Run
+from harness.store.models import RetimedShape, Retiming, Revision, Run
 from harness.store.revisions import get_or_create_secret, get_revision, revision_code
 from harness.store.runs import (
     TIME_LIMITS,
@@ -412,7 +412,9 @@ def retiming_of(
     from harness.scoring import block_means
 
     shapes = [
-        {"shape": outcome.shape, "times_ms": list(outcome.times_ms), "means_ms": block_means(outcome.check)}
+        RetimedShape(
+            shape=outcome.shape, times_ms=list(outcome.times_ms), means_ms=block_means(outcome.check)
+        )
         for outcome in sorted(evaluation.shapes, key=lambda outcome: (outcome.set_name, outcome.index))
         if outcome.mean_ms is not None and outcome.times_ms
     ]

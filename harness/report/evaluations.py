@@ -77,11 +77,11 @@ def shape_report(shape: ShapeResult) -> ShapeReport:
         set=shape.set_name,
         index=shape.index,
         shape=shape.shape,
-        status=shape.check.get("status", ""),
-        reason=shape.check.get("reason", "") or "",
+        status=shape.status,
+        reason=shape.reason,
         verdicts={} if verdicts is None else {name: verdicts.get(name).status for name in VERDICTS},
-        max_abs_err=shape.check.get("max_abs_err"),
-        rel_l2=shape.check.get("rel_l2"),
+        max_abs_err=shape.check.max_abs_err,
+        rel_l2=shape.check.rel_l2,
         runs=shape.runs,
         mean_ms=shape.mean_ms,
         err_ms=shape.err_ms,
@@ -130,12 +130,12 @@ def _shape_lines(run: Run) -> str:
     """One line per shape that ran: index, max abs error / relative L2 error (or its status)."""
     lines = []
     for shape in run.shapes:
-        status = shape.check.get("status", "")
+        status = shape.status
         if status == "not_run":
             continue
         numbers = "/".join(
             "-" if value is None else f"{value:.1e}"
-            for value in (shape.check.get("max_abs_err"), shape.check.get("rel_l2"))
+            for value in (shape.check.max_abs_err, shape.check.rel_l2)
         )
         failing = shape.verdicts.failing() if shape.verdicts is not None else []
         note = (
@@ -232,7 +232,7 @@ def bench_heading(item: PlannedRevision) -> Text:
         facts.append(escape_controls(run.reason))
     if run.score_ms is not None:
         facts.append(f"score {format_ms(run.score_ms)} ms")
-        warmup_s = sum(shape.check.get("timing", {}).get("compile_s", 0.0) for shape in run.shapes)
+        warmup_s = sum(shape.warmup_s for shape in run.shapes)
         facts.append(f"import {run.compile_s or 0:.1f} s, warm-up {warmup_s:.1f} s")
     if item.speedup is not None and not item.is_reference:
         facts.append(f"{format_speedup(item.speedup)} the reference's speed ({item.vs_reference})")
@@ -262,7 +262,7 @@ def shape_table(item: PlannedRevision) -> Table | None:
         table.add_column(name.removesuffix("_ms") + (" ms" if name.endswith("_ms") else ""), justify="right")
     for shape in run.shapes:
         label = ",".join(parameter_text(shape.shape.get(key, "")) for key in keys)
-        status = shape.check.get("status", "")
+        status = shape.status
         if shape.mean_ms is None:
             table.add_row(label, status or "-", *[""] * (len(STATISTICS) - 1))
             continue

@@ -66,7 +66,18 @@ from harness.timing import (
     physical_floor_ms,
 )
 from harness.verdicts import Verdict, Verdicts
-from harness.wire import TIMING_STATISTICS, CheckReply, Evaluation, ShapeOutcome, TensorInfo
+from harness.wire import (
+    TIMING_STATISTICS,
+    CheckReply,
+    ConfigCheck,
+    Evaluation,
+    JoinedTiming,
+    ShapeCheck,
+    ShapeOutcome,
+    TensorInfo,
+    TimingPass,
+    TimingRecord,
+)
 
 LOG_TAIL_CHARS = 4000
 WARMUP = {"cuda": (3, 0.1), "cpu": (1, 0.0)}  # timed shapes: at least (calls, seconds) of warm-up
@@ -144,14 +155,14 @@ def error_reason(kind: str, error: str) -> str:
 
 
 def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, reply: CheckReply):
-    """(status, reason, check details, the output's comparison or None) of one call. `pass` when
-    either verdict passes (harness.checking); the reason then says which one fails, if any."""
+    """(status, reason, the call's check, the output's comparison or None) of one call. `pass`
+    when either verdict passes (harness.checking); the reason then says which one fails, if any."""
     if reply.error is not None:
-        return reply.error.kind, error_reason(reply.error.kind, reply.error.error), {}, None
+        return reply.error.kind, error_reason(reply.error.kind, reply.error.error), ShapeCheck(), None
     problem = checking.output_problem(
         reply.output, case.expected, reply.output_aliases_input, same_shape_and_dtype=task.rtol is not None
     )
-    details: dict = {"output": reply.output.model_dump(exclude={"written"}) if reply.output else None}
+    details = ShapeCheck(output=reply.output)
     if problem is not None:
         return "wrong_answer", problem, details, None
     try:
@@ -163,7 +174,7 @@ def _judge(task: TaskSpec, case: checking.ReferenceCase, child: ChildProcess, re
     except (ValueError, OSError) as exc:
         return "wrong_answer", f"output could not be read back: {exc}", details, None
     check = checking.judge_output(task, received, case)
-    details.update(check.model_dump(exclude={"verdicts", "accuracy"}))
+    details = ShapeCheck(output=reply.output, **check.model_dump(exclude={"verdicts", "accuracy"}))
     inputs_problem = checking.inputs_problem(task, case, reply)
     if inputs_problem is not None:
         reason = inputs_problem if not check.reason else f"{inputs_problem}; {check.reason}"
@@ -217,11 +228,11 @@ def _check_shape(
     child.allow_output(checking.output_nbytes(case.expected))
     where = f"{outcome.set_name}[{outcome.index}]"
     cap = child.limits.max_checked_autotune_configs
-    configs: list[dict] = []
+    configs: list[tuple[ConfigCheck, ShapeCheck]] = []  # each call's config and check
     first_failure = None
     first_reason = ""  # a verdict that fails on an output that passes the other one
     while True:
-        done = {c["index"] or 0 for c in configs}
+        done = {config.index or 0 for config, _ in configs}
         wanted = [i for i in checked_configs(max(config_count, 1), cap, seed) if i not in done]
         if not wanted:
             break
@@ -244,7 +255,18 @@ def _check_shape(
         if force_configs:
             config_count = max(config_count, max((len(t.configs) for t in reply.autotuners), default=0))
         label = _config_label(reply.autotune_config)
-        configs.append({"index": forced, "config": label, "status": status, "details": details})
+        configs.append(
+            (
+                ConfigCheck(
+                    index=forced,
+                    config=label,
+                    status=status,
+                    max_abs_err=details.max_abs_err,
+                    rel_l2=details.rel_l2,
+                ),
+                details,
+            )
+        )
         if reason and status == "pass" and first_failure is None and not first_reason:
             first_reason = (f"autotune config {forced} ({label}): " if forced is not None else "") + reason
         if status != "pass" and first_failure is None:
@@ -252,27 +274,18 @@ def _check_shape(
             first_failure = (status, prefix + reason, details)
         if status not in ("pass", "wrong_answer"):
             break
-    status, reason, details = first_failure or ("pass", first_reason, configs[-1]["details"])
+    status, reason, details = first_failure or ("pass", first_reason, configs[-1][1])
     if status == "pass" and outcome.verdicts is not None and not outcome.verdicts.either_passed:
         # every config passed one verdict, but not the same one
         status, reason = "wrong_answer", outcome.verdicts.reasons()
     outcome.status, outcome.reason = status, reason
     outcome.passed = status == "pass"
-    outcome.check = dict(details)
-    if len(configs) > 1 or configs[0]["config"]:
-        outcome.check["configs"] = [
-            {
-                "index": c["index"],
-                "config": c["config"],
-                "status": c["status"],
-                "max_abs_err": c["details"].get("max_abs_err"),
-                "rel_l2": c["details"].get("rel_l2"),
-            }
-            for c in configs
-        ]
+    outcome.check = details.model_copy()
+    if len(configs) > 1 or configs[0][0].config:
+        outcome.check.configs = [config for config, _ in configs]
     if config_count > cap:
-        outcome.check["configs_sampled"] = (
-            f"checked autotune configs {', '.join(str(c['index']) for c in configs)} of {config_count}: "
+        outcome.check.configs_sampled = (
+            f"checked autotune configs {', '.join(str(config.index) for config, _ in configs)} of {config_count}: "
             f"config 0 and a sample drawn with the shape's seed (max_checked_autotune_configs={cap}); "
             "the rest were not run"
         )
@@ -654,7 +667,7 @@ class Evaluator:
         """Time shape `index` once more in the same child (a later pass, `passes`), after a first
         timing that passed: a call of warm-up (`WARMUP_AGAIN`), then timed calls as in the first
         pass, under the same share of the rule, every output checked. The shape's figures become
-        those of every pass's calls joined, each pass's own kept in `check["passes"]` (times,
+        those of every pass's calls joined, each pass's own kept in `check.passes` (times,
         mean, flags); a pass that fails fails the shape. None: nothing to time (the shape did not
         pass, or the evaluation stopped)."""
         if self.stopped or index >= len(self.evaluation.shapes):
@@ -663,7 +676,9 @@ class Evaluator:
         if outcome.status != "pass" or outcome.mean_ms is None:
             return None
         shape = self.shapes[index]
-        passes = outcome.check.setdefault("passes", [_pass_of(outcome)])
+        if not outcome.check.passes:
+            outcome.check.passes = [_pass_of(outcome)]
+        passes = outcome.check.passes
         again = outcome.model_copy(deep=True)
         try:
             self.tell("timing")
@@ -685,14 +700,14 @@ class Evaluator:
         # the parent's clock judges every pass's calls at once (harness.timing.host_clock_verdict),
         # against the least of the shape's calibrations (on the CPU every block calibrates once more)
         verdict = host_clock_verdict(
-            [time for item in passes for time in item["reported_ms"]],
-            [bracket for item in passes for bracket in item["parent_ms"]],
-            min(item["harness_ms"] for item in passes),
+            [time for item in passes for time in item.reported_ms],
+            [bracket for item in passes for bracket in item.parent_ms],
+            min(item.harness_ms for item in passes),
             dominant=self.device == "cuda",
-            prelude_ms=[ms for item in passes for ms in item["prelude_ms"]],
-            prelude_harness_ms=min(item["prelude_harness_ms"] for item in passes),
+            prelude_ms=[ms for item in passes for ms in item.prelude_ms],
+            prelude_harness_ms=min(item.prelude_harness_ms for item in passes),
         )
-        flags = {flag for item in passes for flag in item["flags"] if flag != HOST_CLOCK_MISMATCH}
+        flags = {flag for item in passes for flag in item.flags if flag != HOST_CLOCK_MISMATCH}
         flags |= {HOST_CLOCK_MISMATCH} if verdict.flagged else set()
         _fill_timing(
             outcome,
@@ -700,13 +715,15 @@ class Evaluator:
                 verdict.times_ms, device=self.device, compile_s=outcome.compile_s or 0.0, flags=sorted(flags)
             ),
         )
-        outcome.check["timing"]["flags"] = sorted(flags)  # what the store keeps (ShapeResult.timing_flags)
-        outcome.check["timing"]["joined"] = {
-            "hidden_ms": round(verdict.hidden_ms, 4),
-            "spread_ms": round(verdict.spread_ms, 4),
-            "rescored_calls": verdict.rescored_calls,
-            "prelude_excess_ms": round(verdict.prelude_excess_ms, 4),
-        }
+        timing = outcome.check.timing
+        if timing is not None:  # the first pass's (_time_shape)
+            timing.flags = sorted(flags)  # what the store keeps (ShapeResult.timing_flags)
+            timing.joined = JoinedTiming(
+                hidden_ms=round(verdict.hidden_ms, 4),
+                spread_ms=round(verdict.spread_ms, 4),
+                rescored_calls=verdict.rescored_calls,
+                prelude_excess_ms=round(verdict.prelude_excess_ms, 4),
+            )
         outcome.verdicts = again.verdicts
         return outcome
 
@@ -729,7 +746,7 @@ class Evaluator:
             outcome.status, outcome.reason, outcome.passed = "unsupported", reason, False
             return False
         if retry and not timing:
-            outcome.verdicts, outcome.check = None, {}
+            outcome.verdicts, outcome.check = None, ShapeCheck()
             return True
         where = f"{outcome.set_name}[{outcome.index}]"
         work = "timing (its reference or its check of a timed output)" if timing else "check"
@@ -881,27 +898,22 @@ class Evaluator:
                 verdict.times_ms, device=self.device, compile_s=reply.compile_s, flags=flags
             )
             _fill_timing(outcome, stats)
-            outcome.check["timing"] = {
-                "device": self.device,
-                "compile_s": stats.compile_s,
-                "flags": stats.flags,
-                "parent_ms": [round(ms, 4) for ms in parent_ms],
-                "harness_ms": round(harness_ms, 4),
-                # the times as the child reported them; the work every bracket held beyond its
-                # reported call and harness_ms, added to each call's time, and the calls' spread
-                # (harness.timing.host_clock_verdict; "joined": the same over every pass's calls)
-                "reported_ms": list(times),
-                "hidden_ms": round(verdict.hidden_ms, 4),
-                "spread_ms": round(verdict.spread_ms, 4),
-                "rescored_calls": verdict.rescored_calls,
-                # each call's prelude (inputs handed over to the parent's go: harness code only),
-                # the calibrated child's least, and the least excess over it
-                "prelude_ms": [round(ms, 4) for ms in prelude_ms],
-                "prelude_harness_ms": round(prelude_harness_ms, 4),
-                "prelude_excess_ms": round(verdict.prelude_excess_ms, 4),
-                # what the harness's no-op returned when calibrating: None, the output buffer
-                "calibrated_output": None if calibrated is None else [calibrated[0], list(calibrated[1])],
-            }
+            outcome.check.timing = TimingRecord(
+                device=self.device,
+                compile_s=stats.compile_s,
+                flags=stats.flags,
+                parent_ms=[round(ms, 4) for ms in parent_ms],
+                harness_ms=round(harness_ms, 4),
+                # harness.timing.host_clock_verdict; `joined`: the same over every pass's calls
+                reported_ms=list(times),
+                hidden_ms=round(verdict.hidden_ms, 4),
+                spread_ms=round(verdict.spread_ms, 4),
+                rescored_calls=verdict.rescored_calls,
+                prelude_ms=[round(ms, 4) for ms in prelude_ms],
+                prelude_harness_ms=round(prelude_harness_ms, 4),
+                prelude_excess_ms=round(verdict.prelude_excess_ms, 4),
+                calibrated_output=None if calibrated is None else (calibrated[0], list(calibrated[1])),
+            )
             return
         outcome.passed = False
 
@@ -1002,21 +1014,19 @@ def _fill_timing(outcome: ShapeOutcome, stats: BenchmarkStats) -> None:
     outcome.compile_s, outcome.timing_flags = stats.compile_s, stats.flags
 
 
-def _pass_of(outcome: ShapeOutcome) -> dict:
-    """One timing pass of a shape, as `Evaluator.time_again` keeps it: its scored times, mean and
-    flags, and what the parent's clock judges (the reported times, the brackets, the harness's
-    cost), so that the verdict can be made again over every pass's calls."""
-    timing = outcome.check.get("timing", {})
-    return {
-        "times_ms": list(outcome.times_ms),
-        "mean_ms": outcome.mean_ms,
-        "flags": list(outcome.timing_flags),
-        "reported_ms": list(timing.get("reported_ms", outcome.times_ms)),
-        "parent_ms": list(timing.get("parent_ms", [])),
-        "harness_ms": timing.get("harness_ms", 0.0),
-        "prelude_ms": list(timing.get("prelude_ms", [])),
-        "prelude_harness_ms": timing.get("prelude_harness_ms", 0.0),
-    }
+def _pass_of(outcome: ShapeOutcome) -> TimingPass:
+    """One timing pass of a shape, as `Evaluator.time_again` keeps it (harness.wire.TimingPass)."""
+    timing = outcome.check.timing or TimingRecord(device="", reported_ms=outcome.times_ms)
+    return TimingPass(
+        times_ms=list(outcome.times_ms),
+        mean_ms=outcome.mean_ms,
+        flags=list(outcome.timing_flags),
+        reported_ms=list(timing.reported_ms),
+        parent_ms=list(timing.parent_ms),
+        harness_ms=timing.harness_ms,
+        prelude_ms=list(timing.prelude_ms),
+        prelude_harness_ms=timing.prelude_harness_ms,
+    )
 
 
 def evaluate(

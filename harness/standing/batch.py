@@ -69,8 +69,8 @@ def _from_retiming(row: Retiming) -> BatchTiming:
         row.revision_id,
         row.status,
         row.score_ms,
-        {shape_key(item["shape"]): list(item["times_ms"]) for item in row.shapes},
-        [list(item.get("means_ms") or []) for item in row.shapes],
+        {shape_key(item.shape): list(item.times_ms) for item in row.shapes},
+        [list(item.means_ms) for item in row.shapes],
     )
 
 

@@ -24,15 +24,60 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from sqlalchemy import JSON, ForeignKey, LargeBinary, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
 from harness.judge import JUDGE_VERSION
 from harness.verdicts import Accuracy, Verdict, Verdicts
+from harness.wire import ShapeCheck
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class ShapeCheckJSON(TypeDecorator[ShapeCheck]):
+    """A `ShapeCheck` kept as JSON (every field, None included): written from the model, read back
+    as the model, so that nothing reads the stored check as a bag."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: ShapeCheck | None, dialect: Any) -> dict[str, Any] | None:
+        return None if value is None else value.model_dump(mode="json")
+
+    def process_result_value(self, value: dict[str, Any] | None, dialect: Any) -> ShapeCheck | None:
+        return None if value is None else ShapeCheck.model_validate(value)
+
+
+class RetimedShape(BaseModel):
+    """One timed shape of a `Retiming`: its parameters (with the public seed), every timed call's
+    time and its blocks' means (scoring.block_means; [] in rows written before blocks were kept,
+    or for a shape timed in one block)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    shape: dict[str, Any]
+    times_ms: list[float]
+    means_ms: list[float] = []
+
+
+RETIMED_SHAPES: TypeAdapter[list[RetimedShape]] = TypeAdapter(list[RetimedShape])
+
+
+class RetimedShapesJSON(TypeDecorator[list[RetimedShape]]):
+    """A Retiming's shapes kept as JSON, read back as `RetimedShape`s."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: list[RetimedShape] | None, dialect: Any) -> list[Any] | None:
+        return None if value is None else RETIMED_SHAPES.dump_python(value, mode="json")
+
+    def process_result_value(self, value: list[Any] | None, dialect: Any) -> list[RetimedShape] | None:
+        return None if value is None else RETIMED_SHAPES.validate_python(value)
 
 
 class Base(DeclarativeBase):
@@ -180,8 +225,10 @@ class Run(Base):
 
 
 class ShapeResult(Base):
-    """One shape of a run: the check (passed, mismatches, errors) and, when timed, the statistics
-    of the per-call times in milliseconds (`times_ms` keeps every call for significance tests)."""
+    """One shape of a run: its status, reason and first call's seconds (`call_s`), the check
+    (`check`: harness.wire.ShapeCheck, the comparison's figures, autotune configs, timing record
+    and passes) and, when timed, the statistics of the per-call times in milliseconds (`times_ms`
+    keeps every call for significance tests)."""
 
     __tablename__ = "shape_results"
     __table_args__ = (UniqueConstraint("run_id", "set_name", "index"),)
@@ -191,8 +238,12 @@ class ShapeResult(Base):
     set_name: Mapped[str] = mapped_column(String(20))  # tests | benchmarks | smoke
     index: Mapped[int]
     shape: Mapped[dict[str, Any]] = mapped_column(default=dict)  # e.g. {"size": 32, "kernelsize": 4, ...}
+    # harness.wire.ShapeStatus; reason in words; the shape's first checked call, in seconds
+    status: Mapped[str] = mapped_column(String(30), default="not_run", server_default="not_run")
+    reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+    call_s: Mapped[float | None]
     passed: Mapped[bool | None]
-    check: Mapped[dict[str, Any]] = mapped_column(default=dict)  # mismatches, rel_l2, max_abs, first few
+    check: Mapped[ShapeCheck] = mapped_column(ShapeCheckJSON, default=ShapeCheck)
     runs: Mapped[int | None]
     mean_ms: Mapped[float | None]
     median_ms: Mapped[float | None]
@@ -234,14 +285,14 @@ class ShapeResult(Base):
 
     @property
     def timing_flags(self) -> list[str]:
-        """The timing's flags (harness.timing), kept in `check["timing"]`; [] when untimed."""
-        return list((self.check.get("timing") or {}).get("flags") or [])
+        """The timing's flags (harness.timing), kept in `check.timing`; [] when untimed."""
+        return [] if self.check.timing is None else list(self.check.timing.flags)
 
     @property
     def warmup_s(self) -> float:
-        """The timing warm-up's seconds (ShapeOutcome.compile_s, kept in `check["timing"]`), 0 when
+        """The timing warm-up's seconds (ShapeOutcome.compile_s, kept in `check.timing`), 0 when
         untimed; the candidate's import is the run's `compile_s`."""
-        return (self.check.get("timing") or {}).get("compile_s") or 0.0
+        return 0.0 if self.check.timing is None else self.check.timing.compile_s
 
 
 class Retiming(Base):
@@ -261,8 +312,8 @@ class Retiming(Base):
     status: Mapped[str] = mapped_column(String(30))
     score_ms: Mapped[float | None]
     judge_version: Mapped[int] = mapped_column(default=JUDGE_VERSION, server_default="1")  # as Run's
-    # [{"shape": {...}, "times_ms": [...]}, ...] per timed shape, in the run's order
-    shapes: Mapped[list[Any]] = mapped_column(default=list)
+    # per timed shape, in the run's order: its parameters, per-call times and block means
+    shapes: Mapped[list[RetimedShape]] = mapped_column(RetimedShapesJSON, default=list)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

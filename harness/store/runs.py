@@ -226,10 +226,7 @@ def covers_shapes(run: Run, task: TaskSpec, shape_set: str) -> bool:
 def _judged_before_verdicts(run: Run) -> bool:
     """A run whose compared outputs have no verdicts was recorded before the two verdicts existed
     (db/migrations 0003): it is judged again."""
-    return any(
-        r.verdicts is None and r.check.get("status") == "wrong_answer" and r.check.get("mismatches")
-        for r in run.shapes
-    )
+    return any(r.verdicts is None and r.status == "wrong_answer" and r.check.mismatches for r in run.shapes)
 
 
 def reuse_or_claim(
@@ -293,7 +290,7 @@ def estimated_cost(
             continue
         seconds = 1.0 + (run.compile_s or 0.0)
         for shape in run.shapes:
-            seconds += shape.check.get("call_s") or 0.0
+            seconds += shape.call_s or 0.0
             seconds += shape.warmup_s
             seconds += (shape.runs or 0) * (shape.mean_ms or 0.0) / 1000
         return seconds
@@ -343,8 +340,11 @@ def _shape_result(outcome: ShapeOutcome) -> ShapeResult:
         set_name=outcome.set_name,
         index=outcome.index,
         shape=outcome.shape,
+        status=outcome.status,
+        reason=outcome.reason,
+        call_s=outcome.call_s,
         passed=outcome.passed,
-        check={**outcome.check, "status": outcome.status, "reason": outcome.reason, "call_s": outcome.call_s},
+        check=outcome.check.model_copy(deep=True),
         times_ms=list(outcome.times_ms),
         **{name: getattr(outcome, name) for name in TIMING_STATISTICS},
         **_verdict_columns(outcome),
@@ -354,16 +354,15 @@ def _shape_result(outcome: ShapeOutcome) -> ShapeResult:
 def stored_outcome(result: ShapeResult) -> ShapeOutcome:
     """A stored shape as the outcome it was written from (`_shape_result`), untimed fields only:
     what a resumed evaluation takes over (`resumable_outcomes`)."""
-    check = {key: value for key, value in result.check.items() if key not in ("status", "reason", "call_s")}
     return ShapeOutcome(
         set_name=result.set_name,
         index=result.index,
         shape=result.shape,
-        status=result.check["status"],
+        status=result.status,
         passed=result.passed,
-        reason=result.check.get("reason") or "",
-        check=check,
-        call_s=result.check.get("call_s"),
+        reason=result.reason,
+        check=result.check.model_copy(deep=True),
+        call_s=result.call_s,
         verdicts=result.verdicts,
         accuracy=result.accuracy,
     )
@@ -417,7 +416,7 @@ def resumable_outcomes(session: Session, run: Run, task: TaskSpec, shape_set: st
         for result in results
         if result.set_name == shape_set
         and current.get(result.index) == result.shape
-        and result.check.get("status") in RESUMABLE_STATUSES
+        and result.status in RESUMABLE_STATUSES
         and result.verdicts is not None
     ]
 
