@@ -52,8 +52,9 @@ review:
    Whatever the child does for a call (making inputs, the NaN fill, the L2 flush, the export)
    lies in the bracket too; `harness_ms`, measured per shape in a child that runs only harness
    code around the task's own reference (harness.sandbox.calibration), is that cost. Over all of
-   a shape's timed calls, the least excess of a bracket over its reported call and `harness_ms`
-   is work the child hid from its timer (noise only lengthens brackets, and not all alike):
+   a shape's timed calls, the quietest bracket less `harness_ms` and the fastest reported call
+   is work the child hid from its timer (noise only lengthens brackets, and not all alike; never
+   less than the least excess of a bracket over its own call):
    above a small floor it is added to every call's time, so that what the child reports can
    make its score worse, never better; far above it, or when a call is reported longer than its
    whole bracket, the shape is flagged `host_clock_mismatch`; on a GPU also when the call's
