@@ -12,7 +12,9 @@
 #   DEADLINE (seconds since the start, for all of them) pick another run. BOARD_DIR=.board keeps the store
 #   in the checkout, KEEP_STORE=1 writes it with its caches to $OUT/board.tgz, and RESUME=1 goes on with
 #   the store in BOARD_DIR or, failing that, the tarball BOARD_TGZ (default .boardtar/board.tgz, carried):
-#   a board too long for one call spans two.
+#   a board too long for one call spans two. CHUNK=N runs one tournament per N revisions (with the
+#   reference), so that a cut keeps the finished chunks (a cut group's timed phase is redone whole).
+#   DEVICE=cpu tries a part on the CPU.
 # isolation: tests/test_isolation.py in this machine's container (cgroup v2 only).
 # seeds: benchmarks/tournament_overhead.py, the six seeds in benchmark mode (scores and overhead).
 # tests: the CUDA tests of the judge (timing cheats, spinners, hidden work); honest: the honest
@@ -64,12 +66,30 @@ if want board; then
       [[ -n ${DEADLINE:-} ]] && limit=$((DEADLINE - SECONDS < limit ? DEADLINE - SECONDS : limit))
       ((limit > 10)) || { echo "tournament $mode $attempt: no time left before DEADLINE"; break; }
       start=$SECONDS
-      COLUMNS=240 timeout "$limit" python3 -m harness tournament --device cuda --mode "$mode" \
-        --budget "${BUDGET:-0.5}" > "$OUT/board-$mode-$attempt.log" 2>&1
-      echo "tournament $mode $attempt: exit $? in $((SECONDS - start)) s (limit $limit s)"
+      # CHUNK=N: one tournament per N revisions in registration order (the reference, the first,
+      # in each), so that a cut call keeps every finished chunk's results (a group timed together
+      # keeps nothing of a cut timed phase) and RESUME=1 goes on from the first unfinished one
+      chunks=("")
+      if [[ -n ${CHUNK:-} ]]; then
+        mapfile -t chunks < <(python3 -m harness list --format json | python3 -c "
+import json, sys
+ids = [r['submission_id'] for r in json.load(sys.stdin)]
+n = $CHUNK
+for k in range(1, len(ids), n):
+    print(' '.join(f'--only {i}' for i in [ids[0], *ids[k:k + n]]))")
+      fi
+      : > "$OUT/board-$mode-$attempt.log"
+      for only in "${chunks[@]}"; do
+        left=$((limit - (SECONDS - start)))
+        ((left > 10)) || { echo "tournament $mode $attempt: no time left for $only"; break; }
+        # shellcheck disable=SC2086
+        COLUMNS=240 timeout "$left" python3 -m harness tournament --device "${DEVICE:-cuda}" --mode "$mode" $only \
+          --budget "${BUDGET:-0.5}" >> "$OUT/board-$mode-$attempt.log" 2>&1
+        echo "tournament $mode $attempt ${only:+(${only//--only /})}: exit $? at $((SECONDS - start)) s (limit $limit s)"
+      done
       grep -E "^(test|benchmark|leaderboard) +━" "$OUT/board-$mode-$attempt.log" | tail -3 | cut -c1-100
     done
-    COLUMNS=240 python3 -m harness leaderboard --device cuda --wide > "$OUT/board-$mode.txt" 2>&1
+    COLUMNS=240 python3 -m harness leaderboard --device "${DEVICE:-cuda}" --wide > "$OUT/board-$mode.txt" 2>&1
     grep -v "━" "$OUT/board-$mode.txt" | cut -c1-240
   done
   echo "left in /dev/shm: $(ls /dev/shm | grep -c harness || true); harness cgroups left: $(find /sys/fs/cgroup -maxdepth 3 -name 'harness-*' | wc -l)"

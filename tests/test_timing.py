@@ -618,10 +618,14 @@ def test_the_host_clock_adds_work_hidden_in_every_bracket_and_ignores_load_on_so
         [0.001, 0.001, 0.2, 0.001, 0.001], [0.54, 0.56, 0.54, 0.55, 0.56], harness_ms=0.3
     )
     assert most.hidden_ms == pytest.approx(0.239) and min(most.times_ms) == pytest.approx(0.24)
-    steady = host_clock_verdict([0.2, 0.11, 0.21, 0.4], [0.55, 0.9, 0.56, 0.8], harness_ms=0.3)
-    assert steady.rescored_calls == 0, "above half the median"
-    # an honest spread of reports is charged the quietest bracket less the fastest report (0.14)
-    assert steady.times_ms == pytest.approx([0.34, 0.25, 0.35, 0.54])
+    steady = host_clock_verdict([0.2, 0.15, 0.21, 0.25], [0.55, 0.9, 0.56, 0.6], harness_ms=0.3)
+    assert steady.rescored_calls == 0, "above half the longest"
+    # an honest spread of reports is charged the quietest bracket less the fastest report (0.1)
+    assert steady.times_ms == pytest.approx([0.3, 0.25, 0.31, 0.35])
+    # a call reported under half the longest is scored by its own bracket less the long calls'
+    # typical excess (0.05), load and all: as on a loaded host, where the honest calls pay theirs
+    short = host_clock_verdict([0.2, 0.09, 0.21, 0.2], [0.55, 0.9, 0.56, 0.55], harness_ms=0.3)
+    assert short.rescored_calls == 1 and short.times_ms[1] == pytest.approx(0.55)
 
 
 def test_on_the_cpu_no_floor_forgives_work_hidden_from_a_call_of_microseconds():
