@@ -314,13 +314,16 @@ def host_clock_verdict(
     1.37x the reference on the CPU, unflagged, before this) leaves the least excess to the honest
     calls. Such calls are reported far below the others (a fixed shape's honest calls differ by
     load, which only lengthens them): a call reported under `HOST_FEW_CALLS_REL` of the longest
-    reported call is scored by its bracket less the harness cost and the median excess of the
-    calls above that share, when that is more (`rescored_calls` counts them). Of the longest, not
-    the median: with the work hidden in most calls the median is a hiding call's, and such calls
-    were scored at the least bracket's hidden work while every honest call of the same run pays
-    its own load (a NaN fill computing in 4 calls of 5 ranked first at 1.22x beside a loaded
-    test suite, 2026-12-06); each is now scored by its own bracket, load and all. An honest call
-    reported that short pays only what its bracket holds beyond the long calls' typical excess.
+    reported call on the CPU (of the median on a GPU) is scored by its bracket less the harness
+    cost and the median excess of the calls above that share, when that is more
+    (`rescored_calls` counts them). On the CPU of the longest, not the median: with the work
+    hidden in most calls the median is a hiding call's, and such calls were scored at the least
+    bracket's hidden work while every honest call of the same run pays its own load (a NaN fill
+    computing in 4 calls of 5 ranked first at 1.22x beside a loaded test suite, 2026-12-06); each
+    is now scored by its own bracket, load and all. An honest call reported that short pays only
+    what its bracket holds beyond the long calls' typical excess. On a GPU, whose other children
+    are stopped on a host of many cores, there is no such load to pay, and one long outlier call
+    would put every other call's bracket noise into the score: the median stays.
 
     With `dominant` (the GPU): hidden work that exceeds the median reported call by more than
     `HOST_DOMINANT_MS` and the floor's share of the harness cost (its variation between
@@ -369,7 +372,7 @@ def host_clock_verdict(
     # work hidden in some calls: they are reported far below the longest; each is scored by its
     # bracket less the harness cost and the long calls' typical excess (the longest call is among
     # those, so they are never none)
-    short = HOST_FEW_CALLS_REL * max(times)
+    short = HOST_FEW_CALLS_REL * (middle if dominant else max(times))
     typical = statistics.median(d for t, d in zip(times, excess) if t >= short)
     scored, rescored = [], 0
     for reported, d in zip(times, excess):

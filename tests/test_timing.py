@@ -626,6 +626,14 @@ def test_the_host_clock_adds_work_hidden_in_every_bracket_and_ignores_load_on_so
     # typical excess (0.05), load and all: as on a loaded host, where the honest calls pay theirs
     short = host_clock_verdict([0.2, 0.09, 0.21, 0.2], [0.55, 0.9, 0.56, 0.55], harness_ms=0.3)
     assert short.rescored_calls == 1 and short.times_ms[1] == pytest.approx(0.55)
+    # on a GPU the share is of the median: one long call (3.0 ms among 1.4) leaves the others'
+    # bracket noise out of their scores
+    reported = [1.4] * 9 + [3.0]
+    brackets = [
+        t + 1.0 + noise for t, noise in zip(reported, [0.0, 0.2, 0.05, 0.3, 0.1, 0.0, 0.25, 0.1, 0.15, 0.0])
+    ]
+    outlier = host_clock_verdict(reported, brackets, harness_ms=1.0, dominant=True)
+    assert (outlier.rescored_calls, outlier.times_ms) == (0, reported)
 
 
 def test_on_the_cpu_no_floor_forgives_work_hidden_from_a_call_of_microseconds():
