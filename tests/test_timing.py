@@ -208,6 +208,17 @@ def _joined(shape) -> list[float]:
     return [t + hidden for block in shape.check.passes for t in block.reported_ms]
 
 
+def _assert_joined(shape) -> None:
+    """The shape's times are `_joined`'s, but for the calls the verdict scored by their brackets
+    (`rescored_calls`: reported under half the longest, as a loaded host can make an honest one),
+    which only ever score more."""
+    joined = _joined(shape)
+    assert len(shape.times_ms) == len(joined)
+    rescored = [(t, j) for t, j in zip(shape.times_ms, joined) if abs(t - j) > 1e-3]
+    assert len(rescored) <= shape.check.timing.joined.rescored_calls, (shape.times_ms, joined)
+    assert all(t > j for t, j in rescored), rescored
+
+
 def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
     evaluation = evaluate(
         TINY_TRITON_CONV, "tiny.py", load_task("conv2d_v2"), device="cpu", timed=True, rule=QUICK_RULE
@@ -219,7 +230,8 @@ def test_cpu_timing_of_a_tiny_triton_candidate_through_the_sandbox():
         assert shape.status == "pass"
         # two blocks of calls (harness.timing, method 5.), each under half the rule: 2 of at most 5
         assert [len(block.times_ms) for block in shape.check.passes] == [2, 2]
-        assert shape.runs == 4 and shape.times_ms == pytest.approx(_joined(shape), abs=1e-3)
+        assert shape.runs == 4
+        _assert_joined(shape)
         assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
         assert shape.min_ms == min(shape.times_ms) and shape.max_ms == max(shape.times_ms)
         assert shape.check.timing.device == "cpu"
@@ -254,7 +266,7 @@ def test_every_timed_shape_is_timed_in_two_blocks_the_second_in_reverse_order():
         for shape in evaluation.shapes:
             first, second = shape.check.passes
             assert len(first.times_ms) == len(second.times_ms) == per_block
-            assert shape.times_ms == pytest.approx(_joined(shape), abs=1e-3)
+            _assert_joined(shape)
             assert shape.runs == len(shape.times_ms)
             assert shape.mean_ms == pytest.approx(statistics.fmean(shape.times_ms))
             assert first.mean_ms == pytest.approx(statistics.fmean(first.times_ms))
