@@ -101,7 +101,7 @@ HOST_FLOOR_HARNESS_REL = 0.3
 HOST_MARGIN_MS = 5.0  # hidden work over this (plus HOST_MARGIN_REL of the call) is flagged
 HOST_MARGIN_REL = 1.0
 HOST_SPREAD_FACTOR = 3.0  # ... plus this many times the calls' own spread
-HOST_FEW_CALLS_REL = 0.5  # a call reported under this share of the longest is judged by its bracket
+HOST_FEW_CALLS_REL = 0.5  # a call reported under this share of the median is judged by its bracket
 # on a GPU, hidden work over the reported call by this much is flagged, not only added (`dominant`)
 HOST_DOMINANT_MS = 0.25
 HOST_SLACK_MS = 0.05  # a reported call may exceed its bracket by this much (clock granularity)
@@ -313,17 +313,12 @@ def host_clock_verdict(
     Work hidden in some calls only (a NaN fill that computes on 2 calls of 5, the others honest:
     1.37x the reference on the CPU, unflagged, before this) leaves the least excess to the honest
     calls. Such calls are reported far below the others (a fixed shape's honest calls differ by
-    load, which only lengthens them): a call reported under `HOST_FEW_CALLS_REL` of the longest
-    reported call on the CPU (of the median on a GPU) is scored by its bracket less the harness
-    cost and the median excess of the calls above that share, when that is more
-    (`rescored_calls` counts them). On the CPU of the longest, not the median: with the work
-    hidden in most calls the median is a hiding call's, and such calls were scored at the least
-    bracket's hidden work while every honest call of the same run pays its own load (a NaN fill
-    computing in 4 calls of 5 ranked first at 1.22x beside a loaded test suite, 2026-12-06); each
-    is now scored by its own bracket, load and all. An honest call reported that short pays only
-    what its bracket holds beyond the long calls' typical excess. On a GPU, whose other children
-    are stopped on a host of many cores, there is no such load to pay, and one long outlier call
-    would put every other call's bracket noise into the score: the median stays.
+    load, which only lengthens them): a call reported under `HOST_FEW_CALLS_REL` of the median is
+    scored by its bracket less the harness cost and the median excess of the other calls, when
+    that is more (`rescored_calls` counts them). Of the median, not the longest: tried on the CPU
+    (2026-12-06), half the longest call rescored an honest revision's short calls on a loaded host
+    by their loaded brackets (its smallest shape 12x its reports) while a candidate reporting
+    every call at a microsecond paid only the quietest bracket's work, and ranked first.
 
     With `dominant` (the GPU): hidden work that exceeds the median reported call by more than
     `HOST_DOMINANT_MS` and the floor's share of the harness cost (its variation between
@@ -369,10 +364,10 @@ def host_clock_verdict(
     )
     if hidden <= _host_floor_ms(middle, harness_ms, dominant):
         hidden = 0.0
-    # work hidden in some calls: they are reported far below the longest; each is scored by its
-    # bracket less the harness cost and the long calls' typical excess (the longest call is among
-    # those, so they are never none)
-    short = HOST_FEW_CALLS_REL * (middle if dominant else max(times))
+    # work hidden in some calls: they are reported far below the others; each is scored by its
+    # bracket less the harness cost and the other calls' typical excess (the median call is among
+    # those others, so they are never none)
+    short = HOST_FEW_CALLS_REL * middle
     typical = statistics.median(d for t, d in zip(times, excess) if t >= short)
     scored, rescored = [], 0
     for reported, d in zip(times, excess):
