@@ -38,18 +38,24 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-class ShapeCheckJSON(TypeDecorator[ShapeCheck]):
-    """A `ShapeCheck` kept as JSON (every field, None included): written from the model, read back
-    as the model, so that nothing reads the stored check as a bag."""
+class TypedJSON(TypeDecorator[Any]):
+    """A value of a pydantic type (`annotation`: a model, or a list of them) kept as JSON (every
+    field, None included): written from the type, read back as it, so that nothing reads a stored
+    result as a bag."""
 
     impl = JSON
     cache_ok = True
 
-    def process_bind_param(self, value: ShapeCheck | None, dialect: Any) -> dict[str, Any] | None:
-        return None if value is None else value.model_dump(mode="json")
+    def __init__(self, annotation: Any) -> None:
+        super().__init__()
+        self.annotation = annotation
+        self.adapter: TypeAdapter[Any] = TypeAdapter(annotation)
 
-    def process_result_value(self, value: dict[str, Any] | None, dialect: Any) -> ShapeCheck | None:
-        return None if value is None else ShapeCheck.model_validate(value)
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        return None if value is None else self.adapter.dump_python(value, mode="json")
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        return None if value is None else self.adapter.validate_python(value)
 
 
 class RetimedShape(BaseModel):
@@ -62,22 +68,6 @@ class RetimedShape(BaseModel):
     shape: dict[str, Any]
     times_ms: list[float]
     means_ms: list[float] = []
-
-
-RETIMED_SHAPES: TypeAdapter[list[RetimedShape]] = TypeAdapter(list[RetimedShape])
-
-
-class RetimedShapesJSON(TypeDecorator[list[RetimedShape]]):
-    """A Retiming's shapes kept as JSON, read back as `RetimedShape`s."""
-
-    impl = JSON
-    cache_ok = True
-
-    def process_bind_param(self, value: list[RetimedShape] | None, dialect: Any) -> list[Any] | None:
-        return None if value is None else RETIMED_SHAPES.dump_python(value, mode="json")
-
-    def process_result_value(self, value: list[Any] | None, dialect: Any) -> list[RetimedShape] | None:
-        return None if value is None else RETIMED_SHAPES.validate_python(value)
 
 
 class Base(DeclarativeBase):
@@ -243,7 +233,7 @@ class ShapeResult(Base):
     reason: Mapped[str] = mapped_column(Text, default="", server_default="")
     call_s: Mapped[float | None]
     passed: Mapped[bool | None]
-    check: Mapped[ShapeCheck] = mapped_column(ShapeCheckJSON, default=ShapeCheck)
+    check: Mapped[ShapeCheck] = mapped_column(TypedJSON(ShapeCheck), default=ShapeCheck)
     runs: Mapped[int | None]
     mean_ms: Mapped[float | None]
     median_ms: Mapped[float | None]
@@ -313,7 +303,7 @@ class Retiming(Base):
     score_ms: Mapped[float | None]
     judge_version: Mapped[int] = mapped_column(default=JUDGE_VERSION, server_default="1")  # as Run's
     # per timed shape, in the run's order: its parameters, per-call times and block means
-    shapes: Mapped[list[RetimedShape]] = mapped_column(RetimedShapesJSON, default=list)
+    shapes: Mapped[list[RetimedShape]] = mapped_column(TypedJSON(list[RetimedShape]), default=list)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
