@@ -5,7 +5,7 @@ own protocol (two entry points), a reference importing a module this machine lac
 larger than the machine's memory. Each ends in a result or one line, never a traceback.
 
 The problems in tests/data/gpumode_problems/ (cholesky_py, tupleout_py, twoentry_py,
-missingmodule_py, hugeshape_py, twobuffers_py) were written for these tests in GPU MODE's format."""
+missingmodule_py, hugeshape_py, twobuffers_py, multigpu_py) were written for these tests in GPU MODE's format."""
 
 from __future__ import annotations
 
@@ -141,6 +141,52 @@ def test_a_problem_with_its_own_protocol_is_refused_in_one_line(harness, store_u
     assert "reference.py: defines no generate_input, ref_kernel, check_implementation" in result.stderr
     assert "own eval.py runs another protocol than custom_kernel(data)" in result.stderr
     assert dump_store(store_url) == before
+
+
+def test_a_multi_gpu_problem_is_refused_in_one_line(harness, store_url, dump_store):
+    """multigpu_py (as amd_distributed's all2all) says `multi_gpu: true` and its generate_input
+    takes the rank and world size that GPU MODE's eval.py hands each process under
+    torch.distributed: one line naming what the harness does not run, exit 2, nothing written."""
+    ok(harness("init"))
+    before = dump_store(store_url)
+    result = harness("task", "add", PROBLEMS / "multigpu_py")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert "multi_gpu: the problem runs one process per GPU under torch.distributed" in result.stderr
+    assert dump_store(store_url) == before
+
+
+def test_a_generator_parameter_that_no_shape_gives_is_refused_in_one_line(
+    harness, store_url, dump_store, tmp_path
+):
+    """A generate_input with a parameter without a default that the shapes do not give (the
+    harness gives only the seed, and the device where it is taken) would fail at every call: the
+    problem is refused at `task add`, naming the parameter; one with a default is accepted."""
+    problem = tmp_path / "scaled_py"
+    shutil.copytree(PROBLEMS / "vectoradd_py", problem)
+    shutil.copy(PROBLEMS / "utils.py", tmp_path / "utils.py")
+    reference = problem / "reference.py"
+    source = reference.read_text()
+    reference.write_text(
+        source.replace(
+            "def generate_input(size: int, seed: int,",
+            "def generate_input(size: int, seed: int, scale: float,",
+        )
+    )
+    ok(harness("init"))
+    before = dump_store(store_url)
+    result = harness("task", "add", problem)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "tests[0] lacks scale, which generate_input needs" in result.stderr
+    assert dump_store(store_url) == before
+    reference.write_text(
+        source.replace(
+            "def generate_input(size: int, seed: int,",
+            "def generate_input(size: int, seed: int, scale: float = 1.0,",
+        )
+    )
+    ok(harness("task", "add", problem))
 
 
 def test_a_reference_that_imports_a_missing_module_is_unsupported_in_one_line(harness):

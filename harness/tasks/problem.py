@@ -160,7 +160,14 @@ def problem_spec(
     for set_name in ("tests", "benchmarks"):
         if not isinstance(raw.get(set_name), list) or not raw[set_name]:
             raise HarnessError(f"{where}: no {set_name} shapes")
+    if raw.get("multi_gpu"):
+        raise HarnessError(
+            f"{where}: multi_gpu: the problem runs one process per GPU under torch.distributed "
+            "(GPU MODE's eval.py hands each its rank and world_size), which the harness does not run: "
+            "it judges a candidate in one process on one device"
+        )
     parameters, takes_any = _generator_parameters(reference)
+    required = _generator_required(reference) - {"seed", "device"}
     shapes = {
         "tests": raw["tests"],
         "benchmarks": raw["benchmarks"],
@@ -174,6 +181,12 @@ def problem_spec(
             if unknown:
                 raise HarnessError(
                     f"{where}: {set_name}[{index}] has {', '.join(unknown)}, which generate_input does not take"
+                )
+            lacking = sorted(required - set(shape))
+            if lacking:
+                raise HarnessError(
+                    f"{where}: {set_name}[{index}] lacks {', '.join(lacking)}, which generate_input needs "
+                    "and neither the shape nor the harness gives (it gives seed, and device where taken)"
                 )
     tolerance = extension.tolerance or {}
     if extension.tolerance is not None and set(tolerance) != {"rtol", "atol"}:
@@ -274,6 +287,17 @@ def _generator(module: ast.Module) -> ast.FunctionDef | None:
     return next(
         (n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "generate_input"), None
     )
+
+
+def _generator_required(module: ast.Module) -> set[str]:
+    """generate_input's parameters without a default (none known for one that is not a plain def)."""
+    function = _generator(module)
+    if function is None or function.decorator_list:
+        return set()
+    arguments = function.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    required = {a.arg for a in positional[: len(positional) - len(arguments.defaults)]}
+    return required | {a.arg for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is None}
 
 
 def _generator_parameters(module: ast.Module) -> tuple[set[str], bool]:
