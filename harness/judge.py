@@ -19,8 +19,12 @@ an environment only) and counts as missing for the plan, so the next tournament 
 5. Issues 28 and 33 (2026-12-03): on a GPU the parent flushes the L2 from its own process before
    every timed call and flags a call's prelude (inputs to the go) longer than the calibrated one
    (harness.timing.PRELUDE_MARGIN_MS); a calibration child out of memory is a shape result.
+6. Issue 28 (2026-12-06): hidden work is the quietest bracket less the harness cost and the
+   fastest report; on the CPU its floor is 5 % of the median report alone (no fixed part); the
+   host-clock flag's spread is the excesses' first quartile less their least; on the CPU the
+   harness cost is calibrated again for every timed block, the least kept.
 """
 
 from __future__ import annotations
 
-JUDGE_VERSION = 5
+JUDGE_VERSION = 6
