@@ -2,9 +2,13 @@
 
 Method, per shape (`time_calls`):
 
-1. Warm-up: at least `warmup_calls` calls (at least one) and `warmup_s` seconds, each call
-   followed by a device-wide synchronize. Their host seconds are returned as `compile_s`, so that
-   JIT compilation, Triton autotuning and cuDNN algorithm search stay out of the timed calls.
+1. Warm-up: at least `warmup_calls` calls (at least one) and `warmup_s` seconds of the loop's
+   wall clock (the inputs' preparation before each call, the NaN fill in the sandbox, included),
+   each call followed by a device-wide synchronize. The calls' host seconds are returned as
+   `compile_s`, so that JIT compilation, Triton autotuning and cuDNN algorithm search stay out
+   of the timed calls. (Counting only the calls' seconds, a candidate whose calls take
+   microseconds and whose work hides before them, in the fill, stretched its warm-up to tens
+   of thousands of calls: 77 s of one benchmark phase on an H100, 2026-12-06.)
    Their inputs may come from elsewhere than the timed calls' (`warmup_inputs`: in the sandbox,
    inputs handed over once with the request, without a round trip to the parent per call); their
    outputs are not checked.
@@ -209,7 +213,8 @@ def time_calls(
     """Warm up, then time `call(make_inputs(k))` until `rule` says stop (method: module docstring).
 
     The warm-up is at least `warmup_calls` calls (at least one) and at least `warmup_s` seconds
-    (so that the GPU's clocks are up), each on `warmup_inputs(k)` (default: `make_inputs(k)`).
+    of its loop's wall clock (so that the GPU's clocks are up), each on `warmup_inputs(k)`
+    (default: `make_inputs(k)`).
     `k` counts the shape's calls from 0, warm-up included. `after_call(k, inputs, output)` runs
     after each timed call, outside the timed region.
     """
@@ -218,7 +223,8 @@ def time_calls(
     timed_call = _cuda_timed_call if device == "cuda" else _cpu_timed_call
     compile_s = 0.0
     calls = 0
-    while calls < max(1, warmup_calls) or compile_s < warmup_s:
+    warmup_started = perf_counter()
+    while calls < max(1, warmup_calls) or perf_counter() - warmup_started < warmup_s:
         inputs = (warmup_inputs or make_inputs)(calls)
         started = perf_counter()
         call(inputs)

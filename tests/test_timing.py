@@ -139,6 +139,32 @@ def test_warm_up_calls_take_their_own_inputs_when_given():
     assert warm == [0, 1, 2] and timed == [3, 4, 5, 6] and stats.runs == 4
 
 
+def test_the_warm_up_ends_by_its_wall_clock_not_by_the_calls_own_seconds():
+    """A candidate whose calls take microseconds and whose work hides before them (in the
+    sandbox: in the child's NaN fill, which `warmup_inputs` runs) must not stretch the warm-up:
+    `warmup_s` is the loop's wall clock, the preparation included. Counting the calls' seconds
+    alone, 0.05 s of warm-up took about 50,000 calls here, each with its 2 ms of hidden work
+    (an H100's benchmark phase spent 77 s so on one such candidate, 2026-12-06)."""
+    warm = []
+
+    def warmup_inputs(index):
+        warm.append(index)
+        time.sleep(0.002)  # the hidden work, before the call
+
+    stats = time_calls(
+        lambda x: None,
+        lambda index: None,
+        device="cpu",
+        warmup_calls=3,
+        warmup_s=0.05,
+        warmup_inputs=warmup_inputs,
+        rule=StoppingRule(min_runs=2, max_runs=2),
+    )
+    # 0.05 s of 2 ms sleeps: at most 25 calls, fewer on a loaded machine (a sleep lasts longer)
+    assert 3 <= len(warm) <= 26 and stats.runs == 2
+    assert stats.compile_s < 0.05  # the calls' own seconds: what the warm-up reports
+
+
 def test_unknown_device_is_refused():
     with pytest.raises(ValueError, match="device"):
         time_calls(lambda x: x, lambda index: index, device="tpu")
