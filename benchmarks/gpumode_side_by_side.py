@@ -203,8 +203,7 @@ def main() -> int:
             print(f"deadline: {directory} not run", flush=True)
             return None
         problem = Path(directory)
-        # the set in the name: pmpp and pmpp_v2 both have a conv2d_py, which would be one task's versions
-        name = f"{problem.parent.name}_{problem.name.removesuffix('_py')}".replace("-", "_")
+        name = problem.name.removesuffix("_py").replace("-", "_")
         spec = yaml.safe_load((problem / "task.yml").read_text()) if (problem / "task.yml").exists() else {}
         row = {
             "problem": f"{problem.parent.name}/{problem.name}",
