@@ -5,7 +5,7 @@ own protocol (two entry points), a reference importing a module this machine lac
 larger than the machine's memory. Each ends in a result or one line, never a traceback.
 
 The problems in tests/data/gpumode_problems/ (cholesky_py, tupleout_py, twoentry_py,
-missingmodule_py, hugeshape_py, twobuffers_py, multigpu_py) were written for these tests in GPU MODE's format."""
+missingmodule_py, hugeshape_py, twobuffers_py, multigpu_py, objectdata_py) were written for these tests in GPU MODE's format."""
 
 from __future__ import annotations
 
@@ -141,6 +141,23 @@ def test_a_problem_with_its_own_protocol_is_refused_in_one_line(harness, store_u
     assert "reference.py: defines no generate_input, ref_kernel, check_implementation" in result.stderr
     assert "own eval.py runs another protocol than custom_kernel(data)" in result.stderr
     assert dump_store(store_url) == before
+
+
+def test_data_holding_an_object_of_the_tasks_own_class_is_unsupported_in_one_line(harness):
+    """objectdata_py's generate_input hands a Config dataclass beside its tensor (as amd's
+    mla-decode hands a Config and a KVCache module): the child cannot be handed it, so every
+    evaluation is `unsupported` with one line naming the item, exit 0 (a result, not an error
+    of the run; it was exit 2 with nothing recorded)."""
+    ok(harness("task", "add", PROBLEMS / "objectdata_py"))
+    register(harness, PROBLEMS / "objectdata_py" / "solutions" / "correct.py", "objectdata", "correct")
+    result = harness("tournament", "--task", "objectdata", "--device", "cpu", timeout=300)
+    ok(result)
+    entries = board(harness, "objectdata")
+    assert set(entries) == {"objectdata_reference", "correct"}
+    for entry in entries.values():
+        assert entry["status"] == "unsupported"
+        assert "generate_input's item 0 is a Config: only tensors, numbers" in entry["reason"]
+        assert entry["reason"].endswith("can be handed to the child: unsupported here")
 
 
 def test_a_multi_gpu_problem_is_refused_in_one_line(harness, store_url, dump_store):

@@ -57,7 +57,6 @@ from pathlib import Path
 import torch
 
 from harness.bits import bit_patterns
-from harness.errors import HarnessError
 from harness.sandbox.protocol import (
     DataItem,
     MappingItem,
@@ -67,6 +66,7 @@ from harness.sandbox.protocol import (
     ValueItem,
     WholeItem,
 )
+from harness.tasks.spec import TaskUnsupported
 from harness.wire import TensorInfo
 
 DTYPES: dict[str, torch.dtype] = {
@@ -537,11 +537,12 @@ def _stride_kept(value: torch.Tensor) -> list[int] | None:
 def _tensor_facts(value: torch.Tensor, where: str) -> tuple[str, list[int], int]:
     dtype = str(value.dtype)
     if dtype not in DTYPES:
-        raise HarnessError(
-            f"generate_input's {where} is a tensor of {dtype}, which the child cannot be handed"
+        raise TaskUnsupported(
+            f"generate_input's {where} is a tensor of {dtype}, which the child cannot be handed: "
+            "unsupported here"
         )
     if value.device.type not in ("cpu", "cuda"):
-        raise HarnessError(f"generate_input's {where} is a tensor on {value.device.type}")
+        raise TaskUnsupported(f"generate_input's {where} is a tensor on {value.device.type}: unsupported here")
     return dtype, list(value.shape), value.numel() * value.element_size()
 
 
@@ -550,9 +551,11 @@ def lay_out_inputs(
 ) -> tuple[list[DataItem], list[tuple[int, torch.Tensor]], int]:
     """`data` as typed items, with each tensor's place in the inputs memory: (items, every
     (offset, tensor) to copy, the bytes needed). The tensors at `output_keys` (tuple positions or
-    dict keys) are output buffers, whose bytes do not travel. Raises HarnessError for an item
-    that is neither a tensor, a number, a string, None, nor a tuple, list or dict (string keys) of
-    those."""
+    dict keys) are output buffers, whose bytes do not travel. Raises `TaskUnsupported`
+    (the task cannot run here: a result of every evaluation, never an error of the run) for an
+    item that is neither a tensor, a number, a string, None, nor a tuple, list or dict (string
+    keys) of those (an object of the task's own class: amd's mla-decode hands a Config dataclass
+    and a KVCache module), or a tensor of a dtype or on a device the child cannot be handed."""
     placed: list[tuple[int, torch.Tensor]] = []
     end = 0
 
@@ -573,9 +576,9 @@ def lay_out_inputs(
             return SequenceItem(kind=kind, items=[item(v, f"{where}[{i}]") for i, v in enumerate(value)])
         if isinstance(value, dict) and all(isinstance(key, str) for key in value):
             return MappingItem(items={key: item(v, f"{where}[{key!r}]") for key, v in value.items()})
-        raise HarnessError(
+        raise TaskUnsupported(
             f"generate_input's {where} is a {type(value).__name__}: only tensors, numbers, strings, "
-            "None and tuples, lists and dicts of them can be handed to the child"
+            "None and tuples, lists and dicts of them can be handed to the child: unsupported here"
         )
 
     def top(key: int | str, value: object, where: str) -> DataItem:
