@@ -51,7 +51,8 @@ if want board; then
     # ALL_HOSTILE=1: every timing and output cheat of tests/adversarial/ too
     [[ -n ${ALL_HOSTILE:-} ]] && hostile="$hostile computes_in_some_fills computes_when_checked patches_timers
       replaces_timing_loop replaces_timing_loop_with_calls skips_the_flush side_stream thread_writes_later
-      precomputes_public_seeds reused_allocation searches_memory spins_while_others_run patches_comparison"
+      precomputes_public_seeds reused_allocation searches_memory spins_while_others_run patches_comparison
+      computes_in_most_fills computes_in_the_export hides_work_for_a_while"
     default=$(for name in $hostile; do echo "tests/adversarial/$name.py"; done; ls tests/honest/*.py)
     for f in ${CANDIDATES:-$default}; do
       python3 -m harness register "$f" --lineage "$(basename "$f" .py)" > /dev/null || echo "register failed: $f"
