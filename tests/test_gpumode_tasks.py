@@ -218,6 +218,13 @@ def test_a_tournament_and_a_leaderboard_per_task_on_the_cpu(harness, task, mode,
         f"{task}_correct",
     }
     assert entries[f"{task}_reference"]["speedup_vs_reference"] == 1.0
+    # the harness ranks by task.yml's ranking_by (prefixsum_py's `last`), else the geometric mean;
+    # GPU MODE's score beside it where that differs: without ranking_by, KernelBot's `last`
+    assert board["ranking_by"] == ("last" if task == "prefixsum" else "geom")
+    assert board["gpumode_ranking_by"] == (None if task == "prefixsum" else "last")
+    for entry in entries.values():
+        if entry["rank"] is not None and task != "prefixsum":
+            assert entry["gpumode_score_ms"] == pytest.approx(entry["benchmarks"][-1]["mean_ms"])
     wrong = entries[f"{task}_wrong"]
     assert wrong["rank"] is None and wrong["status"] == "wrong_answer"
     assert reason in wrong["reason"]

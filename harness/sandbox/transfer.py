@@ -542,7 +542,9 @@ def _tensor_facts(value: torch.Tensor, where: str) -> tuple[str, list[int], int]
             "unsupported here"
         )
     if value.device.type not in ("cpu", "cuda"):
-        raise TaskUnsupported(f"generate_input's {where} is a tensor on {value.device.type}: unsupported here")
+        raise TaskUnsupported(
+            f"generate_input's {where} is a tensor on {value.device.type}: unsupported here"
+        )
     return dtype, list(value.shape), value.numel() * value.element_size()
 
 

@@ -45,6 +45,7 @@ TASK_YML, REFERENCE, TASK_TYPES, UTILS = "task.yml", "reference.py", "task.py", 
 REQUIRED_FUNCTIONS = ("generate_input", "ref_kernel", "check_implementation")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 MAX_FILE_BYTES = 1_000_000
+KERNELBOT_RANKING_BY = "last"  # how GPU MODE's KernelBot scores a problem whose task.yml names no ranking_by
 
 
 class HarnessExtension(BaseModel):
@@ -212,7 +213,8 @@ def problem_spec(
             exact_answer_at=extension.exact_answer_at,
             verdict=verdict,
             ranking_by=ranking_by,
-            gpumode_ranking_by=extension.gpumode_ranking_by or raw.get("ranking_by"),
+            # without ranking_by in task.yml GPU MODE ranks by KernelBot's default, the last shape
+            gpumode_ranking_by=extension.gpumode_ranking_by or raw.get("ranking_by") or KERNELBOT_RANKING_BY,
             tests=shapes["tests"],
             benchmarks=shapes["benchmarks"],
             smoke=shapes["smoke"],
