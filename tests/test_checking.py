@@ -586,3 +586,26 @@ def test_a_timed_check_asks_for_the_exact_answer_only_where_gpu_modes_rule_fails
     assert quick.verdicts == full.verdicts and quick.reason == full.reason
     failing, fallback = judged("generate_input")  # called as f(data, positions): it raises
     assert failing.expected64 is not None and fallback.verdicts == full.verdicts
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cpu_tensors_in_data_made_on_cuda_reach_the_child_on_the_cpu():
+    """GPU MODE's data may mix devices (nvfp4_group_gemm hands its scale factors on the CPU beside
+    CUDA tensors): on CUDA such data is the task's (not `unsupported`), and the child gets each
+    tensor, the output buffer included, on the device it was made on."""
+    import types
+
+    from harness.sandbox.transfer import InputsWriter, SharedBuffer, read_inputs
+    from harness.sandbox.workspace import create_shared_memory
+    from harness.tasks.spec import generate_inputs
+
+    def generate_input(size: int, seed: int):
+        return torch.randn(size, device="cuda"), torch.arange(size), torch.empty(size)
+
+    data = generate_inputs(types.SimpleNamespace(generate_input=generate_input), {"size": 4}, 1, "cuda")
+    fd = create_shared_memory("harness-inputs")
+    items = InputsWriter(fd, cuda=True).write(data, output_keys=(2,))
+    rebuilt = read_inputs(items, SharedBuffer(os.dup(fd), cuda=True), "cuda")
+    assert [t.device.type for t in rebuilt] == ["cuda", "cpu", "cpu"]
+    assert torch.equal(rebuilt[0], data[0]) and torch.equal(rebuilt[1], data[1])
+    assert bool(rebuilt[2].isnan().all())

@@ -49,6 +49,9 @@ class TensorItem(Message):
     stride: list[NonNegativeInt] | None = None
     offset: NonNegativeInt
     nbytes: NonNegativeInt
+    # made on the CPU whatever the child's device: GPU MODE's data may mix the two (nvfp4_group_gemm
+    # hands its scale factors on the CPU beside CUDA tensors), and a submission gets it as made
+    on_cpu: bool = False
 
 
 class OutputBufferItem(Message):
@@ -59,6 +62,7 @@ class OutputBufferItem(Message):
     dtype: str
     shape: list[NonNegativeInt]
     stride: list[NonNegativeInt] | None = None
+    on_cpu: bool = False  # as TensorItem's
 
 
 class ValueItem(Message):

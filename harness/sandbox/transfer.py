@@ -569,7 +569,12 @@ def lay_out_inputs(
             end = offset + nbytes
             placed.append((offset, value))
             return TensorItem(
-                dtype=dtype, shape=shape, stride=_stride_kept(value), offset=offset, nbytes=nbytes
+                dtype=dtype,
+                shape=shape,
+                stride=_stride_kept(value),
+                offset=offset,
+                nbytes=nbytes,
+                on_cpu=value.device.type == "cpu",
             )
         if value is None or isinstance(value, bool | int | float | str):
             return ValueItem(value=value)
@@ -586,7 +591,9 @@ def lay_out_inputs(
     def top(key: int | str, value: object, where: str) -> DataItem:
         if key in output_keys and isinstance(value, torch.Tensor):
             dtype, shape, _nbytes = _tensor_facts(value, f"output buffer ({where})")
-            return OutputBufferItem(dtype=dtype, shape=shape, stride=_stride_kept(value))
+            return OutputBufferItem(
+                dtype=dtype, shape=shape, stride=_stride_kept(value), on_cpu=value.device.type == "cpu"
+            )
         return item(value, where)
 
     if isinstance(data, dict) and all(isinstance(key, str) for key in data):
@@ -639,7 +646,8 @@ class InputsWriter:
 
 
 def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tuple:
-    """The data tuple `items` describe, every tensor a fresh one on `device` (the child's side of
+    """The data tuple `items` describe, every tensor a fresh one on `device` (on the CPU where the
+    item says so: data made on CUDA may hold CPU tensors) (the child's side of
     `InputsWriter`). Raises ValueError when an item does not describe a tensor that fits."""
     torch_device = torch.device(device)
     memory: torch.Tensor | None = None
@@ -654,13 +662,14 @@ def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tup
             return max((needed(part) for part in parts), default=0)
         return 0
 
-    def empty(dtype_name: str, shape: list[int], stride: list[int] | None) -> torch.Tensor:
+    def empty(dtype_name: str, shape: list[int], stride: list[int] | None, on_cpu: bool) -> torch.Tensor:
         if dtype_name not in DTYPES:
             raise ValueError(f"unknown dtype {dtype_name}")
         dtype = DTYPES[dtype_name]
+        where = torch.device("cpu") if on_cpu else torch_device
         if stride is not None and len(stride) == len(shape):
-            return torch.empty_strided(shape, stride, dtype=dtype, device=torch_device)
-        return torch.empty(shape, dtype=dtype, device=torch_device)
+            return torch.empty_strided(shape, stride, dtype=dtype, device=where)
+        return torch.empty(shape, dtype=dtype, device=where)
 
     def make(item: DataItem) -> object:
         if isinstance(item, ValueItem):
@@ -672,7 +681,7 @@ def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tup
             return {key: make(part) for key, part in item.items.items()}
         if isinstance(item, WholeItem):
             raise ValueError("a whole-data item inside the data")  # noqa: TRY004 - read_inputs raises ValueError
-        target = empty(item.dtype, item.shape, item.stride)
+        target = empty(item.dtype, item.shape, item.stride, item.on_cpu)
         if isinstance(item, OutputBufferItem):
             return target.fill_(float("nan")) if target.is_floating_point() else target.zero_()
         if target.numel() * target.element_size() != item.nbytes:

@@ -355,7 +355,10 @@ def generate_inputs(reference: ModuleType, parameters: dict, seed: int, device: 
             raise
         raise TaskUnsupported(f"{cuda_only}: unsupported on {device}") from exc
     devices = {t.device.type for t in _tensors_of(data)}
-    if devices - {device}:
+    # on CUDA, CPU tensors beside CUDA ones are GPU MODE's data as made (nvfp4_group_gemm's scale
+    # factors): each is handed over on its own device
+    allowed = {"cuda", "cpu"} if device == "cuda" and "cuda" in devices else {device}
+    if devices - allowed:
         raise TaskUnsupported(
             f"makes its inputs on {', '.join(sorted(devices))} (its generate_input takes no `device`): "
             f"unsupported on {device}"
