@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import HARNESS_SCRIPT, none_left_named
 
 from harness.sandbox.evaluation import Evaluation, Evaluator, checked_configs, evaluate_interleaved
@@ -456,6 +457,23 @@ def test_a_revision_out_of_memory_beside_others_is_retried_alone(tmp_path, run_c
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert re.search(r"starved r1\s+pass", checked.stdout), checked.stdout
     assert list((tmp_path / "cache").rglob("starved-once")), "its first evaluation ran out of memory"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_gpu_memory_hog_started_first_ends_no_tournament(tmp_path, run_cli):
+    """A candidate that takes the GPU's memory at its import, registered first so that its child
+    starts before the parent's first CUDA call: the parent makes its CUDA context before any
+    child of a CUDA job starts (harness.sandbox.devices.hold_cuda_context), so the tournament
+    ends with results, the hog's a failure, never a traceback (on an H100, 2026-12-06, a
+    board's second tournament ended in cudaMemGetInfo with "CUDA error: out of memory")."""
+    for name, path in (("hog", ADVERSARIAL / "holds_device_memory.py"), ("reference", REFERENCE)):
+        registered = run_cli("register", path, "--lineage", name)
+        assert registered.returncode == 0, registered.stderr
+    environment = {"HARNESS_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "250"}
+    result = run_cli("tournament", "--device", "cuda", "--mode", "test", env=environment, timeout=600)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode in (0, 1), result.stderr
+    assert "reference r1" in result.stdout, result.stdout
 
 
 def test_revisions_starved_beside_one_that_was_not_are_retried_together_without_it(tmp_path, monkeypatch):

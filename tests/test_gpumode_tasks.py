@@ -9,6 +9,7 @@ The problems in tests/data/gpumode_problems/ were written for these tests in GPU
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -498,3 +499,30 @@ def test_the_bare_calibration_no_op_returns_every_output_buffer():
     data = (torch.zeros(1), torch.ones(2), torch.ones(3))
     returned = namespace[task.entry_point](data)
     assert returned[0] is data[1] and returned[1] is data[2]
+
+
+def test_gpu_modes_own_submission_directive_names_its_leaderboard_not_a_task_here(harness, tmp_path):
+    """GPU MODE's submission.py files name their hosted leaderboard (`#!POPCORN leaderboard
+    vectorsum_py`): the problem directory's name is the task added from it, and a leaderboard
+    that is no task here does not contradict `--task`; a directive naming another task that is
+    here still does (one line, exit 2)."""
+    ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
+    ok(harness("task", "add", PROBLEMS / "matmul_py"))
+    correct = (PROBLEMS / "vectoradd_py" / "solutions" / "correct.py").read_bytes()
+    for number, (directive, lineage) in enumerate(
+        (("vectoradd_py", "by_folder"), ("vectoradd_hosted_v2", "by_hosted_name")), start=1
+    ):
+        path = tmp_path / str(number) / "submission.py"
+        path.parent.mkdir()
+        path.write_bytes(f"#!POPCORN leaderboard {directive}\n".encode() + correct)
+        ok(harness("register", path, "--task", "vectoradd", "--lineage", lineage))
+        assert re.search(rf"{lineage} +r1 .* vectoradd", ok(harness("list", "--task", "vectoradd")))
+    path = tmp_path / "3" / "submission.py"
+    path.parent.mkdir()
+    path.write_bytes(b"#!POPCORN leaderboard matmul_py\n" + correct)
+    refused = harness("register", path, "--task", "vectoradd")
+    assert refused.returncode == 2
+    assert (
+        "--task vectoradd conflicts with the file's `#!POPCORN leaderboard matmul` directive"
+        in refused.stderr
+    )

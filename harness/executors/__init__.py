@@ -191,7 +191,8 @@ def run_job(
     are adopted by the requests of the same candidates; the others are stopped before anything
     runs. The first children (a group of timed ones, or as many untimed ones as run at once) are
     spawned before anything imports torch here (harness.sandbox.supervisor is free of it), so that
-    this process's own torch import, when it is the first, overlaps their start. `on_evaluation`
+    this process's own torch import, when it is the first, overlaps their start; on CUDA this
+    process makes its CUDA context first (`hold_cuda_context`: a child may take the GPU's memory). `on_evaluation`
     hears of each evaluation as it ends (on this thread), before the job is over; `on_activity`
     of what each does (harness.sandbox.evaluation.ACTIVITIES). `parallel`: untimed evaluations at
     once (default: settings.check_parallelism)."""
@@ -201,6 +202,10 @@ def run_job(
     from harness.tasks import load_task
 
     pool = pool or CHILD_POOL
+    if any(request.device == "cuda" for request in job.requests):
+        from harness.sandbox.devices import hold_cuda_context
+
+        hold_cuda_context()  # before any child of this job can take the GPU's memory
     timed = any(request.timed for request in job.requests)
     count = check_parallelism() if parallel is None else max(1, parallel)
     ahead = INTERLEAVE_GROUP if timed or count == 1 else count

@@ -38,11 +38,32 @@ def check_parallelism(setting: int | None = None) -> int:
 
 def gpu_check_parallelism() -> int:
     """How many checking children fit in the current GPU's free memory (CHECK_CHILD_GPU_BYTES
-    each; at least 1). It starts CUDA in this process: ask once the children are spawned."""
+    each; at least 1). It starts CUDA in this process: ask once the children are spawned. A GPU
+    whose memory a child holds (the runtime cannot answer) gives 1: the check runs one at a time,
+    and whatever runs out of memory is retried alone (harness.sandbox.evaluation)."""
     import torch
 
-    free, _ = torch.cuda.mem_get_info()
+    try:
+        free, _ = torch.cuda.mem_get_info()
+    except RuntimeError:  # torch.AcceleratorError, torch.OutOfMemoryError: memory held elsewhere
+        return 1
     return max(1, free // CHECK_CHILD_GPU_BYTES)
+
+
+def hold_cuda_context() -> None:
+    """Make this process's CUDA context now, before a child of a CUDA job starts: a child may take
+    the GPU's memory at its import (tests/adversarial/holds_device_memory.py holds all but 256 MiB),
+    and a parent that came to make its context after that could not make one at all (on an H100,
+    2026-12-06: a tournament ended with a traceback, "CUDA error: out of memory" in
+    cudaMemGetInfo). Costs the overlap of this process's torch import with the first children's
+    start on CUDA only. A context that cannot be made here is left to the first use to report."""
+    import torch
+
+    try:
+        torch.cuda.init()
+        torch.cuda.mem_get_info()  # the runtime makes the device's primary context here
+    except RuntimeError:
+        pass
 
 
 def _available_host_bytes() -> int | None:

@@ -215,8 +215,17 @@ def _place(
     file's `#!POPCORN leaderboard` directive, else the parent's, else the lineage's, else
     conv2d_v2. The default lineage is the file name's stem, or `STEM-TASK` when the stem's lineage
     holds another task's revisions (GPU MODE's solution files of every task are named alike).
-    Any two of these that disagree: HarnessError, nothing added."""
+    Any two of these that disagree: HarnessError, nothing added. The directive names a GPU MODE
+    leaderboard: its problem directory's name (`vectorsum_py`) is the task added from it
+    (`vectorsum`), and one that names no task known here does not contradict `--task` (GPU MODE's
+    own submission.py files name their hosted leaderboard, which `harness task add` may have
+    added under another name)."""
     directive = directives.get("leaderboard")
+    known = known_tasks()
+    if directive and directive not in known and directive.removesuffix("_py") in known:
+        directive = directive.removesuffix("_py")
+    if task and directive and directive not in known:
+        directive = None
     if task and directive and task != directive:
         raise HarnessError(
             f"--task {task} conflicts with the file's `#!POPCORN leaderboard {directive}` directive: "
