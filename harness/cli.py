@@ -396,7 +396,7 @@ def bench(
             force=force,
             rule=rule,
             environment=environment,
-            progress=lambda line: typer.echo(_escaped(line), err=True),
+            progress=lambda line, _advance=1: typer.echo(_escaped(line), err=True),
         )
     if output_format == "json":
         _print_json(bench_json(benched))

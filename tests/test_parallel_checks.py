@@ -459,3 +459,39 @@ def test_ray_checks_on_the_cpus_of_a_cluster_without_gpus(tmp_path, store_url, c
     assert refused.stderr.count("\n") == 1 and "the Ray cluster has no GPU resource" in refused.stderr, (
         refused.stderr
     )
+
+
+def test_the_benchmark_bar_advances_once_per_shape_not_per_pass(tmp_path, store_url):
+    """Every timed shape is reported after each of its passes (two blocks at least): the
+    tournament hears each report, but its bar advances once per shape, so that it never passes
+    its steps while the phase runs (a board cut mid-phase read 137/70, 2026-12-06)."""
+    from harness.plan.tournament import TournamentProgress, run_tournament
+    from harness.store.session import open_store
+    from harness.timing import StoppingRule
+
+    _register(tmp_path, store_url, "reference.py", REFERENCE.read_bytes())
+
+    class Recorded(TournamentProgress):
+        def __init__(self):
+            self.phase, self.steps, self.advanced, self.reports = "", 0, 0, 0
+
+        def start_phase(self, phase, steps):
+            self.phase, self.steps, self.advanced, self.reports = phase, steps, 0, 0
+
+        def set_steps(self, steps):
+            self.steps = steps
+
+        def step(self, description, advance=1):
+            self.reports += 1
+            self.advanced += advance
+            assert self.advanced <= self.steps, (self.phase, description, self.advanced, self.steps)
+
+    progress = Recorded()
+    with open_store(store_url) as store:
+        run_tournament(
+            store, device="cpu", mode="benchmark", progress=progress, rule=StoppingRule(budget_s=0.05)
+        )
+    assert progress.phase == "benchmark"
+    # this file and the task's reference candidate (registered by the tournament), four smoke shapes each
+    assert progress.advanced == progress.steps == 8
+    assert progress.reports >= 2 * progress.steps  # a report per pass

@@ -48,7 +48,7 @@ def bench_revisions(
     rule: StoppingRule | None = None,
     environment: Environment | None = None,
     executor: Executor | None = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[..., None] | None = None,
 ) -> list[PlannedRevision]:
     """Time each revision and its task's reference on `device` (default: cuda if torch sees a
     GPU, else cpu), on the executor (default: this process; with several workers the revisions
@@ -74,7 +74,7 @@ def run_bench(
     plan: PhaseRun,
     benched: list[PlannedRevision],
     mode: str,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str, int], None] | None = None,
     activity: Callable[[str, str], None] | None = None,
     steps: Callable[[int], None] | None = None,
     *,
@@ -91,13 +91,23 @@ def run_bench(
     if activity is not None:
         listener.activity = lambda item, now: activity(item.label, now)
     if progress is not None:
+        reported: set[tuple[int, str, int]] = set()
 
         def shape_done(item, outcome) -> None:
+            """A shape is reported after each of its passes (its second block, a flagged timing
+            timed again, a retry after running out of memory): `progress` hears every report and
+            advances (its second argument, 1 or 0) on a shape's first only, so that a bar counts
+            shapes (`steps`), not passes (a board's bar read 137/70 when its run was cut,
+            2026-12-06)."""
             timing = (
                 f": {ms_text(outcome.mean_ms)} ms, {outcome.runs} runs" if outcome.mean_ms is not None else ""
             )
+            shape = (item.revision_id, outcome.set_name, outcome.index)
+            first = shape not in reported
+            reported.add(shape)
             progress(
-                f"{item.revision_id} {item.label} {outcome.set_name}[{outcome.index}] {outcome.status}{timing}"
+                f"{item.revision_id} {item.label} {outcome.set_name}[{outcome.index}] {outcome.status}{timing}",
+                int(first),
             )
 
         listener.shape_done = shape_done
