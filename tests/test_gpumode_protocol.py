@@ -37,6 +37,18 @@ def board(harness, task: str) -> dict[str, dict]:
     return {entry["lineage"]: entry for entry in entries}
 
 
+def refused_in_one_line(harness, store_url: str, dump_store, problem: Path) -> str:
+    """`harness task add PROBLEM` on an initialised store: exit 2, one line on stderr, nothing
+    written; returns the line."""
+    ok(harness("init"))
+    before = dump_store(store_url)
+    result = harness("task", "add", problem)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert dump_store(store_url) == before
+    return result.stderr
+
+
 def _correct_ranked_wrong_not(harness, problem: Path, task: str) -> dict[str, dict]:
     """Registers the problem's solutions/correct.py and wrong.py, runs a CPU tournament (exit 1:
     a revision failed, no traceback) and returns the board's entries by lineage, the reference
@@ -133,14 +145,9 @@ def test_a_problem_with_its_own_protocol_is_refused_in_one_line(harness, store_u
     """twoentry_py (as princeton's cross_entropy) has two entry points judged by its own eval.py,
     no generate_input, ref_kernel or check_implementation and no task.py: one line naming what
     is missing, exit 2, nothing written."""
-    ok(harness("init"))
-    before = dump_store(store_url)
-    result = harness("task", "add", PROBLEMS / "twoentry_py")
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
-    assert "reference.py: defines no generate_input, ref_kernel, check_implementation" in result.stderr
-    assert "own eval.py runs another protocol than custom_kernel(data)" in result.stderr
-    assert dump_store(store_url) == before
+    line = refused_in_one_line(harness, store_url, dump_store, PROBLEMS / "twoentry_py")
+    assert "reference.py: defines no generate_input, ref_kernel, check_implementation" in line
+    assert "own eval.py runs another protocol than custom_kernel(data)" in line
 
 
 def test_data_holding_an_object_of_the_tasks_own_class_is_unsupported_in_one_line(harness):
@@ -164,13 +171,8 @@ def test_a_multi_gpu_problem_is_refused_in_one_line(harness, store_url, dump_sto
     """multigpu_py (as amd_distributed's all2all) says `multi_gpu: true` and its generate_input
     takes the rank and world size that GPU MODE's eval.py hands each process under
     torch.distributed: one line naming what the harness does not run, exit 2, nothing written."""
-    ok(harness("init"))
-    before = dump_store(store_url)
-    result = harness("task", "add", PROBLEMS / "multigpu_py")
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
-    assert "multi_gpu: the problem runs one process per GPU under torch.distributed" in result.stderr
-    assert dump_store(store_url) == before
+    line = refused_in_one_line(harness, store_url, dump_store, PROBLEMS / "multigpu_py")
+    assert "multi_gpu: the problem runs one process per GPU under torch.distributed" in line
 
 
 def test_a_generator_parameter_that_no_shape_gives_is_refused_in_one_line(
@@ -190,13 +192,8 @@ def test_a_generator_parameter_that_no_shape_gives_is_refused_in_one_line(
             "def generate_input(size: int, seed: int, scale: float,",
         )
     )
-    ok(harness("init"))
-    before = dump_store(store_url)
-    result = harness("task", "add", problem)
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1
-    assert "tests[0] lacks scale, which generate_input needs" in result.stderr
-    assert dump_store(store_url) == before
+    line = refused_in_one_line(harness, store_url, dump_store, problem)
+    assert "tests[0] lacks scale, which generate_input needs" in line
     reference.write_text(
         source.replace(
             "def generate_input(size: int, seed: int,",
