@@ -223,8 +223,10 @@ def main() -> int:
             print(json.dumps(row)[:1500], flush=True)
         return row
 
+    # a set's own eval.py and utils.py, matched by `problems/amd/*`, are no problems
+    problems = [directory for directory in args.problems if Path(directory).is_dir()]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        rows = [row for row in pool.map(one, args.problems) if row is not None]
+        rows = [row for row in pool.map(one, problems) if row is not None]
     table = [
         "| problem | harness: submission.py | harness: reference | eval.py test | eval.py benchmark |",
         "|---|---|---|---|---|",
