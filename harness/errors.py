@@ -8,6 +8,13 @@ class HarnessError(Exception):
     """
 
 
+class TaskUnsupported(HarnessError):
+    """The task cannot run here (its reference needs a module this machine lacks, its inputs are
+    made on another device, its reference fails on this GPU, its data holds what the child cannot
+    be handed): an evaluation of it is `unsupported` with this one line, never an error of the
+    run."""
+
+
 def validation_message(message: str) -> str:
     """A pydantic error message without the error type pydantic puts before a validator's own
     words ("Value error, ", "Assertion failed, ")."""

@@ -57,6 +57,7 @@ from pathlib import Path
 import torch
 
 from harness.bits import bit_patterns
+from harness.errors import TaskUnsupported
 from harness.sandbox.protocol import (
     DataItem,
     MappingItem,
@@ -66,7 +67,6 @@ from harness.sandbox.protocol import (
     ValueItem,
     WholeItem,
 )
-from harness.tasks.spec import TaskUnsupported
 from harness.wire import TensorInfo
 
 DTYPES: dict[str, torch.dtype] = {

@@ -31,18 +31,12 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, TaskUnsupported
 from harness.wire import ShapeValue
 
 TASKS_DIR = Path(__file__).resolve().parent
 PROBLEMS_DIR = TASKS_DIR / "problems"  # the built-in tasks, GPU MODE problem directories
 SHAPE_SETS = ("tests", "benchmarks", "smoke")
-
-
-class TaskUnsupported(HarnessError):
-    """The task cannot run here (its reference needs a module this machine lacks, its inputs are
-    made on another device, its reference fails on this GPU): an evaluation of it is
-    `unsupported` with this one line, never an error of the run."""
 
 
 def shape_label(shape: dict[str, object]) -> str:
