@@ -167,8 +167,8 @@ def problem_spec(
             "(GPU MODE's eval.py hands each its rank and world_size), which the harness does not run: "
             "it judges a candidate in one process on one device"
         )
-    parameters, takes_any = _generator_parameters(reference)
-    required = _generator_required(reference) - {"seed", "device"}
+    parameters, takes_any, required = _generator_parameters(reference)
+    required -= {"seed", "device"}
     shapes = {
         "tests": raw["tests"],
         "benchmarks": raw["benchmarks"],
@@ -291,25 +291,18 @@ def _generator(module: ast.Module) -> ast.FunctionDef | None:
     )
 
 
-def _generator_required(module: ast.Module) -> set[str]:
-    """generate_input's parameters without a default (none known for one that is not a plain def)."""
-    function = _generator(module)
-    if function is None or function.decorator_list:
-        return set()
-    arguments = function.args
-    positional = [*arguments.posonlyargs, *arguments.args]
-    required = {a.arg for a in positional[: len(positional) - len(arguments.defaults)]}
-    return required | {a.arg for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is None}
-
-
-def _generator_parameters(module: ast.Module) -> tuple[set[str], bool]:
-    """generate_input's parameter names and whether it takes **kwargs. A generate_input that is
-    not a plain def (assigned, imported, or wrapped by a decorator) is taken to accept any shape.
+def _generator_parameters(module: ast.Module) -> tuple[set[str], bool, set[str]]:
+    """generate_input's parameter names, whether it takes **kwargs, and the names without a
+    default. A generate_input that is not a plain def (assigned, imported, or wrapped by a
+    decorator) is taken to accept any shape and to need none.
     Whether it makes data on a device is not read here: the harness finds it by calling it
     (harness.tasks.spec.generate_inputs)."""
     function = _generator(module)
     if function is None or function.decorator_list:
-        return set(), True
+        return set(), True, set()
     arguments = function.args
-    names = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]}
-    return names, arguments.kwarg is not None
+    positional = [*arguments.posonlyargs, *arguments.args]
+    names = {a.arg for a in [*positional, *arguments.kwonlyargs]}
+    required = {a.arg for a in positional[: len(positional) - len(arguments.defaults)]}
+    required |= {a.arg for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is None}
+    return names, arguments.kwarg is not None, required
