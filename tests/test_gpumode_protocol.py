@@ -5,7 +5,8 @@ own protocol (two entry points), a reference importing a module this machine lac
 larger than the machine's memory. Each ends in a result or one line, never a traceback.
 
 The problems in tests/data/gpumode_problems/ (cholesky_py, tupleout_py, twoentry_py,
-missingmodule_py, hugeshape_py, twobuffers_py, multigpu_py, objectdata_py) were written for these tests in GPU MODE's format."""
+missingmodule_py, hugeshape_py, twobuffers_py, multigpu_py, objectdata_py,
+tightmemory_py) were written for these tests in GPU MODE's format."""
 
 from __future__ import annotations
 
@@ -232,6 +233,22 @@ def test_a_shape_larger_than_the_machine_is_unsupported_not_a_crash_of_the_run(h
         assert entry["reason"].startswith("smoke[1] (size=4398046511104): too large to run here: ")
         assert "GiB at once, more than the" in entry["reason"]
         assert entry["verdicts"]["gpumode"]["status"] == "pass"  # smoke[0]
+
+
+def test_the_timed_calls_cases_kept_for_a_group_give_way_when_the_parents_memory_runs_out(harness):
+    """tightmemory_py's generate_input fails as an allocator does when more than six of its
+    inputs are alive in the parent: the cases a group keeps for its timed calls fill that. The
+    revision whose timing ran out is evaluated again alone keeping no case, and the group keeps
+    none from then on: both revisions rank (on an H100, pmpp's grayscale reference was `crashed`
+    on its 16384^2 shape, alone too, the parent out of memory with the cases it kept)."""
+    ok(harness("task", "add", PROBLEMS / "tightmemory_py"))
+    register(harness, PROBLEMS / "tightmemory_py" / "negate.py", "tightmemory", "negate")
+    ok(harness("tournament", "--task", "tightmemory", "--device", "cpu", "--mode", "benchmark", timeout=600))
+    entries = board(harness, "tightmemory")
+    assert set(entries) == {"negate", "tightmemory_reference"}
+    for entry in entries.values():
+        assert entry["status"] == "pass", entry["reason"]
+        assert entry["rank"] is not None
 
 
 def test_outputs_of_several_parts_round_trip_through_one_file(tmp_path):

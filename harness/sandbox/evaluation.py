@@ -376,6 +376,9 @@ class Evaluator:
         # blocks of calls this evaluator timed per shape (a block's seeds are new to its child)
         self.timed_cases: TimedCases | None = None
         self._timed_blocks: dict[str, int] = {}
+        # whether the timed calls' cases may be kept for the evaluators timed beside this one: not
+        # in a retry after the memory ran out (`again`), where only the case in use is held
+        self.keeps_cases = True
         code_sha256 = hashlib.sha256(code).hexdigest()
         try:
             self.reference, self.unsupported = load_reference(task), None
@@ -462,6 +465,7 @@ class Evaluator:
         evaluate it again alone (`retry_out_of_memory`)."""
         fresh = Evaluator(**self.arguments, calibrator=self.calibrator)
         fresh.on_activity = self.on_activity
+        fresh.keeps_cases = False  # the parent's kept cases may be what ran out (pmpp grayscale on an H100)
         return fresh
 
     def close(self) -> None:
@@ -734,6 +738,9 @@ class Evaluator:
         the reason, and a child stopped in a timing (mid-protocol) is killed."""
         self._timed_case = None
         checking.forget_cases()
+        if self.timed_cases is not None:  # the group's kept cases too, and none kept from now on
+            self.timed_cases.forget()
+            self.timed_cases.budget_bytes = 0
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -802,7 +809,7 @@ class Evaluator:
         problems: list[str] = []
         checked = 0
         if self.timed_cases is None:  # timed alone: a source of its own
-            self.timed_cases = TimedCases(self.device)
+            self.timed_cases = TimedCases(self.device, None if self.keeps_cases else 0)
         block = self._timed_blocks.get(shape.key(), 0)
         self._timed_blocks[shape.key()] = block + 1
 
@@ -1225,6 +1232,8 @@ def evaluate_in_groups(
                     key = (evaluator.task.name, evaluator.device)
                     if key not in sources:
                         sources[key] = TimedCases(evaluator.device)
+                    if not evaluator.keeps_cases:  # a retry after the memory ran out keeps none
+                        sources[key].budget_bytes = 0
                     evaluator.timed_cases = sources[key]
             start_evaluators(group)
             for index in range(max(evaluator.shape_count for evaluator in group)):

@@ -56,14 +56,16 @@ def case_bytes(case: checking.ReferenceCase) -> int:
 
 def _room_on_device(case: checking.ReferenceCase, size: int) -> bool:
     """Whether the GPU a case lives on has room to spare for keeping it: four times its bytes
-    free (a task whose parent work fills the GPU keeps none, as before this module)."""
+    free, and a quarter of the GPU left free after it (a task whose parent work fills the GPU
+    keeps none, as before this module; on an H100 the kept cases of pmpp's grayscale, 4 GiB each
+    on its largest shape, left the parent's own check of a timed output no room)."""
     import torch
 
     tensors = [t for t in checking.output_parts(case.expected) if isinstance(t, torch.Tensor)]
     if not tensors or tensors[0].device.type != "cuda":
         return True
-    free, _total = torch.cuda.mem_get_info(tensors[0].device)
-    return free >= 4 * size
+    free, total = torch.cuda.mem_get_info(tensors[0].device)
+    return free >= max(4 * size, size + total // 4)
 
 
 class TimedCases:
