@@ -18,6 +18,7 @@ import torch
 from conftest import rows
 
 PROBLEMS = Path(__file__).parent / "data" / "gpumode_problems"
+CUDA_ONLY = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def ok(result) -> str:
@@ -309,17 +310,26 @@ def test_an_added_task_reaches_the_tournaments_gpu_workers(harness, store_url):
     ]
 
 
-def test_the_child_of_a_gpu_mode_check_task_has_cublas_deterministic_workspace(harness, store_url, tmp_path):
-    """GPU MODE's references run under torch.use_deterministic_algorithms(True), which refuses
-    cuBLAS products without CUBLAS_WORKSPACE_CONFIG: the reference candidate's child gets it."""
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA_ONLY)])
+def test_the_child_limits_cublas_workspace_only_where_this_torch_refuses_products_without(
+    harness, store_url, tmp_path, device
+):
+    """GPU MODE's references run under torch.use_deterministic_algorithms(True), which torch before
+    pytorch/pytorch#161749 refused for cuBLAS products without CUBLAS_WORKSPACE_CONFIG: the
+    reference candidate's child gets the variable on CUDA where this torch refuses, and otherwise
+    runs as GPU MODE's runner runs a submission, without it (it limits cuBLAS's workspace, and a
+    candidate's products may take slower kernels under it)."""
+    from harness.sandbox.devices import cublas_needs_workspace_config
+
+    expected = ":4096:8" if device == "cuda" and cublas_needs_workspace_config() else None
     ok(harness("task", "add", PROBLEMS / "vectoradd_py"))
     probe = tmp_path / "probe.py"
     probe.write_text(
         "import os\n\n\ndef custom_kernel(data):\n"
-        "    assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'\n    return data[0] + data[1]\n"
+        f"    assert os.environ.get('CUBLAS_WORKSPACE_CONFIG') == {expected!r}\n    return data[0] + data[1]\n"
     )
     submission = ok(harness("register", probe, "--task", "vectoradd")).split()[2].rstrip(":")
-    ok(harness("test", submission, "--device", "cpu"))
+    ok(harness("test", submission, "--device", device))
     assert rows(store_url, "SELECT status, reason FROM runs") == [("pass", "")]
 
 

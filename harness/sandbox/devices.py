@@ -66,6 +66,39 @@ def hold_cuda_context() -> None:
         pass
 
 
+_CUBLAS_NEEDS_CONFIG: list[bool] = []  # the answer of `cublas_needs_workspace_config`, once asked
+
+
+def cublas_needs_workspace_config() -> bool:
+    """Whether this torch refuses a cuBLAS product under `torch.use_deterministic_algorithms(True)`
+    unless CUBLAS_WORKSPACE_CONFIG is set (torch before pytorch/pytorch#161749 did; GPU MODE's
+    references compute under it). Asked on CUDA once per process, by one tiny product with the
+    variable out of this process's environment for the moment; CUDA made here if not yet. The
+    child gets the variable only then: it limits cuBLAS's workspace (4 MiB, 8 of them), which
+    GPU MODE's runner does not do, and a candidate's products may take slower kernels under it."""
+    if not _CUBLAS_NEEDS_CONFIG:
+        import os
+
+        import torch
+
+        saved = os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        try:
+            torch.use_deterministic_algorithms(True)
+            ones = torch.ones(2, 2, device="cuda")
+            torch.mm(ones, ones)
+            _CUBLAS_NEEDS_CONFIG.append(False)
+        except RuntimeError as exc:
+            if "CUBLAS_WORKSPACE_CONFIG" not in str(exc):
+                return False  # no answer (the GPU's memory held elsewhere): asked again next time
+            _CUBLAS_NEEDS_CONFIG.append(True)
+        finally:
+            torch.use_deterministic_algorithms(deterministic)
+            if saved is not None:
+                os.environ["CUBLAS_WORKSPACE_CONFIG"] = saved
+    return _CUBLAS_NEEDS_CONFIG[0]
+
+
 def _available_host_bytes() -> int | None:
     """MemAvailable from /proc/meminfo (free memory and what the page cache would give back)."""
     try:
