@@ -548,6 +548,10 @@ def _load_module(name: str, path: str) -> ModuleType:
     return module
 
 
+# free blocks of the CUDA caching allocator a child keeps between requests (Worker.release_cached_memory)
+CACHED_BYTES_KEPT = 1024**3
+
+
 class Worker:
     def __init__(
         self,
@@ -673,7 +677,26 @@ class Worker:
             request = REQUEST.validate_json(line)
             if isinstance(request, Shutdown):
                 return
-            self.channel.send(self.handlers[type(request)](request))
+            reply = self.handlers[type(request)](request)
+            self.release_cached_memory()
+            self.channel.send(reply)
+
+    def release_cached_memory(self) -> None:
+        """After a request, before its reply (this child's turn, nothing timed): give the CUDA
+        caching allocator's free blocks back when they add up to more than
+        `CACHED_BYTES_KEPT`. A child waits between its shapes while the others of its group check
+        and time theirs, and each kept what its largest call had reserved: with large shapes
+        (pmpp's grayscale at 16384^2, 4 GiB of inputs and output a call) the children's cached
+        blocks, not their answers, filled the GPU. Small shapes keep theirs (no allocations again
+        in the next call's warm-up); what the candidate itself holds stays held."""
+        if self.hello.device != "cuda":
+            return
+        cuda = self.torch.cuda
+        try:
+            if cuda.memory_reserved() - cuda.memory_allocated() > CACHED_BYTES_KEPT:
+                cuda.empty_cache()
+        except Exception:  # noqa: BLE001, S110 - a GPU that fails here fails the next call, as before
+            pass
 
     def adopt_window(self, purpose: str, size: int | None) -> None:
         """Take the device window a message announced (`size`; None: none), whose descriptor the
