@@ -14,7 +14,9 @@ Method, per shape (`time_calls`):
    outputs are not checked.
 2. Timed calls, on CUDA. The inputs are made outside the timed region (in the sandbox the
    parent then flushes the L2 from its own process before it lets the call go:
-   `parent_l2_flush`, so that a candidate that skips the flush below gains nothing). Then: a device-wide
+   `parent_l2_flush`, so that a candidate that skips the flush below gains nothing, and flushes
+   again until the GPU serves a flush as fast as ever, `wait_for_quiet_gpu`, so that kernels
+   another, stopped child left queued are done before the call). Then: a device-wide
    synchronize; the persisting-L2 carve-out set to nothing and its lines made normal again
    (`_reset_persisting_l2`: a call may mark its data persisting, which a flush would not evict);
    the L2 cache flushed by writing zeros over a 256 MiB buffer; an event `start`; the
@@ -476,22 +478,64 @@ def _reset_persisting_l2() -> None:
         reset()
 
 
+# the parent's flush waits for a GPU that serves it as fast as ever (`parent_l2_flush`): another
+# flush when one took over QUIET_FLUSH_FACTOR x the quickest seen plus QUIET_FLUSH_SLACK_S, for
+# at most QUIET_WAIT_S before each call
+QUIET_FLUSH_FACTOR = 3.0
+QUIET_FLUSH_SLACK_S = 50e-6
+QUIET_WAIT_S = 30.0  # an honest revision leaves nothing queued: only a cheat's work is waited for
+QUIET_BASELINE_FLUSHES = 3
+_quickest_flush_s: list[float] = []  # the quickest of this process's flushes (seconds), once made
+
+
+def _flush_seconds() -> float:
+    """One flush of the L2 cache from this process, waited for: its wall seconds."""
+    import torch
+
+    started = perf_counter()
+    _l2_flush_buffer().zero_()
+    torch.cuda.synchronize()
+    return perf_counter() - started
+
+
+def wait_for_quiet_gpu(wait_s: float = QUIET_WAIT_S) -> tuple[int, float]:
+    """Flush the L2 cache from this process until a flush takes no longer than the quickest this
+    process has seen (times QUIET_FLUSH_FACTOR, plus QUIET_FLUSH_SLACK_S), for at most `wait_s`.
+    A child stopped after its turn still has the kernels it queued before the stop run (the GPU
+    shares its time between processes' contexts): one that queues seconds of work at the end of
+    its timing would otherwise slow whichever revision is timed next, the reference included,
+    and rank above it. While such work runs, this process's flush waits for its share of the GPU
+    and takes longer; the next call goes once the GPU serves a flush as fast as ever (or after
+    `wait_s`, the work charged to the next call then). Returns (extra flushes, seconds waited)."""
+    if not _quickest_flush_s:
+        _quickest_flush_s.append(min(_flush_seconds() for _ in range(QUIET_BASELINE_FLUSHES)))
+    started = perf_counter()
+    extra = 0
+    while True:
+        took = _flush_seconds()
+        _quickest_flush_s[0] = min(_quickest_flush_s[0], took)
+        if took <= QUIET_FLUSH_FACTOR * _quickest_flush_s[0] + QUIET_FLUSH_SLACK_S:
+            return extra, perf_counter() - started
+        if perf_counter() - started > wait_s:
+            return extra, perf_counter() - started
+        extra += 1
+
+
 def parent_l2_flush(device: str) -> Callable[[], None] | None:
     """On CUDA, the parent's own flush of the GPU's L2 cache before every timed call of a child
     (harness.sandbox.supervisor's `before_call`): the cache is one for every process on the GPU,
     and this flush runs in a process no candidate code reaches, after the child has made the
     call's inputs and before it is told to call, so a child that skips its own flush still calls
-    on a cold cache. Waits for this process's device work (so a child's kernels that share the
-    GPU meanwhile lengthen the prelude it is part of). None elsewhere."""
+    on a cold cache. Waits for this process's device work, and flushes again until the GPU serves
+    a flush as fast as ever (`wait_for_quiet_gpu`: kernels another, stopped child queued before
+    its stop are done first). A child's kernels that share the GPU meanwhile lengthen the prelude
+    it is part of. None elsewhere."""
     if device != "cuda":
         return None
 
     def flush() -> None:
-        import torch
-
         _reset_persisting_l2()
-        _l2_flush_buffer().zero_()
-        torch.cuda.synchronize()
+        wait_for_quiet_gpu()
 
     return flush
 

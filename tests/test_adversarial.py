@@ -837,6 +837,25 @@ def test_timing_cheats_fail_or_are_flagged_on_cuda():
     assert precomputed.status == "pass" and all(shape.min_ms > 10.0 for shape in precomputed.shapes)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="kernels queued by a stopped child need a CUDA GPU")
+def test_kernels_a_stopped_child_left_queued_do_not_slow_the_next_revisions_calls_on_cuda():
+    """queues_work_for_the_next.py leaves a third of a second of matrix products queued after
+    every call; the reference is timed next. The parent's flush before each of the reference's
+    calls waits until the GPU serves it as fast as ever (harness.timing.wait_for_quiet_gpu), so
+    none of the reference's calls shares the GPU with that work: its slowest call stays near its
+    quickest (one call sharing the GPU with it took tens of milliseconds more)."""
+    limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=120.0)
+    cheats = [("queues_work_for_the_next.py", "test"), (REFERENCE.name, "test")]
+    evaluators = _timing_cheat_evaluators("cuda", cheats, task=CUDA_TASK, limits=limits, rule=CUDA_RULE)
+    queuer, reference = evaluate_interleaved(evaluators)
+    _assert_nothing_left(evaluators)
+    assert reference.status == "pass", reference.reason
+    for shape in reference.shapes:
+        times = shape.times_ms  # every pass's calls
+        print("reference after the queuer on cuda:", shape.index, min(times), max(times), queuer.status)
+        assert max(times) <= 1.5 * min(times) + 0.5, times
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA spinner case needs a CUDA GPU")
 def test_spinners_left_running_are_stopped_while_another_revision_is_timed_on_cuda():
     limits = SandboxLimits.from_settings(call_timeout_s=60.0, import_timeout_s=120.0)
