@@ -308,6 +308,58 @@ def test_bad_evolve_requests_write_nothing(seeded_store, args, message):
     ) == before
 
 
+def test_a_childs_checks_stop_at_its_first_failing_shape(seeded_store: str, tmp_path: Path):
+    """A child wrong on every shape is checked until its first shape fails, the others stay
+    `not_run` (issue 31: a child's checks cost what its change needs); `harness test` of the same
+    file as a revision of its own checks every shape, as GPU MODE's test mode does."""
+    db = seeded_store
+    parent = tmp_path / "tiny_parent.py"
+    parent.write_bytes(TINY)
+    assert harness(db, "register", parent).returncode == 0
+    ((parent_id,),) = rows(
+        db, "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = 'tiny_parent'"
+    )
+    command = reply_command("break")
+    result = harness(
+        db,
+        "evolve",
+        "--from",
+        parent_id,
+        "--proposer",
+        command,
+        "--device",
+        "cpu",
+        "--budget",
+        0.1,
+        "--generations",
+        1,
+    )
+    assert result.returncode == 0, result.stderr
+    ((child_id,),) = steps_of(db, command, "s.child_id")
+    statuses = rows(
+        db,
+        "select s.status from shape_results s join runs u on u.id = s.run_id "
+        "where u.revision_id = ? and u.mode = 'test' order by s.id",
+        child_id,
+    )
+    assert [status for (status,) in statuses][:2] == ["wrong_answer", "not_run"], statuses
+    assert {status for (status,) in statuses[1:]} == {"not_run"}
+
+    alone = tmp_path / "broken.py"
+    alone.write_bytes(TINY.replace(b"(input_tensor, kernel))", b"(input_tensor, kernel) + 1)"))
+    registered = harness(db, "register", alone)
+    assert registered.returncode == 0, registered.stderr
+    revision = registered.stdout.split()[2].rstrip(":")
+    assert harness(db, "test", revision, "--device", "cpu").returncode == 1
+    checked = rows(
+        db,
+        "select s.status from shape_results s join runs u on u.id = s.run_id where u.revision_id = ? "
+        "and u.mode = 'test'",
+        revision,
+    )
+    assert len(checked) == len(statuses) and {status for (status,) in checked} == {"wrong_answer"}
+
+
 def test_a_failing_parent_gets_the_fix_prompt_a_few_times(seeded_store: str, tmp_path: Path):
     db = seeded_store
     wrong = tmp_path / "wrong_conv.py"

@@ -61,6 +61,7 @@ class EvaluationRequest(BaseModel):
     # taken over as they are; only the others are evaluated (Evaluator's `resumed`)
     resumed: list[ShapeOutcome] = []
     passes: int | None = None  # blocks of timed calls per shape (None: the Evaluator's default)
+    stop_at_failure: bool = False  # stop at the first shape that fails (an evolution's child)
 
     @classmethod
     def make(
@@ -81,6 +82,7 @@ class EvaluationRequest(BaseModel):
         keep_child: bool = False,
         resumed: list[ShapeOutcome] | None = None,
         passes: int | None = None,
+        stop_at_failure: bool = False,
     ) -> EvaluationRequest:
         return cls(
             key=key,
@@ -98,6 +100,7 @@ class EvaluationRequest(BaseModel):
             keep_child=keep_child,
             resumed=resumed or [],
             passes=passes,
+            stop_at_failure=stop_at_failure,
         )
 
     def evaluator(self, pool: ChildPool | None = None) -> Evaluator:
@@ -120,6 +123,7 @@ class EvaluationRequest(BaseModel):
             pool=pool,
             resumed=self.resumed,
             passes=self.passes,
+            stop_at_failure=self.stop_at_failure,
         )
 
 

@@ -187,6 +187,8 @@ class PhaseRun:
     worker: str
     force: bool = False
     rule: StoppingRule | None = None  # timed phases
+    # checks stop at a revision's first failing shape (an evolution's children: issue 31)
+    stop_at_failure: bool = False
 
     def run(
         self,
@@ -330,6 +332,7 @@ class PhaseRun:
             rule=self.rule if phase.timed else None,
             cost=cost,
             resumed=resumed,
+            stop_at_failure=self.stop_at_failure and not phase.timed,
         )
 
     def _claim(self, session: Session, phase: Phase, item: PlannedRevision) -> EvaluationRequest | None:

@@ -113,11 +113,13 @@ def run_tournament(
     rule: StoppingRule | None = None,
     progress: TournamentProgress | None = None,
     executor: Executor | None = None,
+    stop_at_failure: bool = False,
 ) -> TournamentResult:
     """Run the tournament's phases for `mode` on `device` (default: cuda when a GPU is there) on
     the executor (default: this process). When a worker fails (not a candidate: a lost process or
     node), the phase's other results are stored, the failed ones stay to do, and HarnessError
-    says so after the phase."""
+    says so after the phase. `stop_at_failure`: each revision's checks stop at its first shape
+    that fails (`run_children`)."""
     if mode not in PHASES:
         raise HarnessError(f"unknown mode {mode!r}: use {', '.join(PHASES)}")
     executor = executor or InProcess()
@@ -134,7 +136,16 @@ def run_tournament(
     result = TournamentResult(task=spec.name, device=device, mode=mode, environment=environment)
 
     rule = rule or StoppingRule(budget_s=get_settings().shape_budget(device))
-    plan = PhaseRun(store, executor, environment, limits, worker_name(), force=force, rule=rule)
+    plan = PhaseRun(
+        store,
+        executor,
+        environment,
+        limits,
+        worker_name(),
+        force=force,
+        rule=rule,
+        stop_at_failure=stop_at_failure,
+    )
 
     candidates = revision_ids
     for phase in PHASES[mode]:
@@ -240,6 +251,7 @@ def run_children(
             only=child_ids,
             executor=executor,
             progress=CheckProgress(),
+            stop_at_failure=True,  # a child's checks cost what its change needs (issue 31)
         )
         passed = [child for child in child_ids if checked.phases and child in checked.phases[0].passed]
         landed([child for child in child_ids if child not in passed])

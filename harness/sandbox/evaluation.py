@@ -332,6 +332,7 @@ class Evaluator:
         pool: ChildPool | None = None,
         resumed: list[ShapeOutcome] | None = None,
         passes: int | None = None,
+        stop_at_failure: bool = False,
     ) -> None:
         # what `again` needs to make a fresh evaluator of the same candidate
         self.arguments = {
@@ -348,6 +349,7 @@ class Evaluator:
             "keep_child": keep_child,
             "pool": pool,
             "passes": passes,
+            "stop_at_failure": stop_at_failure,
         }
         device = resolve_device(device)
         if passes is None:
@@ -366,6 +368,9 @@ class Evaluator:
         # blocks of timed calls of each shape in this one child (`time_again`), each under its
         # share of the rule (harness.timing, method 5.)
         self.passes = passes
+        # an evolution's child stops at its first shape that fails, wrong answers included
+        # (issue 31: its checks cost what its change needs; the shapes after stay `not_run`)
+        self.stop_at_failure = stop_at_failure
         self.limits = limits or SandboxLimits.from_settings()
         self.rule = (rule or StoppingRule(budget_s=get_settings().shape_budget(device))).per_pass(passes)
         # the harness's own cost of a timed call per shape (evaluate_interleaved shares one)
@@ -655,7 +660,9 @@ class Evaluator:
                 raise
             if self._parent_out_of_memory(outcome, exc, retry=not retried):
                 return self.run_shape(index, retried=True)
-        if outcome.status not in ("pass", "wrong_answer"):
+        if outcome.status not in ("pass", "wrong_answer") or (
+            self.stop_at_failure and outcome.status != "pass"
+        ):
             self.stopped = True
         return outcome
 

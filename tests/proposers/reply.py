@@ -3,7 +3,8 @@
     python tests/proposers/reply.py MODE [ARG]
 
 Modes: whole-file, search-replace, no-match, garbage, same, hang PIDFILE, fail, bad-meta, fix
-(a fix prompt with a mismatch summary: drop the ` + 1` that makes the parent wrong), and
+(a fix prompt with a mismatch summary: drop the ` + 1` that makes the parent wrong), break (add
+` + 1` to the convolution), and
 second-call-hangs STATE_DIR (counts its calls in STATE_DIR/calls; the second call writes its pid
 to STATE_DIR/hanging and sleeps, every other call marks the first import line with its number).
 It finds the parent's code in the prompt the way an agent would: the fenced block after
@@ -83,6 +84,11 @@ def main() -> None:
         fixed = line.removesuffix(" + 1)") + ")"
         print(f"<<<<<<< SEARCH\n{line}\n=======\n{fixed}\n>>>>>>> REPLACE")
         print(meta("drop the + 1"))
+        return
+    if mode == "break":  # add ` + 1` to the convolution: a child wrong on every shape
+        line = next(line for line in code.split("\n") if line.rstrip().endswith("(input_tensor, kernel))"))
+        print(f"<<<<<<< SEARCH\n{line}\n=======\n{line.removesuffix(')')} + 1)\n>>>>>>> REPLACE")
+        print(meta("add one"))
         return
     if mode == "same":  # the parent as it is (a fence cannot give back a missing final newline)
         print(f"```python\n{code if code.endswith(chr(10)) else code + chr(10)}```")
