@@ -20,6 +20,7 @@ store.
 from __future__ import annotations
 
 import base64
+import hashlib
 import dataclasses
 import sys
 from collections.abc import Callable, Mapping
@@ -62,6 +63,8 @@ class EvaluationRequest(BaseModel):
     resumed: list[ShapeOutcome] = []
     passes: int | None = None  # blocks of timed calls per shape (None: the Evaluator's default)
     stop_at_failure: bool = False  # stop at the first shape that fails (an evolution's child)
+    # the revision's parent's code: its per-code caches seed this one's where still empty (run_job)
+    parent_code_sha256: str | None = None
 
     @classmethod
     def make(
@@ -83,6 +86,7 @@ class EvaluationRequest(BaseModel):
         resumed: list[ShapeOutcome] | None = None,
         passes: int | None = None,
         stop_at_failure: bool = False,
+        parent_code_sha256: str | None = None,
     ) -> EvaluationRequest:
         return cls(
             key=key,
@@ -101,6 +105,7 @@ class EvaluationRequest(BaseModel):
             resumed=resumed or [],
             passes=passes,
             stop_at_failure=stop_at_failure,
+            parent_code_sha256=parent_code_sha256,
         )
 
     def evaluator(self, pool: ChildPool | None = None) -> Evaluator:
@@ -181,6 +186,19 @@ def check_environment(job: Job) -> Environment:
     return environment
 
 
+def seed_parent_caches(requests: list[EvaluationRequest]) -> None:
+    """Before any child of the job starts: each request whose revision has a parent gets its
+    parent's per-code caches (compiled kernels, extensions, graphs) where its own are still empty
+    (harness.sandbox.workspace.seed_code_caches), so that what a child shares byte for byte with
+    its parent is not compiled again (issue 31)."""
+    from harness.sandbox.workspace import seed_code_caches
+
+    for request in requests:
+        if request.parent_code_sha256:
+            code_sha256 = hashlib.sha256(base64.b64decode(request.code)).hexdigest()
+            seed_code_caches(code_sha256, request.parent_code_sha256)
+
+
 def run_job(
     job: Job,
     on_shape: ShapeCallback | None = None,
@@ -210,6 +228,7 @@ def run_job(
         from harness.sandbox.devices import hold_cuda_context
 
         hold_cuda_context()  # before any child of this job can take the GPU's memory
+    seed_parent_caches(job.requests)
     timed = any(request.timed for request in job.requests)
     count = check_parallelism() if parallel is None else max(1, parallel)
     ahead = INTERLEAVE_GROUP if timed or count == 1 else count

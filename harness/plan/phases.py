@@ -333,6 +333,7 @@ class PhaseRun:
             cost=cost,
             resumed=resumed,
             stop_at_failure=self.stop_at_failure and not phase.timed,
+            parent_code_sha256=revision.parent.code_sha256 if revision.parent is not None else None,
         )
 
     def _claim(self, session: Session, phase: Phase, item: PlannedRevision) -> EvaluationRequest | None:

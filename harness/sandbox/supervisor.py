@@ -82,6 +82,7 @@ from harness.sandbox.resources import (
 )
 from harness.sandbox.workspace import (
     WORKDIR_PREFIX,
+    code_cache_dirs,
     create_shared_memory,
     hidden_directories,
     make_io_dir,
@@ -199,10 +200,8 @@ class ChildProcess:
         self.device_windows: bool | None = (
             None if device == "cuda" and settings.device_windows == "auto" else False
         )
-        self.triton_cache = Path(settings.cache_dir, "triton", code_sha256)
-        self.extensions_cache = Path(settings.cache_dir, "torch_extensions", code_sha256)
-        self.inductor_cache = Path(settings.cache_dir, "inductor", code_sha256)
-        self.caches = (self.triton_cache, self.extensions_cache, self.inductor_cache)
+        self.caches = code_cache_dirs(code_sha256)
+        self.triton_cache, self.extensions_cache, self.inductor_cache = self.caches
         for cache_dir in self.caches:
             cache_dir.mkdir(parents=True, exist_ok=True)
         remove_files_of_dead_parents()

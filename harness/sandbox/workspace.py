@@ -330,3 +330,79 @@ def visible_paths(hidden: list[str]) -> list[str]:
         str(need) for need in _needed_paths() if any(root in need.parents for root in roots) and need.is_dir()
     }
     return sorted(found)
+
+
+# the per-code caches a candidate's child writes (its kernels, extensions and compiled graphs),
+# each keyed inside by what its entries depend on (Triton: the kernel's source, options, target
+# and version; torch's extensions: their sources; Inductor: the graph)
+CODE_CACHE_KINDS = ("triton", "torch_extensions", "inductor")
+SEED_CACHE_BYTES = 256 * 1024**2  # a parent's caches copied into a child's only up to this size
+
+
+def code_cache_dirs(code_sha256: str) -> tuple[Path, ...]:
+    """The per-code caches of the candidate whose code hashes to `code_sha256`, in the settings'
+    cache directory: Triton's, torch's extensions', Inductor's (CODE_CACHE_KINDS, in that order)."""
+    root = Path(get_settings().cache_dir)
+    return tuple(root / kind / code_sha256 for kind in CODE_CACHE_KINDS)
+
+
+def seed_code_caches(code_sha256: str, from_sha256: str, max_bytes: int = SEED_CACHE_BYTES) -> int:
+    """Copy the per-code caches of `from_sha256` (a revision's parent) into those of `code_sha256`
+    where the latter are still empty, so that kernels, extensions and graphs a child shares byte
+    for byte with its parent are not compiled again (issue 31); each cache's own keys decide what
+    is reused, as they do across runs of one candidate. A copy, never a link: what the child then
+    writes stays its own. Only folders and regular files (owned by this user, one link each) are
+    copied, walking without following links: a link planted in the parent's cache is not followed
+    by this process, which sees what the sandbox hides. A source over `max_bytes` in all, or one
+    that cannot be read whole, copies nothing. Returns the bytes copied."""
+    from harness.sandbox.resources import tree_bytes
+
+    if from_sha256 == code_sha256:
+        return 0
+    sources = code_cache_dirs(from_sha256)
+    if tree_bytes([s for s in sources if s.is_dir()], stop_above=max_bytes) > max_bytes:
+        return 0
+    copied = 0
+    for source, target in zip(sources, code_cache_dirs(code_sha256), strict=True):
+        if not source.is_dir() or (target.is_dir() and any(target.iterdir())):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".seed-", dir=target.parent))
+        try:
+            size = _copy_regular_tree(source, staging)
+        except OSError:
+            remove_tree(staging)
+            continue
+        if target.is_dir() and not any(target.iterdir()):
+            target.rmdir()
+        try:
+            staging.rename(target)  # whole or not at all
+        except OSError:
+            remove_tree(staging)
+            continue
+        copied += size
+    return copied
+
+
+def _copy_regular_tree(source: Path, target: Path) -> int:
+    """Folders and regular files (this user's, one link each) of `source` into `target`,
+    descending through descriptors opened O_NOFOLLOW; anything else is left out. Returns bytes."""
+    import stat
+
+    copied = 0
+    todo = [(source, target)]
+    while todo:
+        folder, into = todo.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    (into / entry.name).mkdir(mode=0o700)
+                    todo.append((Path(entry.path), into / entry.name))
+                elif stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_nlink == 1:
+                    descriptor = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                    with os.fdopen(descriptor, "rb") as reading, open(into / entry.name, "xb") as writing:
+                        while chunk := reading.read(1 << 20):
+                            writing.write(chunk)
+                            copied += len(chunk)
+    return copied
