@@ -20,8 +20,8 @@ store.
 from __future__ import annotations
 
 import base64
-import hashlib
 import dataclasses
+import hashlib
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
