@@ -369,7 +369,7 @@ def seed_code_caches(code_sha256: str, from_sha256: str, max_bytes: int = SEED_C
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".seed-", dir=target.parent))
         try:
-            size = _copy_regular_tree(source, staging)
+            size = _copy_regular_tree(source, staging, max_bytes - copied)
         except OSError:
             remove_tree(staging)
             continue
@@ -384,9 +384,10 @@ def seed_code_caches(code_sha256: str, from_sha256: str, max_bytes: int = SEED_C
     return copied
 
 
-def _copy_regular_tree(source: Path, target: Path) -> int:
-    """Folders and regular files (this user's, one link each) of `source` into `target`,
-    descending through descriptors opened O_NOFOLLOW; anything else is left out. Returns bytes."""
+def _copy_regular_tree(source: Path, target: Path, max_bytes: int) -> int:
+    """Folders and regular files (this user's, one link each) of `source` into `target`, opened
+    O_NOFOLLOW; anything else is left out. Returns bytes; OSError past `max_bytes` (a running
+    child may still be writing there)."""
     import stat
 
     copied = 0
@@ -399,10 +400,22 @@ def _copy_regular_tree(source: Path, target: Path) -> int:
                 if stat.S_ISDIR(info.st_mode):
                     (into / entry.name).mkdir(mode=0o700)
                     todo.append((Path(entry.path), into / entry.name))
-                elif stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and info.st_nlink == 1:
-                    descriptor = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                    with os.fdopen(descriptor, "rb") as reading, open(into / entry.name, "xb") as writing:
-                        while chunk := reading.read(1 << 20):
-                            writing.write(chunk)
-                            copied += len(chunk)
+                elif stat.S_ISREG(info.st_mode):
+                    # a running child may swap the entry meanwhile: O_NONBLOCK (a FIFO in its
+                    # place opens at once) and the checks again on what was opened
+                    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                    with os.fdopen(os.open(entry.path, flags), "rb") as reading:
+                        opened = os.fstat(reading.fileno())
+                        if not (
+                            stat.S_ISREG(opened.st_mode)
+                            and opened.st_uid == os.getuid()
+                            and opened.st_nlink == 1
+                        ):
+                            continue
+                        with open(into / entry.name, "xb") as writing:
+                            while chunk := reading.read(1 << 20):
+                                writing.write(chunk)
+                                copied += len(chunk)
+                                if copied > max_bytes:
+                                    raise OSError(f"more than {max_bytes} bytes to copy")
     return copied
