@@ -484,8 +484,12 @@ def _reset_persisting_l2() -> None:
 QUIET_FLUSH_FACTOR = 3.0
 QUIET_FLUSH_SLACK_S = 50e-6
 QUIET_WAIT_S = 30.0  # an honest revision leaves nothing queued: only a cheat's work is waited for
+# after a wait that found no quiet GPU (another process's work on a shared GPU, say), the next
+# waits are this short until one finds it quiet again: a GPU busy for good costs QUIET_WAIT_S once
+QUIET_WAIT_AFTER_NONE_S = 0.1
 QUIET_BASELINE_FLUSHES = 3
 _quickest_flush_s: list[float] = []  # the quickest of this process's flushes (seconds), once made
+_last_wait_found_quiet: list[bool] = [True]
 
 
 def _flush_seconds() -> float:
@@ -498,7 +502,7 @@ def _flush_seconds() -> float:
     return perf_counter() - started
 
 
-def wait_for_quiet_gpu(wait_s: float = QUIET_WAIT_S) -> tuple[int, float]:
+def wait_for_quiet_gpu(wait_s: float | None = None) -> tuple[int, float]:
     """Flush the L2 cache from this process until a flush takes no longer than the quickest this
     process has seen (times QUIET_FLUSH_FACTOR, plus QUIET_FLUSH_SLACK_S), for at most `wait_s`.
     A child stopped after its turn still has the kernels it queued before the stop run (the GPU
@@ -506,7 +510,11 @@ def wait_for_quiet_gpu(wait_s: float = QUIET_WAIT_S) -> tuple[int, float]:
     its timing would otherwise slow whichever revision is timed next, the reference included,
     and rank above it. While such work runs, this process's flush waits for its share of the GPU
     and takes longer; the next call goes once the GPU serves a flush as fast as ever (or after
-    `wait_s`, the work charged to the next call then). Returns (extra flushes, seconds waited)."""
+    `wait_s`, the work charged to the next call then: by default QUIET_WAIT_S, or
+    QUIET_WAIT_AFTER_NONE_S after a wait that found no quiet GPU, so that a GPU another process
+    keeps busy for good costs the long wait once). Returns (extra flushes, seconds waited)."""
+    if wait_s is None:
+        wait_s = QUIET_WAIT_S if _last_wait_found_quiet[0] else QUIET_WAIT_AFTER_NONE_S
     if not _quickest_flush_s:
         _quickest_flush_s.append(min(_flush_seconds() for _ in range(QUIET_BASELINE_FLUSHES)))
     started = perf_counter()
@@ -514,9 +522,9 @@ def wait_for_quiet_gpu(wait_s: float = QUIET_WAIT_S) -> tuple[int, float]:
     while True:
         took = _flush_seconds()
         _quickest_flush_s[0] = min(_quickest_flush_s[0], took)
-        if took <= QUIET_FLUSH_FACTOR * _quickest_flush_s[0] + QUIET_FLUSH_SLACK_S:
-            return extra, perf_counter() - started
-        if perf_counter() - started > wait_s:
+        quiet = took <= QUIET_FLUSH_FACTOR * _quickest_flush_s[0] + QUIET_FLUSH_SLACK_S
+        if quiet or perf_counter() - started > wait_s:
+            _last_wait_found_quiet[0] = quiet
             return extra, perf_counter() - started
         extra += 1
 
