@@ -488,8 +488,6 @@ QUIET_WAIT_S = 30.0  # an honest revision leaves nothing queued: only a cheat's 
 # waits are this short until one finds it quiet again: a GPU busy for good costs QUIET_WAIT_S once
 QUIET_WAIT_AFTER_NONE_S = 0.1
 QUIET_BASELINE_FLUSHES = 3
-_quickest_flush_s: list[float] = []  # the quickest of this process's flushes (seconds), once made
-_last_wait_found_quiet: list[bool] = [True]
 
 
 def _flush_seconds() -> float:
@@ -502,31 +500,48 @@ def _flush_seconds() -> float:
     return perf_counter() - started
 
 
+class QuietWait:
+    """Flushes until a flush is served as fast as ever (`wait`); `flush` does one flush and
+    returns its wall seconds (this process's GPU flush, `_flush_seconds`, by default)."""
+
+    def __init__(self, flush: Callable[[], float] = _flush_seconds) -> None:
+        self.flush = flush
+        self.quickest_s: float | None = None  # the quickest flush seen
+        self.found_quiet = True  # whether the last wait ended on a quick flush
+
+    def wait(self, wait_s: float | None = None) -> tuple[int, float]:
+        """Flush until a flush takes no longer than the quickest seen (times QUIET_FLUSH_FACTOR,
+        plus QUIET_FLUSH_SLACK_S), for at most `wait_s`. A child stopped after its turn still
+        has the kernels it queued before the stop run (the GPU shares its time between
+        processes' contexts): one that queues seconds of work at the end of its timing would
+        otherwise slow whichever revision is timed next, the reference included, and rank above
+        it. While such work runs, this process's flush waits for its share of the GPU and takes
+        longer; the next call goes once the GPU serves a flush as fast as ever, or after
+        `wait_s` (the work then shares the GPU with the next call): by default QUIET_WAIT_S, or
+        QUIET_WAIT_AFTER_NONE_S after a wait that found no quiet GPU, so that a GPU another
+        process keeps busy for good costs the long wait once. Returns (extra flushes, seconds)."""
+        if wait_s is None:
+            wait_s = QUIET_WAIT_S if self.found_quiet else QUIET_WAIT_AFTER_NONE_S
+        if self.quickest_s is None:
+            self.quickest_s = min(self.flush() for _ in range(QUIET_BASELINE_FLUSHES))
+        started = perf_counter()
+        extra = 0
+        while True:
+            took = self.flush()
+            self.quickest_s = min(self.quickest_s, took)
+            quiet = took <= QUIET_FLUSH_FACTOR * self.quickest_s + QUIET_FLUSH_SLACK_S
+            if quiet or perf_counter() - started > wait_s:
+                self.found_quiet = quiet
+                return extra, perf_counter() - started
+            extra += 1
+
+
+_QUIET = QuietWait()  # this process's GPU
+
+
 def wait_for_quiet_gpu(wait_s: float | None = None) -> tuple[int, float]:
-    """Flush the L2 cache from this process until a flush takes no longer than the quickest this
-    process has seen (times QUIET_FLUSH_FACTOR, plus QUIET_FLUSH_SLACK_S), for at most `wait_s`.
-    A child stopped after its turn still has the kernels it queued before the stop run (the GPU
-    shares its time between processes' contexts): one that queues seconds of work at the end of
-    its timing would otherwise slow whichever revision is timed next, the reference included,
-    and rank above it. While such work runs, this process's flush waits for its share of the GPU
-    and takes longer; the next call goes once the GPU serves a flush as fast as ever (or after
-    `wait_s`, the work charged to the next call then: by default QUIET_WAIT_S, or
-    QUIET_WAIT_AFTER_NONE_S after a wait that found no quiet GPU, so that a GPU another process
-    keeps busy for good costs the long wait once). Returns (extra flushes, seconds waited)."""
-    if wait_s is None:
-        wait_s = QUIET_WAIT_S if _last_wait_found_quiet[0] else QUIET_WAIT_AFTER_NONE_S
-    if not _quickest_flush_s:
-        _quickest_flush_s.append(min(_flush_seconds() for _ in range(QUIET_BASELINE_FLUSHES)))
-    started = perf_counter()
-    extra = 0
-    while True:
-        took = _flush_seconds()
-        _quickest_flush_s[0] = min(_quickest_flush_s[0], took)
-        quiet = took <= QUIET_FLUSH_FACTOR * _quickest_flush_s[0] + QUIET_FLUSH_SLACK_S
-        if quiet or perf_counter() - started > wait_s:
-            _last_wait_found_quiet[0] = quiet
-            return extra, perf_counter() - started
-        extra += 1
+    """`QuietWait.wait` on this process's GPU."""
+    return _QUIET.wait(wait_s)
 
 
 def parent_l2_flush(device: str) -> Callable[[], None] | None:

@@ -765,3 +765,37 @@ def test_the_persisting_l2_reset_is_the_drivers_or_nothing():
     assert (reset is not None) == has_driver
     if reset is None:
         timing._reset_persisting_l2()  # nothing to reset, and no error
+
+
+def test_the_parents_flush_waits_while_the_gpu_serves_it_slowly_and_once_for_a_gpu_busy_for_good():
+    """harness.timing.QuietWait with a flush that sleeps as a GPU's flush waits while another
+    context's kernels run: 1 ms when quiet, 20 ms while busy. Busy for its first 8 flushes after
+    the baseline: the wait flushes until a quick one (8 extra). Busy for good: the first wait gives
+    up after its allowance, the next ones after the short one (not the allowance each time); a
+    quiet GPU again: it is found quiet, and the long allowance is back."""
+    from harness.timing import QUIET_WAIT_AFTER_NONE_S, QuietWait
+
+    state = {"busy": 0, "forever": False}
+
+    def flush() -> float:
+        started = time.perf_counter()
+        busy = state["forever"] or state["busy"] > 0
+        state["busy"] -= 1
+        time.sleep(0.02 if busy else 0.001)
+        return time.perf_counter() - started
+
+    waiter = QuietWait(flush)
+    waiter.wait(1.0)  # the baseline's 3 flushes, then a quick one
+    assert waiter.found_quiet
+    state["busy"] = 8
+    extra, waited = waiter.wait(5.0)
+    # 8 slow ones before a quick one (a loaded host may make a quick one look slow: one more)
+    assert extra >= 8 and waited >= 8 * 0.02 and waiter.found_quiet
+    state["forever"] = True
+    extra, waited = waiter.wait(0.3)
+    assert waited >= 0.3 and not waiter.found_quiet
+    extra, waited = waiter.wait()  # the short allowance now
+    assert QUIET_WAIT_AFTER_NONE_S <= waited < QUIET_WAIT_AFTER_NONE_S + 1.0 and not waiter.found_quiet
+    state["forever"] = False
+    waiter.wait(5.0)
+    assert waiter.found_quiet
