@@ -353,8 +353,9 @@ def seed_code_caches(code_sha256: str, from_sha256: str, max_bytes: int = SEED_C
     is reused, as they do across runs of one candidate. A copy, never a link: what the child then
     writes stays its own. Only folders and regular files (owned by this user, one link each) are
     copied, walking without following links: a link planted in the parent's cache is not followed
-    by this process, which sees what the sandbox hides. A source over `max_bytes` in all, or one
-    that cannot be read whole, copies nothing. Returns the bytes copied."""
+    by this process, which sees what the sandbox hides. A source over `max_bytes` in all copies
+    nothing; a cache that cannot be read whole is left out (the others still copied). Returns the
+    bytes copied."""
     from harness.sandbox.resources import tree_bytes
 
     if from_sha256 == code_sha256:
@@ -384,38 +385,53 @@ def seed_code_caches(code_sha256: str, from_sha256: str, max_bytes: int = SEED_C
     return copied
 
 
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _copy_regular_tree(source: Path, target: Path, max_bytes: int) -> int:
-    """Folders and regular files (this user's, one link each) of `source` into `target`, opened
-    O_NOFOLLOW; anything else is left out. Returns bytes; OSError past `max_bytes` (a running
-    child may still be writing there)."""
+    """Folders and regular files (this user's, one link each: `open_exported`) of `source` into
+    `target`, walked through descriptors, each folder opened O_NOFOLLOW relative to the one above
+    it, so that a child swapping a folder for a link meanwhile sends the walk nowhere; anything
+    else is left out. Returns bytes; OSError past `max_bytes` (a running child may still be
+    writing there), or where a folder cannot be opened."""
     import stat
 
+    from harness.sandbox.files import open_exported
+
     copied = 0
-    todo = [(source, target)]
-    while todo:
-        folder, into = todo.pop()
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                info = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(info.st_mode):
+    top = os.open(source, _FOLDER)
+    stack = [(top, os.scandir(top), target)]  # the folders from `source` down, each open
+    try:
+        while stack:
+            folder, entries, into = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                entries.close()
+                os.close(folder)
+                stack.pop()
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                below = os.open(entry.name, _FOLDER, dir_fd=folder)
+                try:
                     (into / entry.name).mkdir(mode=0o700)
-                    todo.append((Path(entry.path), into / entry.name))
-                elif stat.S_ISREG(info.st_mode):
-                    # a running child may swap the entry meanwhile: O_NONBLOCK (a FIFO in its
-                    # place opens at once) and the checks again on what was opened
-                    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-                    with os.fdopen(os.open(entry.path, flags), "rb") as reading:
-                        opened = os.fstat(reading.fileno())
-                        if not (
-                            stat.S_ISREG(opened.st_mode)
-                            and opened.st_uid == os.getuid()
-                            and opened.st_nlink == 1
-                        ):
-                            continue
-                        with open(into / entry.name, "xb") as writing:
-                            while chunk := reading.read(1 << 20):
-                                writing.write(chunk)
-                                copied += len(chunk)
-                                if copied > max_bytes:
-                                    raise OSError(f"more than {max_bytes} bytes to copy")
+                    stack.append((below, os.scandir(below), into / entry.name))
+                except OSError:
+                    os.close(below)
+                    raise
+            elif stat.S_ISREG(info.st_mode):
+                try:
+                    descriptor = open_exported(folder, entry.name)  # swapped meanwhile: left out
+                except ValueError:
+                    continue
+                with os.fdopen(descriptor, "rb") as reading, open(into / entry.name, "xb") as writing:
+                    while chunk := reading.read(1 << 20):
+                        writing.write(chunk)
+                        copied += len(chunk)
+                        if copied > max_bytes:
+                            raise OSError(f"more than {max_bytes} bytes to copy")
+    finally:
+        for folder, entries, _ in stack:
+            entries.close()
+            os.close(folder)
     return copied
