@@ -242,8 +242,9 @@ class ChildProcess:
         # the reference candidate runs ref_kernel, under deterministic algorithms: cuBLAS's
         # workspace limited only where this torch refuses a product without (GPU MODE's runner
         # sets no such variable; on an H100 pmpp's matmul took 0.377 ms here, 0.245 ms there)
-        if self.device == "cuda" and deterministic_environment(self.task) and cublas_needs_workspace_config():
-            env.update(deterministic_environment(self.task))
+        deterministic = deterministic_environment(self.task)
+        if self.device == "cuda" and deterministic and cublas_needs_workspace_config():
+            env.update(deterministic)
         if self.limits.cache_autotuning:
             env["TRITON_CACHE_AUTOTUNING"] = "1"  # in the Triton cache above (not under the interpreter)
         if self.device == "cpu":
