@@ -36,6 +36,12 @@ Method, per shape (`time_calls`):
    of those calls is counted whole.)
 4. Stopping rule (GPU MODE): at least 3 timed calls, at most 100; stop once the standard error is
    under 0.1 % of the mean or the shape's budget (host seconds spent in the timed loop) is spent.
+   An evolution's child (issue 31) may also stop as soon as it is clearly slower than its parent
+   on the shape (`StoppingRule.slower_than_ms`, `clearly_slower`): after `SLOWER_MIN_RUNS` calls,
+   once its mean less `SLOWER_Z` standard errors exceeds the parent's stored mean plus
+   `SLOWER_MARGIN_REL`. Its figures stay what its calls measured, from fewer calls (a wider
+   error); no later pass times it again. The child runs this rule and could ignore it: stopping
+   early only makes its figures noisier, never faster.
 5. Passes: an evaluation times each shape in `TIMING_PASSES` blocks of calls (harness.sandbox.
    evaluation: P C1 C2 C2' C1' P' shape by shape, the later pass in reverse order so that a
    linear drift moves every revision's mean alike), each under the rule's share
@@ -120,6 +126,11 @@ HOST_CLOCK_MISMATCH = "host_clock_mismatch"
 BELOW_PHYSICAL_FLOOR = "below_physical_floor"
 TIMING_PASSES = 2  # blocks of timed calls per shape of a timed evaluation (method, 5.)
 HOST_CONFIRM_PASSES = 2  # at most this many more blocks of a shape flagged `host_clock_mismatch` (6.)
+# a child clearly slower than its parent stops timing a shape early (4.): after this many calls,
+# once its mean less this many standard errors is over the parent's mean plus this share
+SLOWER_MIN_RUNS = 10
+SLOWER_Z = 5.0
+SLOWER_MARGIN_REL = 0.1
 
 
 @dataclass
@@ -166,12 +177,15 @@ class BenchmarkStats:
 @dataclass(frozen=True)
 class StoppingRule:
     """GPU MODE's rule: at least `min_runs` timed calls, at most `max_runs`; in between, stop once
-    the standard error is under `max_rel_err` of the mean or `budget_s` seconds are spent."""
+    the standard error is under `max_rel_err` of the mean or `budget_s` seconds are spent; with
+    `slower_than_ms` (the parent's mean on the shape: an evolution's child), also once the calls
+    are clearly slower than that (`clearly_slower`)."""
 
     min_runs: int = 3
     max_runs: int = 100
     max_rel_err: float = 0.001
     budget_s: float = 10.0
+    slower_than_ms: float | None = None
 
     def done(self, times_ms: Sequence[float], elapsed_s: float) -> bool:
         runs = len(times_ms)
@@ -180,6 +194,8 @@ class StoppingRule:
         if runs < self.min_runs:
             return False
         if elapsed_s >= self.budget_s:
+            return True
+        if self.slower_than_ms is not None and clearly_slower(times_ms, self.slower_than_ms):
             return True
         mean = statistics.fmean(times_ms)
         err = statistics.stdev(times_ms, mean) / math.sqrt(runs)
@@ -198,7 +214,22 @@ class StoppingRule:
             max_runs=max(min_runs, self.max_runs // passes),
             max_rel_err=self.max_rel_err * math.sqrt(passes),
             budget_s=self.budget_s / passes,
+            slower_than_ms=self.slower_than_ms,
         )
+
+
+def clearly_slower(times_ms: Sequence[float], than_ms: float) -> bool:
+    """Whether calls that took `times_ms` are clearly slower than a mean of `than_ms` (method, 4.):
+    at least `SLOWER_MIN_RUNS` of them, and their mean less `SLOWER_Z` standard errors over
+    `than_ms` plus `SLOWER_MARGIN_REL` of it. Checked after every call (a sequential test): the
+    wide z and margin keep an honest child within noise of its parent from ever being stopped
+    by a few slow calls."""
+    runs = len(times_ms)
+    if runs < SLOWER_MIN_RUNS or than_ms <= 0:
+        return False
+    mean = statistics.fmean(times_ms)
+    err = statistics.stdev(times_ms, mean) / math.sqrt(runs)
+    return mean - SLOWER_Z * err > than_ms * (1 + SLOWER_MARGIN_REL)
 
 
 def time_calls(

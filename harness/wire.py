@@ -174,6 +174,9 @@ class TimingRecord(Message):
     prelude_excess_ms: float = 0.0
     calibrated_output: tuple[str, list[int]] | None = None
     joined: JoinedTiming | None = None
+    # an evolution's child clearly slower than its parent's mean (this, in ms) on the shape: its
+    # calls stopped early, and no later pass timed it (harness.timing, method 4.)
+    stopped_slower_than_ms: float | None = None
 
 
 class TimingPass(Message):

@@ -4,6 +4,7 @@ dir, the sandboxed runner with the Triton interpreter on the smoke shapes, real 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -17,6 +18,7 @@ from conftest import rows
 
 from harness.evolve.mutate import mutate_candidate
 from harness.tasks import load_task
+from harness.timing import SLOWER_MIN_RUNS
 
 HARNESS = Path(sys.executable).parent / "harness"
 REPLY_SCRIPT = Path(__file__).parent / "proposers" / "reply.py"
@@ -358,6 +360,56 @@ def test_a_childs_checks_stop_at_its_first_failing_shape(seeded_store: str, tmp_
         revision,
     )
     assert len(checked) == len(statuses) and {status for (status,) in checked} == {"wrong_answer"}
+
+
+def test_a_child_clearly_slower_than_its_parent_stops_timing_early(seeded_store: str, tmp_path: Path):
+    """A right child 10 to 30 ms a call slower than its parent stops timing each shape after the few
+    calls that show it clearly slower (harness.timing.clearly_slower), with no second pass, and
+    its figures are still its calls' own (issue 31: a slower child's timing costs what its
+    change needs). The parent, timed without a yardstick, times every shape in two passes."""
+    db = seeded_store
+    parent = tmp_path / "tiny_slow_parent.py"
+    parent.write_bytes(TINY)
+    assert harness(db, "register", parent).returncode == 0
+    ((parent_id,),) = rows(
+        db,
+        "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = 'tiny_slow_parent'",
+    )
+    command = reply_command("slow")
+    result = harness(
+        db,
+        "evolve",
+        "--from",
+        parent_id,
+        "--proposer",
+        command,
+        "--device",
+        "cpu",
+        "--budget",
+        2,
+        "--generations",
+        1,
+    )
+    assert result.returncode == 0, result.stderr
+    ((child_id,),) = steps_of(db, command, "s.child_id")
+
+    def timed_shapes(revision_id: int) -> list[tuple[int, float, dict]]:
+        found = rows(
+            db,
+            'select s.runs, s.mean_ms, s."check" from shape_results s join runs u on u.id = s.run_id '
+            "where u.revision_id = ? and u.mode = 'benchmark' and s.status = 'pass' order by s.id",
+            revision_id,
+        )
+        return [(runs, mean, json.loads(check)) for runs, mean, check in found]
+
+    parent_shapes, child_shapes = timed_shapes(parent_id), timed_shapes(child_id)
+    assert parent_shapes and len(child_shapes) == len(parent_shapes), (parent_shapes, child_shapes)
+    for (parent_runs, parent_mean, parent_check), (runs, mean, check) in zip(parent_shapes, child_shapes):
+        assert parent_check["timing"].get("stopped_slower_than_ms") is None
+        assert len(parent_check["passes"]) == 2 and parent_runs > 10
+        assert check["timing"]["stopped_slower_than_ms"] == pytest.approx(parent_mean)
+        assert not check["passes"] and SLOWER_MIN_RUNS <= runs < 2 * SLOWER_MIN_RUNS, (runs, check)
+        assert mean > 10 > 10 * parent_mean  # what its calls took: a sleep of 10-30 ms and the work
 
 
 def test_a_failing_parent_gets_the_fix_prompt_a_few_times(seeded_store: str, tmp_path: Path):

@@ -20,9 +20,11 @@ from harness.sandbox.limits import SandboxLimits
 from harness.scoring import score
 from harness.tasks import load_task
 from harness.timing import (
+    SLOWER_MIN_RUNS,
     TIMING_MISMATCH,
     BenchmarkStats,
     StoppingRule,
+    clearly_slower,
     host_clock_verdict,
     left_work_flagged,
     time_calls,
@@ -36,6 +38,33 @@ def test_statistics_of_a_known_sample():
     assert stats.err_ms == pytest.approx(math.sqrt(5 / 3) / 2)
     assert stats.times_ms == [4.0, 1.0, 3.0, 2.0]
     assert (stats.device, stats.compile_s, stats.flags) == ("cpu", 0.5, [])
+
+
+def test_a_child_stops_early_only_where_clearly_slower_than_its_parent():
+    """The sequential test of an evolution's child (method, 4.): a child far slower than its
+    parent's mean stops after SLOWER_MIN_RUNS calls; one within the margin, one whose calls spread
+    too wide to tell, and one with too few calls go on, and the rule without a yardstick never
+    stops for that reason."""
+    slow = [2.0, 2.1, 1.9, 2.0, 2.05] * 2
+    assert len(slow) == SLOWER_MIN_RUNS and clearly_slower(slow, 1.0)
+    assert not clearly_slower(slow[:-1], 1.0)  # too few calls to tell
+    assert not clearly_slower([1.05, 1.06, 1.04, 1.05, 1.05] * 10, 1.0)  # 5% slower: within the margin
+    assert not clearly_slower([0.5, 3.5, 0.6, 3.4, 0.7] * 2, 1.0)  # mean 1.7, its error too wide to tell
+    assert not clearly_slower(slow, 0.0)  # no yardstick
+    rule = StoppingRule(budget_s=10.0, max_rel_err=0.0)
+    assert not rule.done(slow, elapsed_s=0.1)
+    assert StoppingRule(budget_s=10.0, max_rel_err=0.0, slower_than_ms=1.0).done(slow, elapsed_s=0.1)
+    # each pass of a shape keeps the yardstick
+    assert StoppingRule(slower_than_ms=1.0).per_pass(2).slower_than_ms == 1.0
+    # an honest child as fast as its parent, noisy as a loaded machine makes it (a spread of 30%,
+    # one call in 20 three times as long), is never stopped at any of its calls (the test is
+    # made after every call); one twice as slow, as noisy, stops within a pass's 50
+    rng = random.Random(7)
+    for _ in range(300):
+        calls = [max(0.01, rng.gauss(1.0, 0.3)) * (3 if rng.random() < 0.05 else 1) for _ in range(100)]
+        assert not any(clearly_slower(calls[:n], 1.0) for n in range(1, 101))
+        slower = [max(0.01, rng.gauss(2.0, 0.6)) for _ in range(100)]
+        assert any(clearly_slower(slower[:n], 1.0) for n in range(1, 5 * SLOWER_MIN_RUNS))
 
 
 def test_statistics_of_one_call_and_of_none():

@@ -65,6 +65,9 @@ class EvaluationRequest(BaseModel):
     stop_at_failure: bool = False  # stop at the first shape that fails (an evolution's child)
     # the revision's parent's code: its per-code caches seed this one's where still empty (run_job)
     parent_code_sha256: str | None = None
+    # an evolution's child: its parent's mean per shape (parameters and seed, JSON), to stop timing a shape early where
+    # the child is clearly slower (harness.timing.StoppingRule.slower_than_ms)
+    slower_than: dict[str, float] = {}
 
     @classmethod
     def make(
@@ -87,6 +90,7 @@ class EvaluationRequest(BaseModel):
         passes: int | None = None,
         stop_at_failure: bool = False,
         parent_code_sha256: str | None = None,
+        slower_than: dict[str, float] | None = None,
     ) -> EvaluationRequest:
         return cls(
             key=key,
@@ -106,6 +110,7 @@ class EvaluationRequest(BaseModel):
             passes=passes,
             stop_at_failure=stop_at_failure,
             parent_code_sha256=parent_code_sha256,
+            slower_than=slower_than or {},
         )
 
     def evaluator(self, pool: ChildPool | None = None) -> Evaluator:
@@ -129,6 +134,7 @@ class EvaluationRequest(BaseModel):
             resumed=self.resumed,
             passes=self.passes,
             stop_at_failure=self.stop_at_failure,
+            slower_than=self.slower_than,
         )
 
 

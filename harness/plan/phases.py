@@ -49,6 +49,7 @@ from harness.store.runs import (
     find_run,
     judged_before,
     new_batch,
+    passing_shape_means,
     record_run,
     record_shape,
     release_claim,
@@ -189,6 +190,9 @@ class PhaseRun:
     rule: StoppingRule | None = None  # timed phases
     # checks stop at a revision's first failing shape (an evolution's children: issue 31)
     stop_at_failure: bool = False
+    # a timed revision clearly slower than its parent on a shape (the parent's stored run of the
+    # same kind and environment) stops timing it early (an evolution's children: issue 31)
+    stop_when_slower: bool = False
 
     def run(
         self,
@@ -334,6 +338,18 @@ class PhaseRun:
             resumed=resumed,
             stop_at_failure=self.stop_at_failure and not phase.timed,
             parent_code_sha256=revision.parent.code_sha256 if revision.parent is not None else None,
+            slower_than=self._slower_than(session, phase, item, revision),
+        )
+
+    def _slower_than(
+        self, session: Session, phase: Phase, item: PlannedRevision, revision: Revision
+    ) -> dict[str, float] | None:
+        """The parent's means by shape key, where a timed revision stops timing a shape on which it
+        is clearly slower (`stop_when_slower`; not the reference, which is every speedup's yardstick)."""
+        if not (self.stop_when_slower and phase.timed) or item.is_reference or revision.parent is None:
+            return None
+        return passing_shape_means(
+            session, revision.parent.id, item.task, phase.run_kind, self.environment.env_key
         )
 
     def _claim(self, session: Session, phase: Phase, item: PlannedRevision) -> EvaluationRequest | None:

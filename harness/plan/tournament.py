@@ -258,7 +258,10 @@ def run_children(
         if not passed:
             return
         limits = store_limits(store, SandboxLimits.from_settings())
-        plan = PhaseRun(store, executor, checked.environment, limits, worker_name(), rule=rule)
+        # a child clearly slower than its parent on a shape stops timing it early (issue 31)
+        plan = PhaseRun(
+            store, executor, checked.environment, limits, worker_name(), rule=rule, stop_when_slower=True
+        )
         with store.session() as session:
             items = with_references(session, passed)
         for item in items:

@@ -891,6 +891,7 @@ class Worker:
             max_runs=request.max_runs,
             max_rel_err=request.max_rel_err,
             budget_s=request.budget_s,
+            slower_than_ms=request.slower_than_ms,
         )
         try:
             stats = time_calls(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import json
 import math
 import queue
 import random
@@ -27,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import replace
 from time import perf_counter
 
 import torch
@@ -61,6 +63,7 @@ from harness.timing import (
     TIMING_PASSES,
     BenchmarkStats,
     StoppingRule,
+    clearly_slower,
     host_clock_verdict,
     parent_l2_flush,
     physical_floor_ms,
@@ -333,6 +336,7 @@ class Evaluator:
         resumed: list[ShapeOutcome] | None = None,
         passes: int | None = None,
         stop_at_failure: bool = False,
+        slower_than: dict[str, float] | None = None,
     ) -> None:
         # what `again` needs to make a fresh evaluator of the same candidate
         self.arguments = {
@@ -350,6 +354,7 @@ class Evaluator:
             "pool": pool,
             "passes": passes,
             "stop_at_failure": stop_at_failure,
+            "slower_than": slower_than,
         }
         device = resolve_device(device)
         if passes is None:
@@ -371,6 +376,10 @@ class Evaluator:
         # an evolution's child stops at its first shape that fails, wrong answers included
         # (issue 31: its checks cost what its change needs; the shapes after stay `not_run`)
         self.stop_at_failure = stop_at_failure
+        # an evolution's child: its parent's mean per shape (its parameters and seed as JSON with
+        # sorted keys, as stored); a shape on which the child is
+        # clearly slower stops timing early and is not timed again (harness.timing, method 4.)
+        self.slower_than = slower_than or {}
         self.limits = limits or SandboxLimits.from_settings()
         self.rule = (rule or StoppingRule(budget_s=get_settings().shape_budget(device))).per_pass(passes)
         # the harness's own cost of a timed call per shape (evaluate_interleaved shares one)
@@ -686,6 +695,13 @@ class Evaluator:
         outcome = self.evaluation.shapes[index]
         if outcome.status != "pass" or outcome.mean_ms is None:
             return None
+        timing = outcome.check.timing
+        if (
+            timing is not None
+            and timing.stopped_slower_than_ms is not None
+            and HOST_CLOCK_MISMATCH not in outcome.timing_flags
+        ):
+            return None  # clearly slower than its parent: no later pass (a flagged one is confirmed)
         shape = self.shapes[index]
         if not outcome.check.passes:
             outcome.check.passes = [_pass_of(outcome)]
@@ -850,10 +866,11 @@ class Evaluator:
         output_bytes = checking.output_nbytes(check_case.expected)
         warmup_calls, warmup_s = WARMUP_AGAIN if later else WARMUP[self.device]
         warmup_data = check_case.data
+        slower_than = self.slower_than.get(json.dumps(outcome.shape, sort_keys=True))
         timed = self.child.time(
             warmup_data=warmup_data,
             inputs_for=inputs_for,
-            rule=self.rule,
+            rule=self.rule if slower_than is None else replace(self.rule, slower_than_ms=slower_than),
             warmup_calls=warmup_calls,
             warmup_s=warmup_s,
             autotune_config=0 if self.config_count else None,
@@ -928,6 +945,9 @@ class Evaluator:
                 prelude_excess_ms=round(verdict.prelude_excess_ms, 4),
                 calibrated_output=None if calibrated is None else (calibrated[0], list(calibrated[1])),
             )
+            if slower_than is not None and clearly_slower(verdict.times_ms, slower_than):
+                # by the parent's own figures of the calls: no later pass (`time_again`)
+                outcome.check.timing.stopped_slower_than_ms = slower_than
             return
         outcome.passed = False
 

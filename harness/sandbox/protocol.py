@@ -178,6 +178,8 @@ class TimeRequest(Message):
     max_runs: int = 100
     max_rel_err: float = 0.001
     budget_s: float = 10.0
+    # stop once the calls are clearly slower than this mean (harness.timing.StoppingRule)
+    slower_than_ms: float | None = None
     autotune_config: int | None = None
     # the size of the shared output buffer for this phase (harness.sandbox.transfer): an output
     # that fits goes there, a larger one (a wrong shape) to a file

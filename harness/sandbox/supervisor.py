@@ -777,6 +777,7 @@ class ChildProcess:
                 max_runs=rule.max_runs,
                 max_rel_err=rule.max_rel_err,
                 budget_s=rule.budget_s,
+                slower_than_ms=rule.slower_than_ms,
                 autotune_config=autotune_config,
                 wait_for_go=before_call is not None,
             )

@@ -34,6 +34,7 @@ again) and none of its kept shapes is resumed.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -92,6 +93,22 @@ def find_run(session: Session, revision_id: int, task: str, mode: str, env_key: 
         .where(*_key(revision_id, task, mode, env_key), Run.state == "done")
         .options(selectinload(Run.shapes))
     )
+
+
+def passing_shape_means(
+    session: Session, revision_id: int, task: str, mode: str, env_key: str
+) -> dict[str, float]:
+    """The mean of every shape that passed, timed, in the revision's completed run of this key,
+    by shape (its parameters and seed, as JSON with sorted keys); empty when there is no such run.
+    Flagged timings are left out (never ranked, never a yardstick)."""
+    run = find_run(session, revision_id, task, mode, env_key)
+    if run is None:
+        return {}
+    means = {}
+    for shape in run.shapes:
+        if shape.status == "pass" and shape.mean_ms is not None and not shape.timing_flags:
+            means[json.dumps(shape.shape, sort_keys=True)] = shape.mean_ms
+    return means
 
 
 def claim_holder(session: Session, revision_id: int, task: str, mode: str, env_key: str) -> str | None:

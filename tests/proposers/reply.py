@@ -4,7 +4,7 @@
 
 Modes: whole-file, search-replace, no-match, garbage, same, hang PIDFILE, fail, bad-meta, fix
 (a fix prompt with a mismatch summary: drop the ` + 1` that makes the parent wrong), break (add
-` + 1` to the convolution), and
+` + 1` to the convolution), slow (sleep 10 to 30 ms in every call: a right child, far slower, its times spread), and
 second-call-hangs STATE_DIR (counts its calls in STATE_DIR/calls; the second call writes its pid
 to STATE_DIR/hanging and sleeps, every other call marks the first import line with its number).
 It finds the parent's code in the prompt the way an agent would: the fenced block after
@@ -89,6 +89,14 @@ def main() -> None:
         line = next(line for line in code.split("\n") if line.rstrip().endswith("(input_tensor, kernel))"))
         print(f"<<<<<<< SEARCH\n{line}\n=======\n{line.removesuffix(')')} + 1)\n>>>>>>> REPLACE")
         print(meta("add one"))
+        return
+    if mode == "slow":  # sleep before the convolution: right on every shape, 10-30 ms slower a call
+        line = next(line for line in code.split("\n") if line.rstrip().endswith("(input_tensor, kernel))"))
+        indent = line[: len(line) - len(line.lstrip())]
+        print(
+            f"<<<<<<< SEARCH\n{line}\n=======\n{indent}__import__('time').sleep(0.01 + 0.02 * __import__('random').random())\n{line}\n>>>>>>> REPLACE"
+        )
+        print(meta("sleep first"))
         return
     if mode == "same":  # the parent as it is (a fence cannot give back a missing final newline)
         print(f"```python\n{code if code.endswith(chr(10)) else code + chr(10)}```")
