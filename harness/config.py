@@ -62,6 +62,11 @@ class Settings(BaseSettings):
     # devices, so a short budget keeps a CPU tournament to minutes.
     cpu_shape_budget_s: float = 1.0
     max_file_bytes: int = 1_000_000
+    # Issue 31: a revision's per-code caches start as a copy of its parent's, and an evolution's
+    # child stops checking at its first failing shape and timing a shape where it is clearly
+    # slower than its parent. Off: every revision is judged in full, from empty caches (to
+    # measure what these save: benchmarks/evolve_throughput.py).
+    child_shortcuts: bool = True
     # One evaluation's deadline: the parent's time waiting on its child (spawn to ready, then each
     # request to its reply, summed), so that a long list of calls cannot run for days.
     evaluation_timeout_s: float = 1200.0

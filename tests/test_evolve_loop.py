@@ -34,12 +34,14 @@ def custom_kernel(data):
 """
 
 
-def harness(db: str, *args: object, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def harness(
+    db: str, *args: object, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(HARNESS), *(str(arg) for arg in args)],
         capture_output=True,
         text=True,
-        env={**os.environ, "HARNESS_DB": db},
+        env={**os.environ, "HARNESS_DB": db, **(env or {})},
         timeout=timeout,
         check=False,
     )
@@ -362,20 +364,25 @@ def test_a_childs_checks_stop_at_its_first_failing_shape(seeded_store: str, tmp_
     assert len(checked) == len(statuses) and {status for (status,) in checked} == {"wrong_answer"}
 
 
-def test_a_child_clearly_slower_than_its_parent_stops_timing_early(seeded_store: str, tmp_path: Path):
+@pytest.mark.parametrize("shortcuts", [True, False], ids=["shortcuts", "without"])
+def test_a_child_clearly_slower_than_its_parent_stops_timing_early(
+    seeded_store: str, tmp_path: Path, shortcuts: bool
+):
     """A right child 10 to 30 ms a call slower than its parent stops timing each shape after the few
     calls that show it clearly slower (harness.timing.clearly_slower), with no second pass, and
     its figures are still its calls' own (issue 31: a slower child's timing costs what its
-    change needs). The parent, timed without a yardstick, times every shape in two passes."""
+    change needs). The parent, timed without a yardstick, times every shape in two passes; so
+    does the child with HARNESS_CHILD_SHORTCUTS=0 (benchmarks/evolve_throughput.py's `full` run)."""
     db = seeded_store
-    parent = tmp_path / "tiny_slow_parent.py"
-    parent.write_bytes(TINY)
+    parent = tmp_path / f"tiny_slow_parent_{shortcuts}.py"
+    parent.write_bytes(TINY + f"# {shortcuts}\n".encode())
     assert harness(db, "register", parent).returncode == 0
     ((parent_id,),) = rows(
         db,
-        "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = 'tiny_slow_parent'",
+        "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = ?",
+        parent.stem,
     )
-    command = reply_command("slow")
+    command = reply_command("slow", shortcuts)
     result = harness(
         db,
         "evolve",
@@ -389,6 +396,7 @@ def test_a_child_clearly_slower_than_its_parent_stops_timing_early(seeded_store:
         2,
         "--generations",
         1,
+        env={"HARNESS_CHILD_SHORTCUTS": str(int(shortcuts))},
     )
     assert result.returncode == 0, result.stderr
     ((child_id,),) = steps_of(db, command, "s.child_id")
@@ -407,9 +415,13 @@ def test_a_child_clearly_slower_than_its_parent_stops_timing_early(seeded_store:
     for (parent_runs, parent_mean, parent_check), (runs, mean, check) in zip(parent_shapes, child_shapes):
         assert parent_check["timing"].get("stopped_slower_than_ms") is None
         assert len(parent_check["passes"]) == 2 and parent_runs > 10
-        assert check["timing"]["stopped_slower_than_ms"] == pytest.approx(parent_mean)
-        assert not check["passes"] and SLOWER_MIN_RUNS <= runs < 2 * SLOWER_MIN_RUNS, (runs, check)
         assert mean > 10 > 10 * parent_mean  # what its calls took: a sleep of 10-30 ms and the work
+        if shortcuts:
+            assert check["timing"]["stopped_slower_than_ms"] == pytest.approx(parent_mean)
+            assert not check["passes"] and SLOWER_MIN_RUNS <= runs < 2 * SLOWER_MIN_RUNS, (runs, check)
+        else:  # about 1 s of calls a pass, 10-30 ms each
+            assert check["timing"].get("stopped_slower_than_ms") is None
+            assert len(check["passes"]) == 2 and runs > 2 * SLOWER_MIN_RUNS, (runs, check)
 
 
 def test_a_failing_parent_gets_the_fix_prompt_a_few_times(seeded_store: str, tmp_path: Path):

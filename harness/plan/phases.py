@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Literal
 
 from sqlalchemy.orm import Session
 
-from harness.config import sqlite_directory
+from harness.config import get_settings, sqlite_directory
 from harness.devices import default_shape_set
 from harness.environment import Environment
 from harness.executors import EvaluationRequest, Executor, split_jobs
@@ -337,7 +337,11 @@ class PhaseRun:
             cost=cost,
             resumed=resumed,
             stop_at_failure=self.stop_at_failure and not phase.timed,
-            parent_code_sha256=revision.parent.code_sha256 if revision.parent is not None else None,
+            parent_code_sha256=(
+                revision.parent.code_sha256
+                if revision.parent is not None and get_settings().child_shortcuts
+                else None
+            ),
             slower_than=self._slower_than(session, phase, item, revision),
         )
 

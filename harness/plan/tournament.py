@@ -225,6 +225,7 @@ def run_children(
     hears (child id, what its evaluation does now)."""
     child_ids = [child for child, _ in children]
     parent_of = dict(children)
+    shortcuts = get_settings().child_shortcuts
     for child in child_ids:
         progress(child, "checking")
     with store.session() as session:
@@ -251,7 +252,7 @@ def run_children(
             only=child_ids,
             executor=executor,
             progress=CheckProgress(),
-            stop_at_failure=True,  # a child's checks cost what its change needs (issue 31)
+            stop_at_failure=shortcuts,  # a child's checks cost what its change needs (issue 31)
         )
         passed = [child for child in child_ids if checked.phases and child in checked.phases[0].passed]
         landed([child for child in child_ids if child not in passed])
@@ -260,7 +261,7 @@ def run_children(
         limits = store_limits(store, SandboxLimits.from_settings())
         # a child clearly slower than its parent on a shape stops timing it early (issue 31)
         plan = PhaseRun(
-            store, executor, checked.environment, limits, worker_name(), rule=rule, stop_when_slower=True
+            store, executor, checked.environment, limits, worker_name(), rule=rule, stop_when_slower=shortcuts
         )
         with store.session() as session:
             items = with_references(session, passed)
