@@ -363,6 +363,18 @@ def read_tensor(directory_fd: int, name: str, info: TensorInfo, device: str = "c
 # other times (a thread) can only make its own output wrong, as with a file it rewrites.
 
 
+def _clear_cuda_error() -> None:
+    """Take the CUDA runtime's last error away after a call that failed without harm (a refused
+    `cudaHostRegister`: the mapping then copies unpinned), so that torch's next kernel launch does
+    not report it as its own: torch binds no `cudaGetLastError`, but every launch of its kernels
+    reads and clears the last error (C10_CUDA_KERNEL_LAUNCH_CHECK), so one tiny launch, whose
+    report is dropped here, clears it."""
+    try:
+        torch.zeros(1, device="cuda").add_(1)
+    except RuntimeError:
+        pass
+
+
 class SharedBuffer:
     """One side's mapping of a shared memfd (timed outputs, or inputs), as a flat uint8 tensor,
     registered with CUDA (pinned) where `cuda`; remapped when the memfd has grown."""
@@ -393,8 +405,8 @@ class SharedBuffer:
                 self.registered = (
                     int(cudart.cudaHostRegister(self.tensor.data_ptr(), len(self.mapping), 0)) == 0
                 )
-                if not self.registered and hasattr(cudart, "cudaGetLastError"):
-                    cudart.cudaGetLastError()
+                if not self.registered:
+                    _clear_cuda_error()
         return self.tensor
 
     def capacity(self) -> int:
