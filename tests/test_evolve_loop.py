@@ -57,6 +57,14 @@ def steps_of(db: str, proposer: str, columns: str) -> list[tuple]:
     )
 
 
+def evolve_one_child(
+    db: str, parent_id: int, proposer: str, *, budget: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """One generation of `harness evolve` on the CPU from `parent_id` with `proposer`."""
+    arguments = ["--from", parent_id, "--proposer", proposer, "--device", "cpu", "--budget", budget]
+    return harness(db, "evolve", *arguments, "--generations", 1, env=env)
+
+
 def reply_command(mode: str, *args: object) -> str:
     return shlex.join([sys.executable, str(REPLY_SCRIPT), mode, *(str(arg) for arg in args)])
 
@@ -324,20 +332,7 @@ def test_a_childs_checks_stop_at_its_first_failing_shape(seeded_store: str, tmp_
         db, "select r.id from revisions r join lineages l on l.id = r.lineage_id where l.name = 'tiny_parent'"
     )
     command = reply_command("break")
-    result = harness(
-        db,
-        "evolve",
-        "--from",
-        parent_id,
-        "--proposer",
-        command,
-        "--device",
-        "cpu",
-        "--budget",
-        0.1,
-        "--generations",
-        1,
-    )
+    result = evolve_one_child(db, parent_id, command, budget=0.1)
     assert result.returncode == 0, result.stderr
     ((child_id,),) = steps_of(db, command, "s.child_id")
     statuses = rows(
@@ -383,20 +378,8 @@ def test_a_child_clearly_slower_than_its_parent_stops_timing_early(
         parent.stem,
     )
     command = reply_command("slow", shortcuts)
-    result = harness(
-        db,
-        "evolve",
-        "--from",
-        parent_id,
-        "--proposer",
-        command,
-        "--device",
-        "cpu",
-        "--budget",
-        2,
-        "--generations",
-        1,
-        env={"HARNESS_CHILD_SHORTCUTS": str(int(shortcuts))},
+    result = evolve_one_child(
+        db, parent_id, command, budget=2, env={"HARNESS_CHILD_SHORTCUTS": str(int(shortcuts))}
     )
     assert result.returncode == 0, result.stderr
     ((child_id,),) = steps_of(db, command, "s.child_id")
