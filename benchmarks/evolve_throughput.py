@@ -6,15 +6,19 @@ parent) against the same experiment without them, and the verdicts of both side 
 
 Both runs start from one store in which the seeds are registered and the starting revision (and
 the task's reference) already judged, with a copy each of that store and of its kernel caches;
-each runs `harness evolve --from START --proposer builtin:mutate --parallel 1` with the same seed,
-so that their children are the same files as long as their verdicts agree (the mutator is seeded
-per step; the parent chosen depends on the verdicts). A step's judging seconds are its wall
+each runs `harness evolve --from START --proposer P --parallel 1` with the same seed, so that
+their children are the same files as long as their verdicts agree (builtin:mutate, the default,
+is seeded per step, and benchmarks/scripted_proposer.py's children are scripted by generation;
+the parent chosen depends on the verdicts). A step's judging seconds are its wall
 (started_at to finished_at in the store) less the proposer's own seconds (elapsed_s): the work
 of the GPU and of the harness for that child, which is all a GPU-hour buys; children per GPU-hour
 is 3600 times the children judged over the sum of those seconds.
 
     python benchmarks/evolve_throughput.py --device cuda --workdir .scratch/throughput --from 512023
     python benchmarks/evolve_throughput.py --device cpu --generations 3 --budget 0.2   # a quick try
+    python benchmarks/evolve_throughput.py --device cpu --generations 6 --budget 1 \
+        --start-file candidates/conv2d_v2_reference.py \
+        --proposer "python benchmarks/scripted_proposer.py wrong slow same"   # what each shortcut saves
 
 On the H200 a generation took about 60 s of judging before (2026-12-02); twelve of them, twice,
 are longer than one call of the device tool (10 minutes), so a run can be cut and continued as in
@@ -58,10 +62,13 @@ def harness(env: dict[str, str], *args: object, log: Path) -> int:
         ).returncode
 
 
-def prepare(workdir: Path, start: int | None, lineage: str, device: str, budget: float | None) -> int:
+def prepare(
+    workdir: Path, start: int | None, lineage: str, device: str, budget: float | None, start_file: Path | None
+) -> int:
     """The starting store (workdir/start.sqlite) and caches (workdir/start-cache), made once: the
-    seeds registered, the starting revision (default: the last of `lineage`) judged in benchmark
-    mode beside the reference. Returns the starting revision's id."""
+    seeds registered (and `start_file`, as a lineage of its own: the start), the starting
+    revision (default: the last of `lineage`) judged in benchmark mode beside the reference.
+    Returns the starting revision's id."""
     store, cache, log = workdir / "start.sqlite", workdir / "start-cache", workdir / "start.log"
     marker = workdir / "start.json"
     if marker.exists():
@@ -70,6 +77,10 @@ def prepare(workdir: Path, start: int | None, lineage: str, device: str, budget:
     env = environment(store, cache, "1")
     if harness(env, "seed", log=log) != 0:
         sys.exit(f"harness seed failed: see {log}")
+    if start_file is not None:
+        lineage = f"{start_file.stem}_start"
+        if harness(env, "register", start_file, "--lineage", lineage, log=log) != 0:
+            sys.exit(f"harness register {start_file} failed: see {log}")
     db = sqlite3.connect(store)
     ids = [
         row[0]
@@ -145,7 +156,7 @@ def run(name: str, workdir: Path, start: int, args: argparse.Namespace, earlier:
             "--generations",
             args.generations,
             "--proposer",
-            "builtin:mutate",
+            args.proposer,
             "--seed",
             args.seed,
             "--device",
@@ -220,15 +231,27 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("out/evolve-throughput"))
     parser.add_argument("--lineage", default="conv2d_parallel_oh", help="start from its last revision")
     parser.add_argument("--from", dest="start", type=int, help="start from this revision instead")
+    parser.add_argument(
+        "--start-file",
+        type=Path,
+        help="register this file as a lineage of its own and start from it (a child of the reference "
+        "lineage would become the task's reference)",
+    )
     parser.add_argument("--generations", type=int, default=12)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument(
+        "--proposer",
+        default="builtin:mutate",
+        help='or a command, e.g. "python benchmarks/scripted_proposer.py wrong slow same" (children '
+        "wrong, clearly slower and as fast as their parent, in turn)",
+    )
     parser.add_argument("--budget", type=float, help="seconds of timed calls per shape (default: GPU MODE's)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--only", choices=sorted(RUNS), help="run only this one in this call")
     parser.add_argument("--stop-after", type=float, help="interrupt after S seconds; the next call goes on")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    start = prepare(args.workdir, args.start, args.lineage, args.device, args.budget)
+    start = prepare(args.workdir, args.start, args.lineage, args.device, args.budget, args.start_file)
     record = args.workdir / "results.json"
     results = json.loads(record.read_text()) if record.exists() else {}
     for name in [args.only] if args.only else list(RUNS):
