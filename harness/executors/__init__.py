@@ -65,8 +65,8 @@ class EvaluationRequest(BaseModel):
     stop_at_failure: bool = False  # stop at the first shape that fails (an evolution's child)
     # the revision's parent's code: its per-code caches seed this one's where still empty (run_job)
     parent_code_sha256: str | None = None
-    # an evolution's child: its parent's mean per shape (parameters and seed, JSON), to stop timing a shape early where
-    # the child is clearly slower (harness.timing.StoppingRule.slower_than_ms)
+    # an evolution's child: its parent's mean per shape (parameters and seed, JSON), to stop
+    # timing a shape early where the child is clearly slower (harness.timing.clearly_slower)
     slower_than: dict[str, float] = {}
 
     @classmethod

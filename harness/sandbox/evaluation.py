@@ -377,8 +377,8 @@ class Evaluator:
         # (issue 31: its checks cost what its change needs; the shapes after stay `not_run`)
         self.stop_at_failure = stop_at_failure
         # an evolution's child: its parent's mean per shape (its parameters and seed as JSON with
-        # sorted keys, as stored); a shape on which the child is
-        # clearly slower stops timing early and is not timed again (harness.timing, method 4.)
+        # sorted keys, as stored); a shape on which the child is clearly slower stops timing
+        # early and is not timed again (harness.timing, method 4.)
         self.slower_than = slower_than or {}
         self.limits = limits or SandboxLimits.from_settings()
         self.rule = (rule or StoppingRule(budget_s=get_settings().shape_budget(device))).per_pass(passes)
