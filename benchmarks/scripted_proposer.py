@@ -18,6 +18,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sleepy_mutate import parent_code  # a sibling script: the prompt's fenced parent
 
 WRAPPERS = {
     "wrong": """
@@ -38,17 +42,6 @@ def custom_kernel(data, _parent=custom_kernel):  # noqa: F811 - the scripted cha
 """,
     "same": "\n# the scripted change: nothing but this comment\n",
 }
-
-
-def parent_code(prompt: str) -> str:
-    lines = prompt.split("\n")
-    start = next(i for i, line in enumerate(lines) if line.startswith("# The revision to"))
-    opening = next(
-        i for i in range(start, len(lines)) if lines[i].startswith("```") and lines[i].endswith("python")
-    )
-    fence = lines[opening][: -len("python")]
-    closing = next(i for i in range(opening + 1, len(lines)) if lines[i] == fence)
-    return "\n".join(lines[opening + 1 : closing]) + "\n"
 
 
 def main() -> None:
