@@ -15,12 +15,20 @@ child (`Run.compile_s`), `ShapeOutcome.compile_s` the timing warm-up of one shap
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from typing_extensions import TypeAliasType
 
 from harness.verdicts import Accuracy, Verdicts
+
+
+def shape_key(shape: dict) -> str:
+    """A shape as stored (ShapeOutcome.shape, ShapeResult.shape: its parameters and seed) as one
+    stable string, to match the same shape across runs and revisions."""
+    return json.dumps(shape, sort_keys=True)
+
 
 # A shape's parameter (harness.tasks.Shape): a number, a string, or a list of them, nested
 # (nvfp4_group_gemm's `m: [..]`).

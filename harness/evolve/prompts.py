@@ -51,14 +51,13 @@ from harness.config import PROMPTS_DIR
 from harness.errors import HarnessError
 from harness.report.leaderboard import format_ms, format_speedup
 from harness.report.text import escape_template_value
-from harness.standing.batch import shape_key
 from harness.standing.board import Leaderboard, LeaderboardEntry, build_leaderboard
 from harness.store.models import Revision, Run
 from harness.store.revisions import reference_lineage_name, revision_code
 from harness.tasks import TaskSpec, load_task
 from harness.tasks.spec import shape_label
 from harness.verdicts import VERDICT_WORDS
-from harness.wire import ShapeCheck
+from harness.wire import ShapeCheck, shape_key
 
 TEMPLATE_SUFFIX = ".j2"
 LEADERBOARD_SIZE = 5

@@ -15,10 +15,11 @@ from rich.text import Text
 from harness.judge import JUDGE_VERSION
 from harness.report.terminal import fit_table, minimum_width, plain_table
 from harness.report.text import escape_controls
-from harness.standing.batch import NO_REFERENCE_IN_RUN, shape_key
+from harness.standing.batch import NO_REFERENCE_IN_RUN
 from harness.standing.board import NOT_RUN, Leaderboard, LeaderboardEntry, ShapeTiming, VerdictSummary
 from harness.tasks.spec import parameter_text
 from harness.verdicts import VERDICT_WORDS, VERDICTS, VerdictName
+from harness.wire import shape_key
 
 ReportFormat = Literal["table", "json", "markdown", "html"]
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
-import json
 import math
 import queue
 import random
@@ -80,6 +79,7 @@ from harness.wire import (
     TensorInfo,
     TimingPass,
     TimingRecord,
+    shape_key,
 )
 
 LOG_TAIL_CHARS = 4000
@@ -866,7 +866,7 @@ class Evaluator:
         output_bytes = checking.output_nbytes(check_case.expected)
         warmup_calls, warmup_s = WARMUP_AGAIN if later else WARMUP[self.device]
         warmup_data = check_case.data
-        slower_than = self.slower_than.get(json.dumps(outcome.shape, sort_keys=True))
+        slower_than = self.slower_than.get(shape_key(outcome.shape))
         timed = self.child.time(
             warmup_data=warmup_data,
             inputs_for=inputs_for,

@@ -16,11 +16,9 @@ Used by the leaderboard (harness.standing.board, and so `harness history` and ev
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
@@ -29,12 +27,9 @@ from harness.judge import JUDGE_VERSION
 from harness.scoring import BlockSpread, block_means, block_spread, blocks_joined, compare, speedup
 from harness.store.models import Retiming, Run, ShapeResult
 from harness.store.revisions import reference_revision_ids
+from harness.wire import shape_key
 
 NO_REFERENCE_IN_RUN = "no reference in its run"  # in place of a speedup: the reports' words
-
-
-def shape_key(shape: dict[str, Any]) -> str:
-    return json.dumps(shape, sort_keys=True)
 
 
 @dataclass

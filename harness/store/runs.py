@@ -34,7 +34,6 @@ again) and none of its kept shapes is resumed.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import uuid
@@ -51,7 +50,7 @@ from harness.judge import JUDGE_VERSION
 from harness.store.models import Run, ShapeResult, utcnow
 from harness.tasks import load_task
 from harness.verdicts import VERDICTS
-from harness.wire import TIMING_STATISTICS, ShapeOutcome
+from harness.wire import TIMING_STATISTICS, ShapeOutcome, shape_key
 
 if TYPE_CHECKING:
     from harness.tasks import TaskSpec
@@ -107,7 +106,7 @@ def passing_shape_means(
     means = {}
     for shape in run.shapes:
         if shape.status == "pass" and shape.mean_ms is not None and not shape.timing_flags:
-            means[json.dumps(shape.shape, sort_keys=True)] = shape.mean_ms
+            means[shape_key(shape.shape)] = shape.mean_ms
     return means
 
 
