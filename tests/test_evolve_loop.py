@@ -395,16 +395,24 @@ def test_a_child_clearly_slower_than_its_parent_stops_timing_early(
 
     parent_shapes, child_shapes = timed_shapes(parent_id), timed_shapes(child_id)
     assert parent_shapes and len(child_shapes) == len(parent_shapes), (parent_shapes, child_shapes)
+    # a timing the parent's clock flagged (host_clock_mismatch: a loaded machine) is timed again
+    # in a later pass, and a flagged parent mean is no yardstick (store.runs.passing_shape_means)
+    yardsticks = 0
     for (parent_runs, parent_mean, parent_check), (runs, mean, check) in zip(parent_shapes, child_shapes):
+        parent_flagged, flagged = parent_check["timing"].get("flags"), check["timing"].get("flags")
         assert parent_check["timing"].get("stopped_slower_than_ms") is None
-        assert len(parent_check["passes"]) == 2 and parent_runs > 10
+        assert len(parent_check["passes"]) >= 2 and parent_runs > 10
         assert mean > 10 > 10 * parent_mean  # what its calls took: a sleep of 10-30 ms and the work
-        if shortcuts:
+        if shortcuts and not parent_flagged:
+            yardsticks += 1
             assert check["timing"]["stopped_slower_than_ms"] == pytest.approx(parent_mean)
-            assert not check["passes"] and SLOWER_MIN_RUNS <= runs < 2 * SLOWER_MIN_RUNS, (runs, check)
+            if not flagged:  # a flagged child's shape is timed again, in full
+                assert not check["passes"] and SLOWER_MIN_RUNS <= runs < 2 * SLOWER_MIN_RUNS, (runs, check)
         else:  # about 1 s of calls a pass, 10-30 ms each
             assert check["timing"].get("stopped_slower_than_ms") is None
-            assert len(check["passes"]) == 2 and runs > 2 * SLOWER_MIN_RUNS, (runs, check)
+            assert len(check["passes"]) >= 2 and runs > 2 * SLOWER_MIN_RUNS, (runs, check)
+    if shortcuts and not yardsticks:
+        pytest.skip("every parent timing was flagged by a loaded host's clock: no yardstick to stop by")
 
 
 def test_a_failing_parent_gets_the_fix_prompt_a_few_times(seeded_store: str, tmp_path: Path):
