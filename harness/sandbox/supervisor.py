@@ -49,6 +49,7 @@ from harness.sandbox.child import device_nodes
 from harness.sandbox.devices import cublas_needs_workspace_config
 from harness.sandbox.isolation import NO_ISOLATION, detect_isolation, forget_kept_isolation, level_was_kept
 from harness.sandbox.limits import SandboxLimits, resource_limits
+from harness.sandbox.placement import placed_apart
 from harness.sandbox.pool import CHILD_POOL, ChildPool
 from harness.sandbox.protocol import (
     MAX_MESSAGE_BYTES,
@@ -759,7 +760,11 @@ class ChildProcess:
         warm-up's calls fit, one call past `warmup_s` included; a clock the candidate slowed down
         cannot stretch it). Returns the child's reply with the parent's own clock of each call
         (`TimedShape.call_wall_ms`)."""
-        with self.pool.timing_lock, self.pool.others_stopped(self):
+        with (
+            self.pool.timing_lock,
+            self.pool.others_stopped(self),
+            placed_apart(self.processes() if self.device == "cpu" else ()),
+        ):
             call_wall_ms: dict[int, float] = {}
             prelude_ms: dict[int, float] = {}
             inputs_sent_at: dict[int, float] = {}
