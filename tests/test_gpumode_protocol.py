@@ -151,21 +151,43 @@ def test_a_problem_with_its_own_protocol_is_refused_in_one_line(harness, store_u
     assert "own eval.py runs another protocol than custom_kernel(data)" in line
 
 
-def test_data_holding_an_object_of_the_tasks_own_class_is_unsupported_in_one_line(harness):
-    """objectdata_py's generate_input hands a Config dataclass beside its tensor (as amd's
-    mla-decode hands a Config and a KVCache module): the child cannot be handed it, so every
-    evaluation is `unsupported` with one line naming the item, exit 0 (a result, not an error
-    of the run; it was exit 2 with nothing recorded)."""
+def test_data_holding_objects_of_the_tasks_own_classes_is_handed_to_the_child_and_judged(harness):
+    """Issue 34: objectdata_py's generate_input hands a Config dataclass (a float, an int, a
+    tensor) and a Cache nn.Module (a registered buffer, a plain attribute, an nn.Linear
+    submodule), as amd's mla-decode hands a Config and a KVCache module (on the H200 it was
+    `unsupported`, 2026-12-07). The child rebuilds them from typed items (harness.sandbox.protocol
+    .ObjectItem, nothing unpickled; the tensors through the inputs memory): the correct solution
+    passes and ranks beside the reference, one that forgets the module's buffer is a wrong
+    answer."""
     ok(harness("task", "add", PROBLEMS / "objectdata_py"))
-    register(harness, PROBLEMS / "objectdata_py" / "solutions" / "correct.py", "objectdata", "correct")
-    result = harness("tournament", "--task", "objectdata", "--device", "cpu", timeout=300)
-    ok(result)
+    solutions = PROBLEMS / "objectdata_py" / "solutions"
+    register(harness, solutions / "correct.py", "objectdata", "correct")
+    register(harness, solutions / "wrong.py", "objectdata", "wrong")
+    harness("tournament", "--task", "objectdata", "--device", "cpu", "--budget", "0.2", timeout=300)
     entries = board(harness, "objectdata")
-    assert set(entries) == {"objectdata_reference", "correct"}
-    for entry in entries.values():
-        assert entry["status"] == "unsupported"
-        assert "generate_input's item 0 is a Config: only tensors, numbers" in entry["reason"]
-        assert entry["reason"].endswith("can be handed to the child: unsupported here")
+    assert set(entries) == {"objectdata_reference", "correct", "wrong"}
+    for name in ("objectdata_reference", "correct"):
+        assert entries[name]["status"] == "pass" and entries[name]["rank"] is not None, entries[name]
+    assert entries["wrong"]["status"] == "wrong_answer" and entries["wrong"]["rank"] is None, entries["wrong"]
+
+
+def test_an_object_of_a_class_the_child_cannot_find_is_unsupported_in_one_line():
+    """Only objects of the task's own files' classes (and torch.nn's) are rebuilt in the child:
+    an object of any other class (here a SimpleNamespace; a class local to a function) is
+    `unsupported`, the item named (a result of every evaluation, never an error of the run)."""
+    from types import SimpleNamespace
+
+    from harness.errors import TaskUnsupported
+    from harness.sandbox.transfer import lay_out_inputs
+
+    class Local:
+        pass
+
+    for value, name in ((SimpleNamespace(scale=2.0), "SimpleNamespace"), (Local(), "Local")):
+        with pytest.raises(TaskUnsupported) as raised:
+            lay_out_inputs((value, torch.zeros(3)), ())
+        assert f"generate_input's item 0 is a {name}: only tensors, numbers" in str(raised.value)
+        assert str(raised.value).endswith("can be handed to the child: unsupported here")
 
 
 def test_a_multi_gpu_problem_is_refused_in_one_line(harness, store_url, dump_store):

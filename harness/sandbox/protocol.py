@@ -82,6 +82,26 @@ class MappingItem(Message):
     items: dict[str, DataItem]
 
 
+class ObjectItem(Message):
+    """An object of a class of the task's own files (GPU MODE's amd/mla-decode hands a `Config`
+    dataclass and a `KVCache` nn.Module) or of torch.nn: the child imports `module` (`reference`,
+    `task` or `utils` beside the submission, or a torch.nn module), finds `qualname` there and
+    makes an object of it without calling its `__init__`: an nn.Module gets nn.Module's own
+    `__init__`, then `parameters`, `buffers` and `modules` registered as such and `training`; every
+    object then the attributes in `state` (its other instance attributes), each made as the data's
+    items are (tensors through the inputs memory). Nothing is unpickled: the child builds what
+    the items say."""
+
+    kind: Literal["object"] = "object"
+    module: str
+    qualname: str
+    state: dict[str, DataItem] = {}
+    parameters: dict[str, DataItem] = {}
+    buffers: dict[str, DataItem] = {}
+    modules: dict[str, DataItem] = {}
+    training: bool | None = None  # None: not an nn.Module
+
+
 class WholeItem(Message):
     """The data is this one object (one tensor, a dict), not a tuple of items: the only item of
     a data list that holds it, and nowhere else."""
@@ -91,11 +111,12 @@ class WholeItem(Message):
 
 
 DataItem = Annotated[
-    TensorItem | OutputBufferItem | ValueItem | SequenceItem | MappingItem | WholeItem,
+    TensorItem | OutputBufferItem | ValueItem | SequenceItem | MappingItem | ObjectItem | WholeItem,
     Field(discriminator="kind"),
 ]
 SequenceItem.model_rebuild()
 MappingItem.model_rebuild()
+ObjectItem.model_rebuild()
 WholeItem.model_rebuild()
 
 

@@ -48,7 +48,7 @@ tuple, list or dict of the data is not.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -60,12 +60,14 @@ from harness.sandbox.files import open_exported
 from harness.sandbox.protocol import (
     DataItem,
     MappingItem,
+    ObjectItem,
     OutputBufferItem,
     SequenceItem,
     TensorItem,
     ValueItem,
     WholeItem,
 )
+from harness.tasks.spec import REFERENCE_MODULE_PREFIX, TASK_LOCAL_MODULES
 from harness.wire import TensorInfo
 
 DTYPES: dict[str, torch.dtype] = {
@@ -518,6 +520,62 @@ def _tensor_facts(value: torch.Tensor, where: str) -> tuple[str, list[int], int]
     return dtype, list(value.shape), value.numel() * value.element_size()
 
 
+def object_class(value: object) -> tuple[str, str] | None:
+    """(module, qualname) by which the child finds `value`'s class (`ObjectItem`): a class defined
+    at the top of the task's reference.py (`reference` in the child), task.py or utils.py, or one
+    of torch.nn's; None for any other (a class of the harness's, a local class, a builtin)."""
+    cls = type(value)
+    module, qualname = getattr(cls, "__module__", "") or "", getattr(cls, "__qualname__", "")
+    if module.startswith(REFERENCE_MODULE_PREFIX):
+        module = "reference"
+    if not (module in ("reference", *TASK_LOCAL_MODULES) or module.startswith("torch.nn.")):
+        return None
+    if not qualname or "<" in qualname or not hasattr(value, "__dict__"):
+        return None
+    return module, qualname
+
+
+def object_item(value: object, where: str, item: Callable[[object, str], DataItem]) -> ObjectItem | None:
+    """`value` as an `ObjectItem` whose attributes are made by `item`, or None when its class is
+    not one the child can find (`object_class`). An nn.Module's parameters, buffers and submodules
+    travel as such; its hooks must be empty (they are functions); every other instance attribute
+    of an object travels whole."""
+    found = object_class(value)
+    if found is None:
+        return None
+    module, qualname = found
+    attributes = dict(vars(value))
+    if not isinstance(value, torch.nn.Module):
+        return ObjectItem(
+            module=module,
+            qualname=qualname,
+            state={name: item(v, f"{where}.{name}") for name, v in attributes.items()},
+        )
+    registered = {"_parameters": {}, "_buffers": {}, "_modules": {}}
+    for name in list(attributes):
+        if name in registered:
+            registered[name] = attributes.pop(name)
+        elif name.startswith("_") and name.endswith(("hooks", "_pre_hooks")):
+            if attributes.pop(name):
+                raise TaskUnsupported(
+                    f"generate_input's {where} is an nn.Module with hooks: unsupported here"
+                )
+        elif name.startswith("_") or name == "training":
+            attributes.pop(name)  # nn.Module's own bookkeeping: the child's nn.Module.__init__ makes it
+    return ObjectItem(
+        module=module,
+        qualname=qualname,
+        state={name: item(v, f"{where}.{name}") for name, v in attributes.items()},
+        parameters={
+            name: item(p.detach() if p is not None else None, f"{where}.{name}")
+            for name, p in registered["_parameters"].items()
+        },
+        buffers={name: item(b, f"{where}.{name}") for name, b in registered["_buffers"].items()},
+        modules={name: item(m, f"{where}.{name}") for name, m in registered["_modules"].items()},
+        training=bool(value.training),
+    )
+
+
 def lay_out_inputs(
     data: object, output_keys: Collection[int | str]
 ) -> tuple[list[DataItem], list[tuple[int, torch.Tensor]], int]:
@@ -553,9 +611,12 @@ def lay_out_inputs(
             return SequenceItem(kind=kind, items=[item(v, f"{where}[{i}]") for i, v in enumerate(value)])
         if isinstance(value, dict) and all(isinstance(key, str) for key in value):
             return MappingItem(items={key: item(v, f"{where}[{key!r}]") for key, v in value.items()})
+        if (made := object_item(value, where, item)) is not None:
+            return made
         raise TaskUnsupported(
             f"generate_input's {where} is a {type(value).__name__}: only tensors, numbers, strings, "
-            "None and tuples, lists and dicts of them can be handed to the child: unsupported here"
+            "None, tuples, lists and dicts of them, and objects of the task's own classes (or "
+            "torch.nn's) with such attributes can be handed to the child: unsupported here"
         )
 
     def top(key: int | str, value: object, where: str) -> DataItem:
@@ -615,6 +676,39 @@ class InputsWriter:
         self.buffer.close()
 
 
+def make_object(item: ObjectItem, make: Callable[[DataItem], object]) -> object:
+    """The child's object of `item` (`ObjectItem`), its parts made by `make`. Raises ValueError
+    when the class is not there or not what the item says."""
+    import importlib
+
+    if not (item.module in ("reference", *TASK_LOCAL_MODULES) or item.module.startswith("torch.nn.")):
+        raise ValueError(f"an object of module {item.module!r}, which is not the task's nor torch.nn's")
+    try:
+        cls: object = importlib.import_module(item.module)
+        for part in item.qualname.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"no class {item.module}.{item.qualname} here: {exc}") from None
+    if not isinstance(cls, type):
+        raise ValueError(f"{item.module}.{item.qualname} is not a class")  # noqa: TRY004 - read_inputs raises ValueError
+    module = issubclass(cls, torch.nn.Module)
+    if module != (item.training is not None):
+        raise ValueError(f"{item.module}.{item.qualname}: an nn.Module only where the item says so")
+    made = cls.__new__(cls)
+    if module:
+        torch.nn.Module.__init__(made)
+        for name, part in item.parameters.items():
+            value = make(part)
+            made.register_parameter(name, None if value is None else torch.nn.Parameter(value))
+        for name, part in item.buffers.items():
+            made.register_buffer(name, make(part))
+        for name, part in item.modules.items():
+            made.add_module(name, make(part))
+        made.training = item.training
+    made.__dict__.update({name: make(part) for name, part in item.state.items()})
+    return made
+
+
 def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tuple:
     """The data tuple `items` describe, every tensor a fresh one on `device` (on the CPU where the
     item says so: data made on CUDA may hold CPU tensors) (the child's side of
@@ -630,6 +724,9 @@ def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tup
         if isinstance(item, SequenceItem | MappingItem):
             parts = item.items if isinstance(item, SequenceItem) else list(item.items.values())
             return max((needed(part) for part in parts), default=0)
+        if isinstance(item, ObjectItem):
+            parts = [*item.state.values(), *item.parameters.values(), *item.buffers.values()]
+            return max((needed(part) for part in [*parts, *item.modules.values()]), default=0)
         return 0
 
     def empty(dtype_name: str, shape: list[int], stride: list[int] | None, on_cpu: bool) -> torch.Tensor:
@@ -649,6 +746,8 @@ def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tup
             return tuple(values) if item.kind == "tuple" else values
         if isinstance(item, MappingItem):
             return {key: make(part) for key, part in item.items.items()}
+        if isinstance(item, ObjectItem):
+            return make_object(item, make)
         if isinstance(item, WholeItem):
             raise ValueError("a whole-data item inside the data")  # noqa: TRY004 - read_inputs raises ValueError
         target = empty(item.dtype, item.shape, item.stride, item.on_cpu)

@@ -303,6 +303,8 @@ def load_reference(task: TaskSpec) -> ModuleType:
 
 # The modules a GPU MODE reference imports from its own folder: each task's are its own.
 TASK_LOCAL_MODULES = ("task", "utils")
+# the parent's name of a task's reference.py (its hash of the path after it); the child's is `reference`
+REFERENCE_MODULE_PREFIX = "harness_task_reference_"
 
 
 @cache
@@ -311,7 +313,7 @@ def _load_module_file(path: Path) -> ModuleType:
     and `from utils import` find the task's own files (and the utils.py one folder up, as GPU
     MODE's sets keep it); those modules are then taken out of sys.modules again, so that the next
     task's reference imports its own."""
-    name = f"harness_task_reference_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    name = f"{REFERENCE_MODULE_PREFIX}{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
     folders = [str(path.parent), str(path.parent.parent)]
     saved = {module: sys.modules.pop(module) for module in TASK_LOCAL_MODULES if module in sys.modules}
     sys.path[:0] = folders

@@ -2,6 +2,7 @@ from dataclasses import dataclass
 
 import torch
 from task import input_t, output_t
+from torch import nn
 from utils import make_match_reference
 
 
@@ -9,17 +10,39 @@ from utils import make_match_reference
 class Config:
     scale: float
     size: int
+    bias: torch.Tensor
+
+
+class Cache(nn.Module):
+    """As amd's mla-decode's KVCache: a registered buffer, a plain attribute, a submodule."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.register_buffer("data", torch.zeros(size))
+        self.filled = 0
+        self.project = nn.Linear(size, size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(x) + self.data * self.filled
 
 
 def ref_kernel(data: input_t) -> output_t:
-    config, x = data
-    return x * config.scale
+    config, x, cache = data
+    with torch.no_grad():
+        return cache(x * config.scale + config.bias)
 
 
 def generate_input(size: int, seed: int, device: str = "cuda") -> input_t:
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
-    return Config(scale=2.0, size=size), torch.randn(size, device=device, generator=gen)
+    bias = torch.randn(size, device=device, generator=gen)
+    x = torch.randn(size, device=device, generator=gen)
+    cache = Cache(size).to(device)
+    with torch.no_grad():
+        cache.data.copy_(torch.randn(size, device=device, generator=gen))
+        cache.project.weight.copy_(torch.randn(size, size, device=device, generator=gen) / size**0.5)
+    cache.filled = 3
+    return Config(scale=2.0, size=size, bias=bias), x, cache
 
 
 check_implementation = make_match_reference(ref_kernel)

@@ -1,6 +1,8 @@
+import torch
 from task import input_t, output_t
 
 
 def custom_kernel(data: input_t) -> output_t:
-    config, x = data
-    return x * config.scale
+    config, x, cache = data
+    with torch.no_grad():
+        return (x * config.scale + config.bias) @ cache.project.weight.T + cache.data * cache.filled
