@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import statistics
 import time
@@ -828,3 +829,27 @@ def test_the_parents_flush_waits_while_the_gpu_serves_it_slowly_and_once_for_a_g
     state["forever"] = False
     waiter.wait(5.0)
     assert waiter.found_quiet
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one allowed CPU: nothing to place apart")
+def test_a_cpu_timed_block_runs_the_parent_and_the_childs_main_thread_on_different_cores():
+    """Issue 28 (the CPU's hole of 2026-12-07): while a block is timed the parent's thread is on
+    its least allowed CPU and the child's main thread on the others, a thread the child starts
+    sets are put back after sets are put back after (harness.sandbox.placement)."""
+    import subprocess
+    import sys
+
+    from harness.sandbox.placement import placed_apart
+
+    allowed = os.sched_getaffinity(0)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        before = os.sched_getaffinity(child.pid)
+        with placed_apart([child.pid, 2**22 + 7]):  # a pid that is gone is left alone
+            assert os.sched_getaffinity(0) == {min(allowed)}
+            assert os.sched_getaffinity(child.pid) == before - {min(allowed)}
+        assert os.sched_getaffinity(0) == allowed
+        assert os.sched_getaffinity(child.pid) == before
+    finally:
+        child.kill()
+        child.wait()
