@@ -153,7 +153,7 @@ def test_a_problem_with_its_own_protocol_is_refused_in_one_line(harness, store_u
 
 def test_data_holding_objects_of_the_tasks_own_classes_is_handed_to_the_child_and_judged(harness):
     """Issue 34: objectdata_py's generate_input hands a Config dataclass (a float, an int, a
-    tensor) and a Cache nn.Module (a registered buffer, a plain attribute, an nn.Linear
+    tensor, a named tuple holding a tensor, a dtype) and a Cache nn.Module (a registered buffer, a plain attribute, an nn.Linear
     submodule), as amd's mla-decode hands a Config and a KVCache module (on the H200 it was
     `unsupported`, 2026-12-07). The child rebuilds them from typed items (harness.sandbox.protocol
     .ObjectItem, nothing unpickled; the tensors through the inputs memory): the correct solution

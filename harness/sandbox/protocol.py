@@ -72,6 +72,13 @@ class ValueItem(Message):
     value: bool | int | float | str | None
 
 
+class DtypeItem(Message):
+    """A torch.dtype (a config's `dtype`), by its name (a key of harness.sandbox.transfer.DTYPES)."""
+
+    kind: Literal["dtype"] = "dtype"
+    name: str
+
+
 class SequenceItem(Message):
     kind: Literal["tuple", "list"]
     items: list[DataItem]
@@ -86,8 +93,8 @@ class ObjectItem(Message):
     """An object of a class of the task's own files (GPU MODE's amd/mla-decode hands a `Config`
     dataclass and a `KVCache` nn.Module) or of torch.nn: the child imports `module` (`reference`,
     `task` or `utils` beside the submission, or a torch.nn module), finds `qualname` there and
-    makes an object of it without calling its `__init__`: an nn.Module gets nn.Module's own
-    `__init__`, then `parameters`, `buffers` and `modules` registered as such and `training`; every
+    makes an object of it without calling its `__init__` (a named tuple, `fields`, is made from
+    `state` as its fields): an nn.Module gets nn.Module's own `__init__`, then `parameters`, `buffers` and `modules` registered as such and `training`; every
     object then the attributes in `state` (its other instance attributes), each made as the data's
     items are (tensors through the inputs memory). Nothing is unpickled: the child builds what
     the items say."""
@@ -100,6 +107,7 @@ class ObjectItem(Message):
     buffers: dict[str, DataItem] = {}
     modules: dict[str, DataItem] = {}
     training: bool | None = None  # None: not an nn.Module
+    fields: bool = False  # a named tuple: made as `cls(**state)`
 
 
 class WholeItem(Message):
@@ -111,7 +119,14 @@ class WholeItem(Message):
 
 
 DataItem = Annotated[
-    TensorItem | OutputBufferItem | ValueItem | SequenceItem | MappingItem | ObjectItem | WholeItem,
+    TensorItem
+    | OutputBufferItem
+    | ValueItem
+    | DtypeItem
+    | SequenceItem
+    | MappingItem
+    | ObjectItem
+    | WholeItem,
     Field(discriminator="kind"),
 ]
 SequenceItem.model_rebuild()

@@ -59,6 +59,7 @@ from harness.errors import TaskUnsupported
 from harness.sandbox.files import open_exported
 from harness.sandbox.protocol import (
     DataItem,
+    DtypeItem,
     MappingItem,
     ObjectItem,
     OutputBufferItem,
@@ -530,7 +531,8 @@ def object_class(value: object) -> tuple[str, str] | None:
         module = "reference"
     if not (module in ("reference", *TASK_LOCAL_MODULES) or module.startswith("torch.nn.")):
         return None
-    if not qualname or "<" in qualname or not hasattr(value, "__dict__"):
+    named_tuple = isinstance(value, tuple) and hasattr(cls, "_fields")
+    if not qualname or "<" in qualname or not (named_tuple or hasattr(value, "__dict__")):
         return None
     return module, qualname
 
@@ -544,6 +546,14 @@ def object_item(value: object, where: str, item: Callable[[object, str], DataIte
     if found is None:
         return None
     module, qualname = found
+    if isinstance(value, tuple):  # a named tuple (`object_class`)
+        fields = type(value)._fields
+        return ObjectItem(
+            module=module,
+            qualname=qualname,
+            state={name: item(v, f"{where}.{name}") for name, v in zip(fields, value, strict=True)},
+            fields=True,
+        )
     attributes = dict(vars(value))
     if not isinstance(value, torch.nn.Module):
         return ObjectItem(
@@ -606,6 +616,11 @@ def lay_out_inputs(
             )
         if value is None or isinstance(value, bool | int | float | str):
             return ValueItem(value=value)
+        if isinstance(value, torch.dtype) and str(value) in DTYPES:
+            return DtypeItem(name=str(value))
+        named_tuple = isinstance(value, tuple) and hasattr(type(value), "_fields")
+        if named_tuple and (made := object_item(value, where, item)) is not None:
+            return made
         if isinstance(value, tuple | list):
             kind = "tuple" if isinstance(value, tuple) else "list"
             return SequenceItem(kind=kind, items=[item(v, f"{where}[{i}]") for i, v in enumerate(value)])
@@ -615,8 +630,8 @@ def lay_out_inputs(
             return made
         raise TaskUnsupported(
             f"generate_input's {where} is a {type(value).__name__}: only tensors, numbers, strings, "
-            "None, tuples, lists and dicts of them, and objects of the task's own classes (or "
-            "torch.nn's) with such attributes can be handed to the child: unsupported here"
+            "None, dtypes, tuples, lists and dicts of them, and objects of the task's own classes "
+            "(or torch.nn's) with such attributes can be handed to the child: unsupported here"
         )
 
     def top(key: int | str, value: object, where: str) -> DataItem:
@@ -691,6 +706,10 @@ def make_object(item: ObjectItem, make: Callable[[DataItem], object]) -> object:
         raise ValueError(f"no class {item.module}.{item.qualname} here: {exc}") from None
     if not isinstance(cls, type):
         raise ValueError(f"{item.module}.{item.qualname} is not a class")  # noqa: TRY004 - read_inputs raises ValueError
+    if item.fields:
+        if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+            raise ValueError(f"{item.module}.{item.qualname} is not a named tuple")
+        return cls(**{name: make(part) for name, part in item.state.items()})
     module = issubclass(cls, torch.nn.Module)
     if module != (item.training is not None):
         raise ValueError(f"{item.module}.{item.qualname}: an nn.Module only where the item says so")
@@ -741,6 +760,10 @@ def read_inputs(items: list[DataItem], buffer: SharedBuffer, device: str) -> tup
     def make(item: DataItem) -> object:
         if isinstance(item, ValueItem):
             return item.value
+        if isinstance(item, DtypeItem):
+            if item.name not in DTYPES:
+                raise ValueError(f"unknown dtype {item.name}")
+            return DTYPES[item.name]
         if isinstance(item, SequenceItem):
             values = [make(part) for part in item.items]
             return tuple(values) if item.kind == "tuple" else values

@@ -1,4 +1,5 @@
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from task import input_t, output_t
@@ -6,11 +7,18 @@ from torch import nn
 from utils import make_match_reference
 
 
+class Shift(NamedTuple):
+    weight: float
+    values: torch.Tensor
+
+
 @dataclass
 class Config:
     scale: float
     size: int
     bias: torch.Tensor
+    shift: Shift
+    dtype: torch.dtype
 
 
 class Cache(nn.Module):
@@ -29,7 +37,8 @@ class Cache(nn.Module):
 def ref_kernel(data: input_t) -> output_t:
     config, x, cache = data
     with torch.no_grad():
-        return cache(x * config.scale + config.bias)
+        shifted = x * config.scale + config.bias + config.shift.weight * config.shift.values
+        return cache(shifted.to(config.dtype))
 
 
 def generate_input(size: int, seed: int, device: str = "cuda") -> input_t:
@@ -37,12 +46,13 @@ def generate_input(size: int, seed: int, device: str = "cuda") -> input_t:
     gen.manual_seed(seed)
     bias = torch.randn(size, device=device, generator=gen)
     x = torch.randn(size, device=device, generator=gen)
+    shift = Shift(0.5, torch.randn(size, device=device, generator=gen))
     cache = Cache(size).to(device)
     with torch.no_grad():
         cache.data.copy_(torch.randn(size, device=device, generator=gen))
         cache.project.weight.copy_(torch.randn(size, size, device=device, generator=gen) / size**0.5)
     cache.filled = 3
-    return Config(scale=2.0, size=size, bias=bias), x, cache
+    return Config(scale=2.0, size=size, bias=bias, shift=shift, dtype=torch.float32), x, cache
 
 
 check_implementation = make_match_reference(ref_kernel)
