@@ -446,3 +446,29 @@ def test_shapes_whose_parameters_hold_lists(harness):
     )
     table = ok(harness("leaderboard", "--task", "groupsizes"))
     assert "correct" in table
+
+
+def test_where_a_generator_makes_its_inputs_is_read_inside_its_objects_too():
+    """A generate_input without `device` is judged by where its tensors are: those inside an
+    object of the data (a config's weights) count as the top-level ones do."""
+    from dataclasses import dataclass
+    from types import ModuleType
+
+    from harness.errors import TaskUnsupported
+    from harness.tasks.spec import generate_inputs
+
+    @dataclass
+    class Config:
+        weight: torch.Tensor
+
+    reference = ModuleType("reference")
+    reference.generate_input = lambda size, seed: (Config(torch.empty(size, device="meta")), 1.0)
+    with pytest.raises(TaskUnsupported) as raised:
+        generate_inputs(reference, {"size": 4}, 1, "cpu")
+    assert (
+        str(raised.value)
+        == "makes its inputs on meta (its generate_input takes no `device`): unsupported on cpu"
+    )
+    reference.generate_input = lambda size, seed: (Config(torch.zeros(size)), 1.0)
+    config, scale = generate_inputs(reference, {"size": 4}, 1, "cpu")
+    assert config.weight.shape == (4,) and scale == 1.0

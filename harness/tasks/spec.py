@@ -362,15 +362,23 @@ def generate_inputs(reference: ModuleType, parameters: dict, seed: int, device: 
     return data
 
 
-def _tensors_of(value: object) -> list:
+def _tensors_of(value: object, seen: set[int] | None = None) -> list:
+    """The tensors in the data: in its tuples, lists and dicts, and in the attributes of its
+    objects (a Config dataclass, an nn.Module's parameters and buffers), each object once."""
     import torch
 
+    seen = set() if seen is None else seen
     if isinstance(value, torch.Tensor):
         return [value]
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
     if isinstance(value, tuple | list):
-        return [t for item in value for t in _tensors_of(item)]
+        return [t for item in value for t in _tensors_of(item, seen)]
     if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors_of(item)]
+        return [t for item in value.values() for t in _tensors_of(item, seen)]
+    if hasattr(value, "__dict__") and not isinstance(value, type):
+        return [t for item in vars(value).values() for t in _tensors_of(item, seen)]
     return []
 
 
