@@ -156,9 +156,11 @@ def test_data_holding_objects_of_the_tasks_own_classes_is_handed_to_the_child_an
     tensor, a named tuple holding a tensor, a dtype) and a Cache nn.Module (a registered buffer, a plain attribute, an nn.Linear
     submodule), as amd's mla-decode hands a Config and a KVCache module (on the H200 it was
     `unsupported`, 2026-12-07). The child rebuilds them from typed items (harness.sandbox.protocol
-    .ObjectItem, nothing unpickled; the tensors through the inputs memory): the correct solution
-    passes and ranks beside the reference, one that forgets the module's buffer is a wrong
-    answer."""
+    .ObjectItem, nothing unpickled; the tensors through the inputs memory). The module's forward
+    writes into its buffer and counts itself up, as mla-decode's KVCache does: the parent's
+    reference runs on a deep copy, so the child gets the data as generated (else the correct
+    solution was a wrong answer). The correct solution passes and ranks beside the reference, one
+    that forgets the module's buffer is a wrong answer."""
     ok(harness("task", "add", PROBLEMS / "objectdata_py"))
     solutions = PROBLEMS / "objectdata_py" / "solutions"
     register(harness, solutions / "correct.py", "objectdata", "correct")

@@ -47,6 +47,7 @@ tuple, list or dict of the data is not.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -537,6 +538,13 @@ def object_class(value: object) -> tuple[str, str] | None:
     return module, qualname
 
 
+@functools.cache
+def _module_bookkeeping() -> frozenset[str]:
+    """The instance attributes every nn.Module has from nn.Module.__init__ (its hooks, its
+    registries, `training`): an object's others are its own and travel."""
+    return frozenset(vars(torch.nn.Module()))
+
+
 def object_item(value: object, where: str, item: Callable[[object, str], DataItem]) -> ObjectItem | None:
     """`value` as an `ObjectItem` whose attributes are made by `item`, or None when its class is
     not one the child can find (`object_class`). An nn.Module's parameters, buffers and submodules
@@ -565,13 +573,13 @@ def object_item(value: object, where: str, item: Callable[[object, str], DataIte
     for name in list(attributes):
         if name in registered:
             registered[name] = attributes.pop(name)
-        elif name.startswith("_") and name.endswith(("hooks", "_pre_hooks")):
+        elif name in _module_bookkeeping() and name.endswith("hooks"):
             if attributes.pop(name):
                 raise TaskUnsupported(
                     f"generate_input's {where} is an nn.Module with hooks: unsupported here"
                 )
-        elif name.startswith("_") or name == "training":
-            attributes.pop(name)  # nn.Module's own bookkeeping: the child's nn.Module.__init__ makes it
+        elif name in _module_bookkeeping():
+            attributes.pop(name)  # nn.Module's own: the child's nn.Module.__init__ makes it afresh
     return ObjectItem(
         module=module,
         qualname=qualname,

@@ -131,16 +131,28 @@ def _watched(call: Callable[[], Any]) -> tuple[Any, Any]:
 
 
 def copied(data: object) -> object:
-    """A copy of the data: every tensor of it cloned, tuples, lists and dicts included (GPU MODE's
-    eval.py hands the problem's check a clone)."""
+    """A copy of the data: every tensor of it cloned, tuples, lists and dicts included, and every
+    object in it (a Config dataclass, a KVCache nn.Module: amd's mla-decode, whose reference
+    writes into its cache and counts it up) copied whole with its tensors (`copy.deepcopy`; an
+    object that cannot be copied is handed on as it is). GPU MODE's eval.py hands the problem's
+    reference and check a clone, modules included."""
+    import copy
+
     import torch
 
     if isinstance(data, torch.Tensor):
         return data.clone()
+    if isinstance(data, tuple) and hasattr(type(data), "_fields"):  # a named tuple
+        return type(data)(*(copied(item) for item in data))
     if isinstance(data, tuple | list):
         return type(data)(copied(item) for item in data)
     if isinstance(data, dict):
         return {key: copied(item) for key, item in data.items()}
+    if hasattr(data, "__dict__") and not isinstance(data, type):
+        try:
+            return copy.deepcopy(data)
+        except Exception:  # noqa: BLE001 - the task's object, as it is
+            return data
     return data
 
 

@@ -28,9 +28,12 @@ class Cache(nn.Module):
         super().__init__()
         self.register_buffer("data", torch.zeros(size))
         self.filled = 0
+        self._step = 1  # an attribute of its own with an underscore travels too
         self.project = nn.Linear(size, size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.filled += self._step  # as mla-decode's KVCache, it changes as it is used
+        self.data[0] = x[0]
         return self.project(x) + self.data * self.filled
 
 
@@ -51,7 +54,7 @@ def generate_input(size: int, seed: int, device: str = "cuda") -> input_t:
     with torch.no_grad():
         cache.data.copy_(torch.randn(size, device=device, generator=gen))
         cache.project.weight.copy_(torch.randn(size, size, device=device, generator=gen) / size**0.5)
-    cache.filled = 3
+    cache.filled, cache._step = 3, 2
     return Config(scale=2.0, size=size, bias=bias, shift=shift, dtype=torch.float32), x, cache
 
 
