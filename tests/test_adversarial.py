@@ -636,31 +636,46 @@ def test_a_computation_in_the_nan_fill_is_scored_by_the_parents_brackets(fill_ch
 def test_a_computation_in_the_nan_fill_gains_nothing_on_the_smallest_smoke_shape(harness, store_url):
     """Issue 28, as a new user meets it: a default CPU tournament (conv2d_v2's smoke shapes) of the
     reference, an honest revision that does the same work (a fresh tensor), the convolution
-    hidden in the NaN fill and the same hidden in the output's export, after the call. On smoke[0] the hidden work (0.04-0.05 ms) lay under the CPU's score
-    floor (0.02 ms and 30 % of the calibrated harness cost, 0.06-0.07 ms), went unscored, and the
-    cheat ranked first at 3.6x the reference: 0.0005 ms on smoke[0] against the honest 0.03
-    (2026-12-06). Now every shape of the cheat is scored by its brackets: no shape of it beats
-    the honest revision beside it by more than the CPU's noise allows (a fifth of its score: two
-    identical revisions read up to 2.3x apart beside a second test suite)."""
+    hidden in the NaN fill and the same hidden in the output's export, after the call. On smoke[0]
+    the hidden work (0.03-0.05 ms of bracket) lay under the CPU's score floor, went unscored, and
+    the cheat ranked first at 3.6x the reference: 0.0005 ms on smoke[0] against the honest 0.03
+    (2026-12-06); later, with the calibration and a cheat's blocks timed with the parent and child
+    on one core and on two, it read as none again in one run of four beside a second suite
+    (harness.sandbox.placement, 2026-12-07). Every shape of each cheat scores at least half the
+    honest revisions' quietest reported call of that shape (the convolution's own time, which it
+    does too, hidden): a cheat read as none scores its microsecond. Not against the honest
+    revisions' scores: beside a second test suite those carry the load of their own moment (the
+    reference 0.24 ms on smoke[0], the export cheat 0.034, 2026-12-07)."""
     hiders = ("computes_in_the_fill", "computes_in_the_export")
-    for path in (
-        REFERENCE,
-        Path(__file__).parent / "honest" / "fresh_tensor.py",
-        *(ADVERSARIAL / f"{name}.py" for name in hiders),
-    ):
+    honest = (REFERENCE, Path(__file__).parent / "honest" / "fresh_tensor.py")
+    for path in (*honest, *(ADVERSARIAL / f"{name}.py" for name in hiders)):
         registered = harness("register", path, "--lineage", path.stem)
         assert registered.returncode == 0, registered.stderr
     ran = harness("tournament", "--device", "cpu", "--mode", "benchmark", "--budget", "0.5", timeout=600)
     assert ran.returncode == 0, ran.stderr[-2000:]
     with open_store(store_url, read_only=True) as store, store.session() as session:
-        means = {
-            run.revision.lineage.name: {shape.index: shape.mean_ms for shape in run.shapes}
+        shapes = {
+            run.revision.lineage.name: {shape.index: shape for shape in run.shapes}
             for run in session.query(Run).filter(Run.mode == "benchmark")
         }
-    honest = means["fresh_tensor"]
+        means = {
+            name: {i: shape.mean_ms for i, shape in by_index.items()} for name, by_index in shapes.items()
+        }
+        quietest = {
+            i: min(reported for path in honest for reported in _reported_ms(shapes[path.stem][i]))
+            for i in range(len(TASK.smoke))
+        }
     for name in hiders:
-        assert set(means[name]) == set(honest) == set(range(len(TASK.smoke))), means
-        assert all(means[name][i] > honest[i] / 5 for i in honest), (name, means)
+        assert set(means[name]) == set(range(len(TASK.smoke))), means
+        assert all(means[name][i] >= quietest[i] / 2 for i in quietest), (name, means, quietest)
+
+
+def _reported_ms(shape) -> list[float]:
+    """Every timed call of a stored shape as its child reported it, every pass."""
+    passes = shape.check.passes
+    if passes:
+        return [ms for item in passes for ms in item.reported_ms]
+    return list(shape.check.timing.reported_ms)
 
 
 def test_a_computation_in_some_fills_only_is_scored_by_those_calls_brackets(fill_cheat):
