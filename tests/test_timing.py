@@ -834,8 +834,8 @@ def test_the_parents_flush_waits_while_the_gpu_serves_it_slowly_and_once_for_a_g
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one allowed CPU: nothing to place apart")
 def test_a_cpu_timed_block_runs_the_parent_and_the_childs_main_thread_on_different_cores():
     """Issue 28 (the CPU's hole of 2026-12-07): while a block is timed the parent's thread is on
-    its least allowed CPU and the child's main thread on the others, a thread the child starts
-    sets are put back after sets are put back after (harness.sandbox.placement)."""
+    its least allowed CPU and the child's main thread on the others; both sets are put back after
+    (harness.sandbox.placement)."""
     import subprocess
     import sys
 

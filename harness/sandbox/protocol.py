@@ -94,10 +94,10 @@ class ObjectItem(Message):
     dataclass and a `KVCache` nn.Module) or of torch.nn: the child imports `module` (`reference`,
     `task` or `utils` beside the submission, or a torch.nn module), finds `qualname` there and
     makes an object of it without calling its `__init__` (a named tuple, `fields`, is made from
-    `state` as its fields): an nn.Module gets nn.Module's own `__init__`, then `parameters`, `buffers` and `modules` registered as such and `training`; every
-    object then the attributes in `state` (its other instance attributes), each made as the data's
-    items are (tensors through the inputs memory). Nothing is unpickled: the child builds what
-    the items say."""
+    `state` as its fields): an nn.Module gets nn.Module's own `__init__`, then `parameters`,
+    `buffers` and `modules` registered as such and `training`; every object then the attributes in
+    `state` (its other instance attributes), each made as the data's items are (tensors through
+    the inputs memory). Nothing is unpickled: the child builds what the items say."""
 
     kind: Literal["object"] = "object"
     module: str
