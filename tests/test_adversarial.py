@@ -413,6 +413,47 @@ def test_a_fake_clock_cannot_stretch_the_warm_up_past_the_parents_deadline(monke
     )
 
 
+def test_a_fake_clock_ends_the_warm_up_soon_after_its_first_call(monkeypatch):
+    """With the default call_timeout_s (120 s) the first message of the timing would be due after
+    six minutes (call_timeout_s per warm-up call), and the phase's limit four minutes: on the H100
+    the timer cheat held each group 240 s that way. Once the child says its first warm-up call
+    is over (`FirstCallDone`), the parent bounds the rest of the warm-up by that call's length:
+    four times the warm-up's seconds and its calls at the first's length, plus 10 s."""
+    from harness.sandbox import evaluation as evaluation_module
+
+    monkeypatch.setitem(evaluation_module.WARMUP, "cpu", (3, 0.1))
+    code = (ADVERSARIAL / "patches_timers.py").read_bytes()
+    started = time.monotonic()
+    result = evaluate(code, "patches_timers.py", TASK, device="cpu", timed=True, rule=RULE)
+    assert result.status == "timeout", result.reason
+    assert re.search(
+        r"the warm-up of timing on smoke\[0\] ran past its limit of [\d.]+ s on the parent's "
+        r"clock \(after its first call of [\d.e-]+ s",
+        result.reason,
+    ), result.reason
+    assert time.monotonic() - started < 90, "the warm-up's limit is 10 s and a fraction of one"
+    # the honest reference warms up the same way and is timed
+    honest = evaluate(REFERENCE.read_bytes(), REFERENCE.name, TASK, device="cpu", timed=True, rule=RULE)
+    assert honest.status == "pass", honest.reason
+
+
+def test_a_stalled_clock_cannot_keep_the_timed_calls_going():
+    """The child ends its timed calls by its own clock; a candidate that makes that clock crawl and
+    jitter (tests/adversarial/stalls_the_clock.py) would never meet the budget nor the error target
+    and run to the rule's largest count, here 100,000 calls of 5 ms. The parent ends it by its own
+    clock: twice the budget and two of the longest calls, plus 5 s, less the parent's own work. The
+    honest reference under the same rule stops at its budget and passes."""
+    rule = StoppingRule(min_runs=3, max_runs=100_000, budget_s=0.2)
+    code = (ADVERSARIAL / "stalls_the_clock.py").read_bytes()
+    started = time.monotonic()
+    result = evaluate(code, "stalls_the_clock.py", TASK, device="cpu", timed=True, rule=rule)
+    assert result.status == "timeout", result.reason
+    assert "the timed calls went on past their limit of" in result.reason, result.reason
+    assert time.monotonic() - started < 120
+    honest = evaluate(REFERENCE.read_bytes(), REFERENCE.name, TASK, device="cpu", timed=True, rule=rule)
+    assert honest.status == "pass", honest.reason
+
+
 # --- issue 15: timing cheats -----------------------------------------------------------------
 
 SECRET = 987654321

@@ -188,6 +188,47 @@ def test_the_directories_shared_with_the_parent_are_watched(results):
     assert "in the working directories, over the limit of 64 MiB (disk_bytes)" in evaluation.reason
 
 
+FORKS_AFTER_LOADING = """
+import os
+import time
+
+import torch.nn.functional as F
+from task import input_t, output_t
+
+
+def custom_kernel(data: input_t) -> output_t:
+    input_tensor, kernel, output = data
+    workers = []
+    for _ in range(12):  # each holds, copy-on-write, the ~150 MiB its parent had made
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(1.5)
+            os._exit(0)
+        workers.append(pid)
+    for pid in workers:
+        os.waitpid(pid, 0)
+    output.copy_(F.conv2d(input_tensor, kernel))
+    return output
+"""
+
+
+def test_workers_forked_after_loading_torch_are_not_charged_for_pages_they_share():
+    """Thirteen processes (the candidate and twelve sleeping forks) each show the candidate's
+    ~150 MiB of RssAnon: 1.9 GiB summed, over a 1536 MiB limit, though they hold one copy. The
+    watch counts a sum over the limit again by proportional shares (Pss, each shared page once),
+    so the candidate passes; twelve forks that each write their own memory do not
+    (`test_memory_held_by_several_processes_is_killed_by_the_parent`)."""
+    evaluator = Evaluator(
+        FORKS_AFTER_LOADING.encode(),
+        "forks_after_loading.py",
+        TASK,
+        device="cpu",
+        limits=SandboxLimits.from_settings(**SMALL),
+    )
+    evaluation = evaluate_interleaved([evaluator])[0]
+    assert evaluation.status == "pass", evaluation.reason
+
+
 def test_per_code_caches_over_the_limit_when_a_child_is_closed_are_removed(tmp_path, monkeypatch):
     """What a run left between the watch's last look and its end (here written before a child
     that never started) is measured when the child is closed, and removed."""

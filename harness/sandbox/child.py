@@ -51,6 +51,7 @@ from harness.sandbox.protocol import (
     CheckReply,
     CheckRequest,
     DataItem,
+    FirstCallDone,
     Hello,
     ImportFailed,
     InitStatus,
@@ -859,6 +860,8 @@ class Worker:
             return reply
 
         def warmup_inputs(index: int) -> tuple:
+            if index == 1:  # the first call is over and the warm-up goes on
+                self.channel.send(FirstCallDone(token=self.hello.token, id=request.id))
             self.fill_output_buffer(current[0])
             return current[0]
 

@@ -295,6 +295,16 @@ class InputsWanted(Message):
     index: int
 
 
+class FirstCallDone(Message):
+    """The warm-up's first call (compiles, autotuning and lazy loading included) is over and the
+    warm-up goes on: from here the parent bounds the rest of the warm-up by its own clock (the
+    child ends it by a clock the candidate can replace)."""
+
+    type: Literal["first_call_done"] = "first_call_done"
+    token: str
+    id: int
+
+
 class InputsReady(Message):
     """Timed call `index`'s inputs are on the child's device and its output buffers emptied; the
     child waits for `CallGo`."""
@@ -330,7 +340,15 @@ class TimeReply(Message):
 
 
 Reply = Annotated[
-    Started | Ready | ImportFailed | CheckReply | InputsWanted | InputsReady | CallDone | TimeReply,
+    Started
+    | Ready
+    | ImportFailed
+    | CheckReply
+    | FirstCallDone
+    | InputsWanted
+    | InputsReady
+    | CallDone
+    | TimeReply,
     Field(discriminator="type"),
 ]
 REPLY = TypeAdapter(Reply)

@@ -8,8 +8,11 @@ parent outlive it; so the parent counts, in a thread of its own, every `POLL_INT
   is reparented to the namespace's init, a descendant); without a pid namespace also every
   process of its session (an orphan there, unless it also left the session with setsid);
 - their memory: the sum of each one's resident anonymous and shared memory (`RssAnon` and
-  `RssShmem` of /proc/PID/status, readable whatever the process does; pages shared after a fork
-  count in each process);
+  `RssShmem` of /proc/PID/status, readable whatever the process does and cheap), where pages
+  shared after a fork count in each process; so a sum over the limit is looked at again by
+  proportional shares (`Pss_Anon` and `Pss_Shmem` of /proc/PID/smaps_rollup, a walk of the page
+  tables), which count each shared page once (a process that loaded torch holds about 143 MiB of
+  RssAnon, and each fork of it read as much again: ten sleeping forks "held" 1.5 GiB);
 - bytes in the watched directories (allocated blocks, and at least one block per entry, so that
   a flood of empty files counts too), per group of directories, walked fd-relative at any depth;
   not while the child is stopped (another child is timed: `ResourceWatch.paused`).
@@ -97,17 +100,34 @@ def _session_members(session_id: int) -> list[int]:
 
 
 def resident_bytes(pids: Iterable[int]) -> int:
-    """The sum of the processes' RssAnon and RssShmem."""
+    """The sum of the processes' RssAnon and RssShmem: cheap (no walk of page tables), but a page
+    that forked processes share copy-on-write counts once in each (`proportional_bytes` does not)."""
+    return sum(_proc_fields(pid, "status", ("RssAnon:", "RssShmem:")) or 0 for pid in pids)
+
+
+def proportional_bytes(pids: Iterable[int]) -> int:
+    """The sum of the processes' Pss_Anon and Pss_Shmem (/proc/PID/smaps_rollup): each page shared
+    by several processes counted once in all, so a worker forked after the candidate loaded torch
+    holds only what it wrote since. A kernel without these fields: RssAnon and RssShmem."""
     total = 0
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
-                for line in status:
-                    if line.startswith(("RssAnon:", "RssShmem:")):
-                        total += int(line.split()[1]) * 1024
-        except (OSError, ValueError):
-            continue
+        share = _proc_fields(pid, "smaps_rollup", ("Pss_Anon:", "Pss_Shmem:"))
+        total += (share if share is not None else _proc_fields(pid, "status", ("RssAnon:", "RssShmem:"))) or 0
     return total
+
+
+def _proc_fields(pid: int, name: str, fields: tuple[str, ...]) -> int | None:
+    """The sum in bytes of the `fields` (kB) of /proc/PID/`name`; None when none is there or the
+    process is gone."""
+    found = None
+    try:
+        with open(f"/proc/{pid}/{name}", encoding="ascii", errors="replace") as lines:
+            for line in lines:
+                if line.startswith(fields):
+                    found = (found or 0) + int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return found
 
 
 def tree_bytes(roots: Iterable[Path], stop_above: int | None = None) -> int:
@@ -240,6 +260,8 @@ class ResourceWatch:
         if len(pids) > self.max_processes:
             return f"{len(pids)} processes, over the limit of {self.max_processes} (max_processes)", pids
         memory = resident_bytes(pids)
+        if memory > self.memory_bytes:  # pages shared copy-on-write counted once each: look closer
+            memory = proportional_bytes(pids)
         if memory > self.memory_bytes:
             held = _format_bytes(memory)
             return (

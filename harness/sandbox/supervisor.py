@@ -60,6 +60,7 @@ from harness.sandbox.protocol import (
     CheckReply,
     CheckRequest,
     DataItem,
+    FirstCallDone,
     Hello,
     ImportFailed,
     InitStatus,
@@ -102,6 +103,11 @@ LOG_TAIL_BYTES = 64 * 1024
 REASON_LOG_TAIL_CHARS = 300
 SHUTDOWN_GRACE_S = 5.0
 DISCARD_LIMIT_S = 10.0  # per name left in the io directory (`discard_files`), while the child runs
+# The child ends a timing's warm-up and its timed calls by its own clock, which the candidate can
+# replace (tests/adversarial/patches_timers.py); the parent bounds both by its own clock, with
+# these seconds to spare over what an honest child takes (`ChildProcess.time`)
+WARMUP_SPARE_S = 10.0
+TIMED_CALLS_SPARE_S = 5.0
 
 
 class ChildFailure(Exception):
@@ -787,38 +793,59 @@ class ChildProcess:
                 wait_for_go=before_call is not None,
             )
             self._send(request, phase)
+            sent_at = monotonic()
             # The child decides when warm-up and timing end by its own clock, which the candidate can
-            # replace: the whole phase also has a deadline on the parent's clock, generous enough for
-            # any honest run (warm-up and budget, four times over, and two whole calls), moved by the
+            # replace: the parent bounds each by its own (`_warmup_limit_s`, `_timed_calls_limit_s`),
+            # and the whole phase has a deadline on the parent's clock too, generous enough for any
+            # honest run (warm-up and budget, four times over, and two whole calls), moved by the
             # time the parent spends on its own work (inputs, references, checks of the outputs).
             phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
             phase_deadline = monotonic() + phase_limit_s
             last_index = -1
             phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
-            # the warm-up's calls send no message: the first message is due after all of them
+            # the warm-up's calls send no message but the first's end (`FirstCallDone`, when the
+            # warm-up goes on): the first message is due after the first call (or the whole warm-up)
             warmup_limit_s = max(1, warmup_calls) * self.limits.call_timeout_s + warmup_s
-            warming_up = True
+            warmup_deadline = sent_at + warmup_limit_s
+            warmup_why = "call_timeout_s per warm-up call, plus warmup_s"
+            warming_up, first_call_over = True, False
+            timed_calls = 0
+            timed_started = parent_work_s = 0.0  # the timed calls' start, the parent's work since
             while True:
                 now = monotonic()
                 if now >= phase_deadline:
                     raise self._fail("timeout", phase_timeout)
                 wait_s = min(
-                    warmup_limit_s if warming_up else self.limits.call_timeout_s, phase_deadline - now
+                    warmup_deadline - now if warming_up else self.limits.call_timeout_s, phase_deadline - now
                 )
                 try:
                     message = self._receive(
-                        now, wait_s, phase, (InputsWanted, InputsReady, CallDone, TimeReply), request.id
+                        now,
+                        max(wait_s, 0.0),
+                        phase,
+                        (FirstCallDone, InputsWanted, InputsReady, CallDone, TimeReply),
+                        request.id,
                     )
                 except ChildFailure as failure:
                     if failure.status == "timeout" and monotonic() >= phase_deadline:
                         raise ChildFailure("timeout", phase_timeout) from None
-                    if failure.status == "timeout" and warming_up and monotonic() - now >= wait_s:
+                    if failure.status == "timeout" and warming_up and monotonic() >= warmup_deadline:
                         raise ChildFailure(
                             "timeout",
-                            f"the warm-up of {phase} ran past its limit of {warmup_limit_s:g} s on the "
-                            "parent's clock (call_timeout_s per warm-up call, plus warmup_s)",
+                            f"the warm-up of {phase} ran past its limit of {warmup_limit_s:.3g} s on the "
+                            f"parent's clock ({warmup_why})",
                         ) from None
                     raise
+                if isinstance(message, FirstCallDone):
+                    if not warming_up or first_call_over:
+                        raise self._fail("crashed", f"protocol violation during {phase}: a second first call")
+                    first_call_over = True
+                    first_call_s = monotonic() - sent_at
+                    rest_s = _warmup_limit_s(first_call_s, warmup_calls, warmup_s)
+                    if monotonic() + rest_s < warmup_deadline:
+                        warmup_limit_s, warmup_deadline = rest_s, monotonic() + rest_s
+                        warmup_why = f"after its first call of {first_call_s:.3g} s: {_WARMUP_LIMIT_RULE}"
+                    continue
                 warming_up = False
                 if isinstance(message, TimeReply):
                     return TimedShape(message, call_wall_ms, prelude_ms)
@@ -827,6 +854,23 @@ class ChildProcess:
                         raise self._fail("crashed", f"protocol violation during {phase}: calls out of order")
                     last_index = message.index
                     work_started = monotonic()
+                    if not timed_calls:
+                        timed_started = work_started
+                    timed_calls += 1
+                    if timed_calls > rule.max_runs:
+                        raise self._fail(
+                            "crashed",
+                            f"protocol violation during {phase}: more than the {rule.max_runs} timed calls "
+                            "its rule allows",
+                        )
+                    limit_s = _timed_calls_limit_s(rule, call_wall_ms.values())
+                    if timed_calls > rule.min_runs and work_started - timed_started - parent_work_s > limit_s:
+                        raise self._fail(
+                            "timeout",
+                            f"{phase}: the timed calls went on past their limit of {limit_s:.3g} s on the "
+                            f"parent's clock ({_TIMED_CALLS_LIMIT_RULE}; the child ends them by its own "
+                            "clock, which the candidate can replace)",
+                        )
                     data = inputs_for(message.index)
                     # made before the clock starts: the layout and the message; within it: the bytes
                     laid_out = None if self.holds_inputs(data) else self.lay_out_inputs(data)
@@ -840,6 +884,7 @@ class ChildProcess:
                     inputs_sent_at[message.index] = monotonic()
                     # the parent's own work (the call's inputs and reference) is not the child's time
                     phase_deadline += inputs_sent_at[message.index] - work_started
+                    parent_work_s += inputs_sent_at[message.index] - work_started
                     if laid_out is not None:
                         self.copy_inputs(data, laid_out, phase)
                     self._send_encoded(encoded, phase)
@@ -864,7 +909,9 @@ class ChildProcess:
                     work_started = monotonic()
                     call_wall_ms[message.index] = (work_started - inputs_sent_at[message.index]) * 1e3
                     on_output(message)
-                    phase_deadline += monotonic() - work_started  # the parent's check of the output
+                    # the parent's check of the output
+                    phase_deadline += monotonic() - work_started
+                    parent_work_s += monotonic() - work_started
 
     def read_shared_output(self, info, device: str):
         """An output the child put in the shared output buffer (`info` says so), as a fresh
@@ -1115,3 +1162,24 @@ class ChildProcess:
                 "crashed", f"protocol violation during {phase}: an unexpected {reply.type} message"
             )
         return reply
+
+
+_WARMUP_LIMIT_RULE = "four times warmup_s and its calls at the first's length, plus 10 s"
+_TIMED_CALLS_LIMIT_RULE = "twice the rule's budget and two of its longest calls, plus 5 s"
+
+
+def _warmup_limit_s(first_call_s: float, warmup_calls: int, warmup_s: float) -> float:
+    """How long the rest of a warm-up may take on the parent's clock once its first call (which
+    compiles, autotunes and loads lazily) took `first_call_s`: an honest child ends it after
+    `warmup_calls` calls and `warmup_s` seconds on its own clock, later calls no longer than the
+    first; four times that and `WARMUP_SPARE_S` to spare."""
+    return 4 * (warmup_s + max(1, warmup_calls) * first_call_s) + WARMUP_SPARE_S
+
+
+def _timed_calls_limit_s(rule: StoppingRule, call_wall_ms) -> float:
+    """How long a timing's calls may go on on the parent's clock, less its own work: an honest child
+    asks for no call's inputs once `rule.budget_s` has passed on its own clock (which runs through
+    the parent's work too), so twice the budget, two of its longest calls and
+    `TIMED_CALLS_SPARE_S` to spare."""
+    longest_s = max(call_wall_ms, default=0.0) / 1e3
+    return 2 * rule.budget_s + 2 * longest_s + TIMED_CALLS_SPARE_S
