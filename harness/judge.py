@@ -23,8 +23,13 @@ an environment only) and counts as missing for the plan, so the next tournament 
    fastest report; on the CPU its floor is 5 % of the median report alone (no fixed part); the
    host-clock flag's spread is the excesses' first quartile less their least; on the CPU the
    harness cost is calibrated again for every timed block, the least kept.
+7. Issue 28 (2026-12-07): on the CPU every timed block runs with the parent and the child on
+   CPUs of their own (harness.sandbox.placement); the parent bounds a timing's warm-up after its
+   first call and its timed calls by its own clock (a replaced clock is a `timeout` in seconds,
+   not at the phase's limit); the memory watch counts pages that forks share once (workers
+   forked after loading torch were `crashed`).
 """
 
 from __future__ import annotations
 
-JUDGE_VERSION = 6
+JUDGE_VERSION = 7
