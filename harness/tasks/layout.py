@@ -22,7 +22,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from harness.tasks.spec import generate_inputs
+from harness.tasks.spec import generate_inputs, tensors_in
 
 Key = int | str  # a tuple's or list's position, or a dict's key
 EMPTY_FACTORIES = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
@@ -100,7 +100,7 @@ def learn_layout(reference: ModuleType, parameters: dict[str, Any], seed: int, d
 
     result, reference_run = _watched(run_reference)
     copy = copies[-1]
-    returned = {_storage(t) for t in _tensors(result)}
+    returned = {_storage(t) for t in tensors_in(result)}
     written = reference_run.written if reference_run is not None else set()
     tensors = [key for key in keys if isinstance(data[key], torch.Tensor)]
     answered = [key for key in tensors if _answered_in(copy[key], data[key], returned | written)]
@@ -156,18 +156,6 @@ def copied(data: object) -> object:
     return data
 
 
-def _tensors(value: object) -> list:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, tuple | list):
-        return [t for item in value for t in _tensors(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors(item)]
-    return []
-
-
 def _storage(tensor) -> int:
     """The tensor's storage, by address (0 for one without elements, which nothing matches)."""
     return tensor.untyped_storage().data_ptr()
@@ -202,10 +190,10 @@ def _writes_mode():
             for index, argument in enumerate(func._schema.arguments):
                 if argument.alias_info is not None and argument.alias_info.is_write:
                     value = args[index] if index < len(args) else kwargs.get(argument.name)
-                    self.written.update(_storage(t) for t in _tensors(value))
-            given = {_storage(t) for t in _tensors([list(args), list(kwargs.values())])}
+                    self.written.update(_storage(t) for t in tensors_in(value, objects=False))
+            given = {_storage(t) for t in tensors_in([list(args), list(kwargs.values())], objects=False)}
             result = func(*args, **kwargs)
-            for tensor in _tensors(result):
+            for tensor in tensors_in(result, objects=False):
                 storage = _storage(tensor)
                 if storage and storage not in given:  # a fresh allocation, perhaps at a freed address
                     self.made_empty[storage] = func.overloadpacket.__name__ in EMPTY_FACTORIES

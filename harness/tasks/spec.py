@@ -350,7 +350,7 @@ def generate_inputs(reference: ModuleType, parameters: dict, seed: int, device: 
         if device == "cuda":
             raise
         raise TaskUnsupported(f"{cuda_only}: unsupported on {device}") from exc
-    devices = {t.device.type for t in _tensors_of(data)}
+    devices = {t.device.type for t in tensors_in(data)}
     # on CUDA, CPU tensors beside CUDA ones are GPU MODE's data as made (nvfp4_group_gemm's scale
     # factors): each is handed over on its own device
     allowed = {"cuda", "cpu"} if device == "cuda" and "cuda" in devices else {device}
@@ -362,9 +362,10 @@ def generate_inputs(reference: ModuleType, parameters: dict, seed: int, device: 
     return data
 
 
-def _tensors_of(value: object, seen: set[int] | None = None) -> list:
-    """The tensors in the data: in its tuples, lists and dicts, and in the attributes of its
-    objects (a Config dataclass, an nn.Module's parameters and buffers), each object once."""
+def tensors_in(value: object, *, objects: bool = True, seen: set[int] | None = None) -> list:
+    """The tensors in the data: in its tuples, lists and dicts and, with `objects`, in the
+    attributes of its objects (a Config dataclass, an nn.Module's parameters and buffers), each
+    object once. Without (an operator's arguments, under a dispatch mode): containers only."""
     import torch
 
     seen = set() if seen is None else seen
@@ -374,12 +375,14 @@ def _tensors_of(value: object, seen: set[int] | None = None) -> list:
         return []
     seen.add(id(value))
     if isinstance(value, tuple | list):
-        return [t for item in value for t in _tensors_of(item, seen)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors_of(item, seen)]
-    if hasattr(value, "__dict__") and not isinstance(value, type):
-        return [t for item in vars(value).values() for t in _tensors_of(item, seen)]
-    return []
+        items = list(value)
+    elif isinstance(value, dict):
+        items = list(value.values())
+    elif objects and hasattr(value, "__dict__") and not isinstance(value, type):
+        items = list(vars(value).values())
+    else:
+        return []
+    return [t for item in items for t in tensors_in(item, objects=objects, seen=seen)]
 
 
 def combine_seeds(seed: int, secret: int) -> int:
