@@ -466,6 +466,7 @@ TIMING_CHEATS = {
         "2 timed calls, but 0 outputs handed over for checking",  # the first block: 2 of the 3 to 5
     ),
     ("replaces_timing_loop_with_calls.py", "test"): "flagged",
+    ("asks_for_extra_calls.py", "test"): ("crashed", "timed calls its rule allows"),
     ("replaces_timing_loop_with_calls.py", "leaderboard"): "flagged",
     ("fills_with_the_answer.py", "test"): "flagged",
     ("fills_with_the_answer.py", "leaderboard"): "flagged",

@@ -15,8 +15,9 @@ def _fake_time_calls(call, make_inputs, *, device, rule, warmup_calls=1, after_c
     from harness.timing import BenchmarkStats
 
     index = 0
+    warmup_inputs = options.get("warmup_inputs") or make_inputs
     for _ in range(max(1, warmup_calls)):
-        call(make_inputs(index))
+        call(warmup_inputs(index))
         index += 1
     for _ in range(rule.min_runs):
         inputs = make_inputs(index)
