@@ -86,7 +86,8 @@ for k in range(1, len(ids), n):
         # shellcheck disable=SC2086
         COLUMNS=240 timeout "$left" python3 -m harness tournament --device "${DEVICE:-cuda}" --mode "$mode" $only \
           --budget "${BUDGET:-0.5}" >> "$OUT/board-$mode-$attempt.log" 2>&1
-        echo "tournament $mode $attempt ${only:+(${only//--only /})}: exit $? at $((SECONDS - start)) s (limit $limit s)"
+        echo "tournament $mode $attempt ${only:+(${only//--only /})}: exit $? at $((SECONDS - start)) s (limit $limit s)" \
+          | tee -a "$OUT/board-walls.txt"
       done
       grep -E "^(test|benchmark|leaderboard) +━" "$OUT/board-$mode-$attempt.log" | tail -3 | cut -c1-100
     done
