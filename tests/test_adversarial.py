@@ -218,7 +218,10 @@ def test_a_shape_flagged_for_load_on_its_blocks_is_timed_again_and_judged_over_a
     assert hiding.min_ms > 20.0, "scored by its brackets"
     assert for_a_while.timing_flags == [], for_a_while.check.timing
     assert TIMING_PASSES < len(for_a_while.check.passes) <= TIMING_PASSES + HOST_CONFIRM_PASSES
-    assert HOST_CLOCK_MISMATCH in for_a_while.check.passes[0].flags  # its first block: flagged
+    # its first block: flagged, or (the brackets too widely spread by load for the flag: 21-32 ms
+    # beside a second test suite) scored by them, 20 ms and more a call
+    first = for_a_while.check.passes[0]
+    assert HOST_CLOCK_MISMATCH in first.flags or min(first.times_ms) > 20.0, first
 
 
 def test_an_honest_candidate_is_not_flagged_by_the_parents_clock(timed):
