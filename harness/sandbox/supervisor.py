@@ -800,7 +800,6 @@ class ChildProcess:
             # honest run (warm-up and budget, four times over, and two whole calls), moved by the
             # time the parent spends on its own work (inputs, references, checks of the outputs).
             phase_limit_s = 4 * (warmup_s + rule.budget_s) + 2 * self.limits.call_timeout_s
-            phase_deadline = monotonic() + phase_limit_s
             last_index = -1
             phase_timeout = f"{phase} ran past the phase's limit of {phase_limit_s:g} s on the parent's clock"
             # the warm-up's calls send no message but the first's end (`FirstCallDone`, when the
@@ -813,6 +812,7 @@ class ChildProcess:
             timed_started = parent_work_s = 0.0  # the timed calls' start, the parent's work since
             while True:
                 now = monotonic()
+                phase_deadline = sent_at + phase_limit_s + parent_work_s
                 if now >= phase_deadline:
                     raise self._fail("timeout", phase_timeout)
                 wait_s = min(
@@ -883,7 +883,6 @@ class ChildProcess:
                     )
                     inputs_sent_at[message.index] = monotonic()
                     # the parent's own work (the call's inputs and reference) is not the child's time
-                    phase_deadline += inputs_sent_at[message.index] - work_started
                     parent_work_s += inputs_sent_at[message.index] - work_started
                     if laid_out is not None:
                         self.copy_inputs(data, laid_out, phase)
@@ -909,9 +908,7 @@ class ChildProcess:
                     work_started = monotonic()
                     call_wall_ms[message.index] = (work_started - inputs_sent_at[message.index]) * 1e3
                     on_output(message)
-                    # the parent's check of the output
-                    phase_deadline += monotonic() - work_started
-                    parent_work_s += monotonic() - work_started
+                    parent_work_s += monotonic() - work_started  # the parent's check of the output
 
     def read_shared_output(self, info, device: str):
         """An output the child put in the shared output buffer (`info` says so), as a fresh
@@ -1164,8 +1161,10 @@ class ChildProcess:
         return reply
 
 
-_WARMUP_LIMIT_RULE = "four times warmup_s and its calls at the first's length, plus 10 s"
-_TIMED_CALLS_LIMIT_RULE = "twice the rule's budget and two of its longest calls, plus 5 s"
+_WARMUP_LIMIT_RULE = f"four times warmup_s and its calls at the first's length, plus {WARMUP_SPARE_S:g} s"
+_TIMED_CALLS_LIMIT_RULE = (
+    f"twice the rule's budget and two of its longest calls, plus {TIMED_CALLS_SPARE_S:g} s"
+)
 
 
 def _warmup_limit_s(first_call_s: float, warmup_calls: int, warmup_s: float) -> float:
