@@ -8,7 +8,6 @@ usage error into one line on stderr and exit code 2. Text from a candidate or it
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -16,6 +15,7 @@ from typing import Annotated, Literal
 import typer
 from typer.exceptions import Abort, Exit, TyperException
 
+from harness import interrupts
 from harness.errors import HarnessError
 from harness.task_commands import task_app
 
@@ -848,16 +848,8 @@ def experiments_show(
     _write_report(text, out)
 
 
-def _terminated(signum: int, frame: object) -> None:
-    """SIGTERM (`timeout`, a batch scheduler, `kill`) ends a command as Ctrl-C does: its sandboxed
-    children stopped and their files and cgroups removed on the way out, the store left as it
-    was, exit 130. (Python's default ends the process at once: a tournament cut by `timeout` on
-    the H200 left its children's exchange folders and cgroups behind, 2026-12-03.)"""
-    raise KeyboardInterrupt
-
-
 def main() -> None:
-    signal.signal(signal.SIGTERM, _terminated)
+    interrupts.install()
     try:
         _main()
     finally:
