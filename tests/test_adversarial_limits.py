@@ -692,3 +692,33 @@ def test_a_calibration_child_out_of_memory_is_a_shape_result_and_a_fresh_child_f
         harness_ms = calibrator.harness_ms(shape, 0)  # the task's own calibration is untouched
         assert 0 < harness_ms < 1000
         assert calibrator.prelude_ms(shape, 0) == 0.0, "no go, so no prelude, on the CPU"
+
+
+def test_the_oom_killer_takes_a_child_before_the_harness():
+    """Every process of a sandboxed child, its forks too, is the kernel OOM killer's first choice
+    (oom_score_adj 1000): a machine overfilled by a shape ends a child, recorded as its result,
+    never the harness. The candidate answers only where its own score says so."""
+    source = b'''
+import os
+import torch.nn.functional as F
+
+def custom_kernel(data):
+    x, w, out = data
+    with open("/proc/self/oom_score_adj") as mine:
+        adj = mine.read().strip()
+    pid = os.fork()  # a helper of its own inherits it
+    if pid == 0:
+        with open("/proc/self/oom_score_adj") as helper:
+            os._exit(0 if helper.read().strip() == "1000" else 1)
+    _, status = os.waitpid(pid, 0)
+    if adj == "1000" and os.waitstatus_to_exitcode(status) == 0:
+        out.copy_(F.conv2d(x, w))
+    return out
+'''
+    evaluator = Evaluator(
+        source, "oom_score.py", TASK, device="cpu", limits=SandboxLimits.from_settings(**SMALL)
+    )
+    evaluation = evaluate_interleaved([evaluator])[0]
+    assert evaluation.status == "pass", evaluation.reason
+    with open("/proc/self/oom_score_adj") as ours:  # the harness's own stays as it was
+        assert ours.read().strip() != "1000"
