@@ -698,7 +698,7 @@ def test_the_oom_killer_takes_a_child_before_the_harness():
     """Every process of a sandboxed child, its forks too, is the kernel OOM killer's first choice
     (oom_score_adj 1000): a machine overfilled by a shape ends a child, recorded as its result,
     never the harness. The candidate answers only where its own score says so."""
-    source = b'''
+    source = b"""
 import os
 import torch.nn.functional as F
 
@@ -714,7 +714,7 @@ def custom_kernel(data):
     if adj == "1000" and os.waitstatus_to_exitcode(status) == 0:
         out.copy_(F.conv2d(x, w))
     return out
-'''
+"""
     evaluator = Evaluator(
         source, "oom_score.py", TASK, device="cpu", limits=SandboxLimits.from_settings(**SMALL)
     )
