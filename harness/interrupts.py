@@ -29,11 +29,14 @@ from types import FrameType
 RETRY_S = 0.05
 PATIENCE_S = 30.0
 
-_HARNESS = str(Path(__file__).resolve().parent)
-_STDLIB = tuple(
-    str(Path(p).resolve())
-    for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
-    if p
+_HARNESS = tuple({str(Path(__file__).parent), str(Path(__file__).resolve().parent)})
+_STDLIB = tuple(  # as the paths are named and as they resolve (a link in a venv's base)
+    {
+        spelling
+        for key in ("stdlib", "platstdlib")
+        if sysconfig.get_paths().get(key)
+        for spelling in (sysconfig.get_paths()[key], str(Path(sysconfig.get_paths()[key]).resolve()))
+    }
 )
 _IMPORTING = ("<frozen importlib.", str(Path(sysconfig.get_paths()["stdlib"]) / "importlib"))
 
@@ -64,14 +67,17 @@ def safe_to_raise(frame: FrameType | None) -> bool:
 
 def _send_again(signum: int) -> None:
     time.sleep(RETRY_S)
-    _resent.add(signum)
-    signal.pthread_kill(threading.main_thread().ident, signum)
+    if signum in _waiting:  # not raised meanwhile (by the user's second signal)
+        _resent.add(signum)
+        signal.pthread_kill(threading.main_thread().ident, signum)
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     own = signum in _resent
     _resent.discard(signum)
     first = _waiting.get(signum)
+    if own and first is None:
+        return  # sent again for an interrupt that has been raised since: it happened once
     again = first is not None and not own  # a second signal from outside while the first waits
     waited_long = first is not None and time.monotonic() - first > PATIENCE_S
     if again or waited_long or safe_to_raise(frame):
