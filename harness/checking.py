@@ -255,6 +255,24 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+# the parent's CUDA caching allocator keeps at most this much in free blocks after its own work on
+# a shape (the child keeps as much: harness.sandbox.child.CACHED_BYTES_KEPT)
+PARENT_CACHED_BYTES_KEPT = 1024**3
+
+
+def release_cached_gpu_memory(device: str) -> None:
+    """After the parent's reference or a problem's own check on CUDA: the caching allocator's free
+    blocks go back to the GPU when they add up to more than PARENT_CACHED_BYTES_KEPT. A
+    reference's intermediates stay reserved otherwise, and the children checked at the same time
+    cannot have them: on an H100, GPU MODE's amd mla-decode (8 GiB intermediates) and bioml trimul
+    ran out of memory in every child, with 6 GiB and 0.1 GiB of the GPU free and the children
+    holding 2.4 GiB, where GPU MODE's eval.py, one process, passes (2026-12-07)."""
+    if device != "cuda" or not torch.cuda.is_initialized():
+        return
+    if torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > PARENT_CACHED_BYTES_KEPT:
+        torch.cuda.empty_cache()
+
+
 @dataclass
 class _CaseSlot:
     """A kept case, or one being made: whoever comes first makes it under `lock`, the others wait
@@ -409,6 +427,7 @@ def make_reference_case(
         clone = clone_inputs(data) if callable(clone_inputs) else clone_inputs
         expected = reference.ref_kernel(copied(data) if clone else data)
     _synchronize(device)
+    release_cached_gpu_memory(device)
     flops = reference.flops(**shape.parameters) if hasattr(reference, "flops") else None
     case = ReferenceCase(
         data=data,
@@ -854,6 +873,9 @@ def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> Out
         if out_of_memory(exc) is not None:  # the parent's memory: not this output's verdict
             raise
         ok, message = False, f"check_implementation raised {_one_line(exc)}"
+    finally:
+        del data
+        release_cached_gpu_memory(output_device(case.expected))
     not_finite = sum(
         int((~torch.isfinite(t)).sum())
         for t in output_parts(received)
