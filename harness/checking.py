@@ -398,6 +398,11 @@ def task_code_errors(shape: Shape, seed: int, device: str) -> Iterator[None]:
             raise TaskUnsupported(
                 f"the task's reference fails on this GPU ({name}): {_one_line(exc)}: it needs another GPU"
             ) from exc
+        if device == "cpu" and not torch.cuda.is_available() and _needs_cuda(exc):
+            raise TaskUnsupported(
+                f"the task's reference needs CUDA, which this machine lacks ({_one_line(exc)}): "
+                "unsupported on cpu"
+            ) from exc
         raise HarnessError(
             f"the task's reference failed on {shape.label()} (seed {seed}): {_one_line(exc)}"
         ) from exc
@@ -449,6 +454,27 @@ GPU_REFUSALS = (
     "CUDNN_STATUS_NOT_SUPPORTED",
     "sm_",
 )
+
+
+# what torch says when code asks for CUDA on a machine without it (a CPU build; no driver; no GPU)
+NO_CUDA = (
+    "Torch not compiled with CUDA enabled",
+    "Found no NVIDIA driver",
+    "No CUDA GPUs are available",
+    "no CUDA-capable device",
+)
+
+
+def _needs_cuda(exc: BaseException) -> bool:
+    """Whether an error of the task's code on the CPU is its asking for CUDA (a reference that
+    makes its data on the device it is given and then calls `.cuda()`, or a check that moves the
+    output there, as GPU MODE's amd mla-decode does): the task cannot run here."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if any(words in str(exc) for words in NO_CUDA):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _gpu_refuses(exc: BaseException) -> bool:
@@ -872,6 +898,10 @@ def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> Out
     except Exception as exc:  # a check that cannot judge this output fails it
         if out_of_memory(exc) is not None:  # the parent's memory: not this output's verdict
             raise
+        if output_device(case.expected) == "cpu" and not torch.cuda.is_available() and _needs_cuda(exc):
+            raise TaskUnsupported(
+                f"the task's check needs CUDA, which this machine lacks ({_one_line(exc)}): unsupported on cpu"
+            ) from exc
         ok, message = False, f"check_implementation raised {_one_line(exc)}"
     finally:
         del data

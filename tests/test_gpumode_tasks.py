@@ -255,6 +255,33 @@ def test_a_task_whose_inputs_are_made_on_cuda_only_is_unsupported_on_the_cpu(har
     assert (entry["status"], entry["reason"]) == ("unsupported", line)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+@pytest.mark.parametrize("part", ["check", "reference"])
+def test_a_task_whose_code_asks_for_cuda_is_unsupported_on_a_machine_without_it(harness, tmp_path, part):
+    """needscuda_py makes its inputs on the device it is given, and its check (or, in a copy, its
+    reference) calls `.cuda()`: on a machine without CUDA the task cannot run, said in one line,
+    and neither the task's error (exit 2) nor a wrong answer of the revision."""
+    problem = tmp_path / "needscuda_py"
+    shutil.copytree(PROBLEMS / "needscuda_py", problem)
+    if part == "reference":
+        reference = problem / "reference.py"
+        reference.write_text(
+            reference.read_text()
+            .replace("    out[...] = -x\n    return out", "    return (-x).cuda()")
+            .replace("expected = ref_kernel(data).cuda()", "expected = ref_kernel(data)")
+        )
+    ok(harness("task", "add", problem))
+    out = ok(harness("register", problem / "negate.py", "--task", "needscuda"))
+    submission = out.split()[2].rstrip(":")
+    result = harness("test", submission, "--device", "cpu")
+    assert result.returncode == 0 and "unsupported" in result.stdout, result.stdout + result.stderr
+    board = json.loads(ok(harness("leaderboard", "--task", "needscuda", "--format", "json")))
+    entry = next(entry for entry in board["entries"] if entry["lineage"] == "negate")
+    assert entry["status"] == "unsupported"
+    assert f"the task's {part} needs CUDA, which this machine lacks (" in entry["reason"]
+    assert entry["reason"].endswith("unsupported on cpu")
+
+
 def test_a_stored_task_whose_files_were_altered_is_refused_and_the_rest_works(harness, store_url):
     import sqlite3
 
