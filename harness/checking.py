@@ -39,7 +39,7 @@ import torch
 from harness.errors import HarnessError
 from harness.tasks import Shape, TaskSpec
 from harness.tasks.layout import DataLayout, copied, learn_layout, structure
-from harness.tasks.spec import TaskUnsupported, generate_inputs, load_reference
+from harness.tasks.spec import TaskUnsupported, generate_inputs, load_reference, tensors_in
 from harness.verdicts import Accuracy, Verdict, Verdicts
 from harness.wire import CheckReply, Mismatch, OutputComparison, TensorInfo
 
@@ -309,9 +309,70 @@ def forget_cases() -> None:
         _recent_cases.clear()
 
 
+def kept_cases_budget(device: str) -> int:
+    """The bytes of kept cases (inputs and references) beyond the newest: a quarter of the GPU's
+    memory on CUDA, a quarter of the host's on the CPU. A case in use stays alive in its user's
+    hands whatever is kept; the bound is on what is kept for later. With large shapes (GPU MODE's
+    amd mla-decode, 1.7 GiB of inputs and a 1.2 GiB cache in its answer) the count alone kept as
+    many cases as evaluations ran side by side, and on the 2-core CPU machine the parent grew to 17
+    GiB and was ended by the kernel's OOM killer (2026-12-07)."""
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 4
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+class _WorkGate:
+    """Bytes of the parent's own work on large shapes in flight at once, per device: a reference
+    run or a problem's own check asks for about three times its case's bytes (a copy of the
+    inputs, the reference's answer, the output it judges) and waits while the others' in flight
+    and its own would pass `kept_cases_budget` x 2 (half the device's memory); one larger than that
+    runs alone. Evaluations checked side by side in threads each made their shape's work at once:
+    on the 2-core CPU machine GPU MODE's amd mla-decode (1.7 GiB of inputs, a 1.2 GiB cache in its
+    answer) grew the parent to 16-17 GiB and the kernel's OOM killer ended it (2026-12-07)."""
+
+    def __init__(self) -> None:
+        self.condition = threading.Condition()
+        self.in_flight: dict[str, int] = {}
+
+    @contextmanager
+    def work(self, device: str, nbytes: int) -> Iterator[None]:
+        pool = 2 * kept_cases_budget(device)
+        if nbytes < pool // 64:  # small work is never held back
+            yield
+            return
+        with self.condition:
+            self.condition.wait_for(
+                lambda: self.in_flight.get(device, 0) == 0 or self.in_flight[device] + nbytes <= pool
+            )
+            self.in_flight[device] = self.in_flight.get(device, 0) + nbytes
+        try:
+            yield
+        finally:
+            with self.condition:
+                self.in_flight[device] -= nbytes
+                self.condition.notify_all()
+
+
+_WORK_GATE = _WorkGate()
+
+
+def _case_nbytes(slot: _CaseSlot) -> int:
+    case = slot.case
+    if case is None:
+        return 0
+    return sum(t.nbytes for t in tensors_in((case.data, case.expected)))
+
+
 def _evict_cases() -> None:
-    """Drop the oldest cases above the kept count (the caller holds `_recent_cases_lock`)."""
+    """Drop the oldest cases above the kept count, and while the kept ones but the newest hold more
+    than `kept_cases_budget` of their device (the caller holds `_recent_cases_lock`)."""
     while len(_recent_cases) > max([RECENT_CASES, *_kept_case_counts]):
+        _recent_cases.popitem(last=False)
+    while len(_recent_cases) > 1:
+        keys = list(_recent_cases)
+        older = sum(_case_nbytes(_recent_cases[key]) for key in keys[:-1])
+        if older <= kept_cases_budget(keys[0][-1]):
+            break
         _recent_cases.popitem(last=False)
 
 
@@ -378,6 +439,8 @@ def reference_case(
                 exact_answer_at=task.exact_answer_at,
                 clone_inputs=lambda data: not data_layout(task, device, data, shape).outputs,
             )
+            with _recent_cases_lock:  # its bytes are known now
+                _evict_cases()
         elif exact_now and slot.case.exact() is not None:
             slot.case.scale()
         return slot.case
@@ -430,8 +493,9 @@ def make_reference_case(
     with task_code_errors(shape, seed, device):
         data = generate_inputs(reference, shape.parameters, seed, device)
         clone = clone_inputs(data) if callable(clone_inputs) else clone_inputs
-        expected = reference.ref_kernel(copied(data) if clone else data)
-    _synchronize(device)
+        with _WORK_GATE.work(device, 3 * sum(t.nbytes for t in tensors_in(data))):
+            expected = reference.ref_kernel(copied(data) if clone else data)
+            _synchronize(device)
     release_cached_gpu_memory(device)
     flops = reference.flops(**shape.parameters) if hasattr(reference, "flops") else None
     case = ReferenceCase(
@@ -891,21 +955,28 @@ def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> Out
     """The `gpumode` verdict from the problem's check_implementation(data, output), called as GPU
     MODE's eval.py calls it: on a copy of the inputs. It returns (ok, message), a message (empty
     when ok) or a bool. Such a task has no exact answer: `accurate` repeats the verdict."""
-    received = _to_device(received, output_device(case.expected))
+    device = output_device(case.expected)
+    nbytes = 3 * sum(t.nbytes for t in tensors_in((case.data, case.expected)))
+    with _WORK_GATE.work(device, nbytes):
+        return _run_check_implementation(received, case, device)
+
+
+def _run_check_implementation(received: object, case: ReferenceCase, device: str) -> OutputCheck:
+    received = _to_device(received, device)
     data = copied(case.data)
     try:
         ok, message = _check_result(case.reference.check_implementation(data, received))
     except Exception as exc:  # a check that cannot judge this output fails it
         if out_of_memory(exc) is not None:  # the parent's memory: not this output's verdict
             raise
-        if output_device(case.expected) == "cpu" and not torch.cuda.is_available() and _needs_cuda(exc):
+        if device == "cpu" and not torch.cuda.is_available() and _needs_cuda(exc):
             raise TaskUnsupported(
                 f"the task's check needs CUDA, which this machine lacks ({_one_line(exc)}): unsupported on cpu"
             ) from exc
         ok, message = False, f"check_implementation raised {_one_line(exc)}"
     finally:
         del data
-        release_cached_gpu_memory(output_device(case.expected))
+        release_cached_gpu_memory(device)
     not_finite = sum(
         int((~torch.isfinite(t)).sum())
         for t in output_parts(received)

@@ -609,3 +609,62 @@ def test_cpu_tensors_in_data_made_on_cuda_reach_the_child_on_the_cpu():
     assert [t.device.type for t in rebuilt] == ["cuda", "cpu", "cpu"]
     assert torch.equal(rebuilt[0], data[0]) and torch.equal(rebuilt[1], data[1])
     assert bool(rebuilt[2].isnan().all())
+
+
+def _huge(nbytes: int) -> torch.Tensor:
+    """A tensor whose nbytes is `nbytes` but holds one element (an expanded view)."""
+    return torch.zeros(1, dtype=torch.uint8).expand(nbytes)
+
+
+def test_the_parents_large_works_run_one_at_a_time_and_small_ones_never_wait():
+    import threading
+    import time
+
+    gate = checking._WorkGate()
+    pool = 2 * checking.kept_cases_budget("cpu")
+    inside, leave, order = threading.Event(), threading.Event(), []
+
+    def first():
+        with gate.work("cpu", pool * 3 // 4):
+            order.append("first in")
+            inside.set()
+            leave.wait(10)
+            order.append("first out")
+
+    def second():
+        with gate.work("cpu", pool * 3 // 4):
+            order.append("second in")
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert inside.wait(10)
+    threads.append(threading.Thread(target=second))
+    threads[1].start()
+    with gate.work("cpu", 1024):  # small work goes by
+        order.append("small")
+    time.sleep(0.2)
+    assert "second in" not in order  # held back while the first's work is in flight
+    leave.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["first in", "small", "first out", "second in"]
+    with gate.work("cpu", pool * 2):  # larger than the pool: runs alone, never refused
+        assert gate.in_flight["cpu"] == pool * 2
+    assert gate.in_flight["cpu"] == 0
+
+
+def test_kept_cases_beyond_the_newest_stay_within_their_budget():
+    budget = checking.kept_cases_budget("cpu")
+    checking.forget_cases()
+    try:
+        with checking.keeping_reference_cases(8):  # the count alone would keep eight
+            for k in range(4):
+                slot = checking._CaseSlot()
+                slot.case = checking.ReferenceCase(data=(_huge(budget // 3),), expected=_huge(1))
+                with checking._recent_cases_lock:
+                    checking._recent_cases[("t", "r", k, 0, "cpu")] = slot
+                    checking._evict_cases()
+            kept = [key[2] for key in checking._recent_cases]
+        assert kept == [1, 2, 3]  # the newest and the two older ones that fit the budget
+    finally:
+        checking.forget_cases()
