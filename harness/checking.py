@@ -101,29 +101,43 @@ def _gpu_memory_scarce() -> bool:
     return free < SCARCE_GPU_BYTES
 
 
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc` and the exceptions it was raised from or during, 16 at most."""
+    seen = 0
+    while exc is not None and seen < 16:
+        yield exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+
+
 def out_of_memory(exc: BaseException | None) -> BaseException | None:
     """`exc`, or the exception it was raised from, that is an allocation that failed (CUDA out of
     memory, from the caching allocator or from CUDA itself, a MemoryError, torch's CPU allocator
     giving up, cuDNN's or cuBLAS's ALLOC_FAILED), or an internal error of cuDNN or cuBLAS while
     the GPU's memory is scarce (`INTERNAL_FAILURE`); None when there is none."""
-    seen = 0
-    while exc is not None and seen < 16:
-        if isinstance(exc, MemoryError | torch.OutOfMemoryError):
-            return exc
-        if isinstance(exc, RuntimeError) and any(words in str(exc) for words in ALLOCATION_FAILED):
-            return exc
+    for link in _chain(exc):
+        if isinstance(link, MemoryError | torch.OutOfMemoryError):
+            return link
+        if isinstance(link, RuntimeError) and any(words in str(link) for words in ALLOCATION_FAILED):
+            return link
         if (
-            isinstance(exc, RuntimeError)
-            and any(words in str(exc) for words in INTERNAL_FAILURE)
+            isinstance(link, RuntimeError)
+            and any(words in str(link) for words in INTERNAL_FAILURE)
             and _gpu_memory_scarce()
         ):
-            return exc
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+            return link
     return None
 
 
 _ASKED = re.compile(r"allocate (\d+) bytes|Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b")
 _UNITS = {"GiB": 1024**3, "MiB": 1024**2, "KiB": 1024, "B": 1}
+
+
+def memory_bytes(device: str) -> int:
+    """The memory of the device the parent works on in all: the current GPU's on CUDA (where torch
+    sees one), else the host's."""
+    if device == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def larger_than_memory(exc: BaseException, device: str) -> str | None:
@@ -135,10 +149,7 @@ def larger_than_memory(exc: BaseException, device: str) -> str | None:
     if found is None:
         return None
     asked = int(found[1]) if found[1] else int(float(found[2]) * _UNITS[found[3]])
-    if device == "cuda" and torch.cuda.is_available():
-        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    else:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    total = memory_bytes(device)
     if asked <= total:
         return None
     return (
@@ -316,9 +327,7 @@ def kept_cases_budget(device: str) -> int:
     amd mla-decode, 1.7 GiB of inputs and a 1.2 GiB cache in its answer) the count alone kept as
     many cases as evaluations ran side by side, and on the 2-core CPU machine the parent grew to 17
     GiB and was ended by the kernel's OOM killer (2026-12-07)."""
-    if device == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 4
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    return memory_bytes(device) // 4
 
 
 class _WorkGate:
@@ -356,11 +365,13 @@ class _WorkGate:
 _WORK_GATE = _WorkGate()
 
 
+def data_nbytes(value: object) -> int:
+    """The bytes of the tensors in data or an answer, those in its objects' attributes included."""
+    return sum(t.nbytes for t in tensors_in(value))
+
+
 def _case_nbytes(slot: _CaseSlot) -> int:
-    case = slot.case
-    if case is None:
-        return 0
-    return sum(t.nbytes for t in tensors_in((case.data, case.expected)))
+    return 0 if slot.case is None else data_nbytes((slot.case.data, slot.case.expected))
 
 
 def _evict_cases() -> None:
@@ -461,7 +472,7 @@ def task_code_errors(shape: Shape, seed: int, device: str) -> Iterator[None]:
             raise TaskUnsupported(
                 f"the task's reference fails on this GPU ({name}): {_one_line(exc)}: it needs another GPU"
             ) from exc
-        if device == "cpu" and not torch.cuda.is_available() and _needs_cuda(exc):
+        if _needs_cuda(exc, device):
             raise TaskUnsupported(
                 f"the task's reference needs CUDA, which this machine lacks ({_one_line(exc)}): "
                 "unsupported on cpu"
@@ -493,7 +504,7 @@ def make_reference_case(
     with task_code_errors(shape, seed, device):
         data = generate_inputs(reference, shape.parameters, seed, device)
         clone = clone_inputs(data) if callable(clone_inputs) else clone_inputs
-        with _WORK_GATE.work(device, 3 * sum(t.nbytes for t in tensors_in(data))):
+        with _WORK_GATE.work(device, 3 * data_nbytes(data)):
             expected = reference.ref_kernel(copied(data) if clone else data)
             _synchronize(device)
     release_cached_gpu_memory(device)
@@ -529,16 +540,13 @@ NO_CUDA = (
 )
 
 
-def _needs_cuda(exc: BaseException) -> bool:
-    """Whether an error of the task's code on the CPU is its asking for CUDA (a reference that
-    makes its data on the device it is given and then calls `.cuda()`, or a check that moves the
-    output there, as GPU MODE's amd mla-decode does): the task cannot run here."""
-    seen = 0
-    while exc is not None and seen < 16:
-        if any(words in str(exc) for words in NO_CUDA):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
+def _needs_cuda(exc: BaseException, device: str) -> bool:
+    """Whether an error of the task's code on the CPU of a machine without CUDA is its asking for
+    CUDA (a reference that makes its data on the device it is given and then calls `.cuda()`, or a
+    check that moves the output there, as GPU MODE's amd mla-decode does): the task cannot run here."""
+    if device != "cpu" or torch.cuda.is_available():
+        return False
+    return any(words in str(link) for link in _chain(exc) for words in NO_CUDA)
 
 
 def _gpu_refuses(exc: BaseException) -> bool:
@@ -956,8 +964,7 @@ def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> Out
     MODE's eval.py calls it: on a copy of the inputs. It returns (ok, message), a message (empty
     when ok) or a bool. Such a task has no exact answer: `accurate` repeats the verdict."""
     device = output_device(case.expected)
-    nbytes = 3 * sum(t.nbytes for t in tensors_in((case.data, case.expected)))
-    with _WORK_GATE.work(device, nbytes):
+    with _WORK_GATE.work(device, 3 * data_nbytes((case.data, case.expected))):
         return _run_check_implementation(received, case, device)
 
 
@@ -969,7 +976,7 @@ def _run_check_implementation(received: object, case: ReferenceCase, device: str
     except Exception as exc:  # a check that cannot judge this output fails it
         if out_of_memory(exc) is not None:  # the parent's memory: not this output's verdict
             raise
-        if device == "cpu" and not torch.cuda.is_available() and _needs_cuda(exc):
+        if _needs_cuda(exc, device):
             raise TaskUnsupported(
                 f"the task's check needs CUDA, which this machine lacks ({_one_line(exc)}): unsupported on cpu"
             ) from exc

@@ -42,11 +42,7 @@ CPU_BUDGET_BYTES = 512 * 1024**2
 
 
 def _cuda_budget() -> int:
-    import torch
-
-    return min(
-        CUDA_BUDGET_BYTES, torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 4
-    )
+    return min(CUDA_BUDGET_BYTES, checking.memory_bytes("cuda") // 4)
 
 
 def case_bytes(case: checking.ReferenceCase) -> int:
