@@ -326,8 +326,11 @@ def kept_cases_budget(device: str) -> int:
     hands whatever is kept; the bound is on what is kept for later. With large shapes (GPU MODE's
     amd mla-decode, 1.7 GiB of inputs and a 1.2 GiB cache in its answer) the count alone kept as
     many cases as evaluations ran side by side, and on the 2-core CPU machine the parent grew to 17
-    GiB and was ended by the kernel's OOM killer (2026-12-07)."""
-    return memory_bytes(device) // 4
+    GiB and was ended by the kernel's OOM killer (2026-12-07). On CUDA an eighth: the children
+    checked beside the parent need the GPU's memory more than the parent needs its cases (on an
+    H100 the parent's cases held 57-65 GiB and GPU MODE's bioml trimul ran out of memory in every
+    child, where eval.py passes)."""
+    return memory_bytes(device) // (8 if device == "cuda" else 4)
 
 
 class _WorkGate:
@@ -371,7 +374,13 @@ def data_nbytes(value: object) -> int:
 
 
 def _case_nbytes(slot: _CaseSlot) -> int:
-    return 0 if slot.case is None else data_nbytes((slot.case.data, slot.case.expected))
+    """A kept case's bytes: its inputs, the reference's answer, and the exact answer and scale
+    once made (float64: twice the answer's bytes; uncounted, GPU MODE's bioml trimul held the
+    parent at 57-65 GiB of an H100's 80 with the kept cases' budget at 20, 2026-12-07)."""
+    if slot.case is None:
+        return 0
+    case = slot.case
+    return data_nbytes((case.data, case.expected, case.expected64, case._scale))
 
 
 def _evict_cases() -> None:
@@ -568,14 +577,20 @@ def _exact_answer(function, data: tuple, flops: float | None) -> tuple[torch.Ten
         return None, f"exact answer skipped: a float64 reference of {flops:.3g} FLOPs is too slow on the CPU"
     small = sum(t.numel() for t in tensors) <= SMALL_FOR_CPU_FLOAT64 and not expensive
     device64 = "cpu" if small else device
-    data64 = tuple(
-        t.to(device=device64, dtype=torch.float64)
-        if isinstance(t, torch.Tensor) and t.is_floating_point()
-        else t
-        for t in items
-    )
-    expected64 = function(data64[0] if whole else data64)
-    _synchronize(device64)
+    # float64: twice the inputs' bytes, and the reference's intermediates with them
+    with _WORK_GATE.work(device64, 6 * data_nbytes(tensors)):
+        data64 = tuple(
+            t.to(device=device64, dtype=torch.float64)
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+            else t
+            for t in items
+        )
+        try:
+            expected64 = function(data64[0] if whole else data64)
+            _synchronize(device64)
+        finally:
+            del data64
+            release_cached_gpu_memory(device64)
     return expected64, None
 
 

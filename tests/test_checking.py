@@ -668,3 +668,24 @@ def test_kept_cases_beyond_the_newest_stay_within_their_budget():
         assert kept == [1, 2, 3]  # the newest and the two older ones that fit the budget
     finally:
         checking.forget_cases()
+
+
+def test_a_kept_cases_exact_answer_counts_against_the_budget():
+    # the float64 exact answer is twice the reference's bytes: uncounted, the kept cases held three
+    # times their budget (bioml trimul on an H100: the parent at 57-65 GiB, every child out of memory)
+    budget = checking.kept_cases_budget("cpu")
+    checking.forget_cases()
+    try:
+        with checking.keeping_reference_cases(8):
+            for k in range(4):
+                slot = checking._CaseSlot()
+                slot.case = checking.ReferenceCase(
+                    data=(_huge(1),), expected=_huge(1), expected64=_huge(budget // 3)
+                )
+                with checking._recent_cases_lock:
+                    checking._recent_cases[("t", "r", k, 0, "cpu")] = slot
+                    checking._evict_cases()
+            kept = [key[2] for key in checking._recent_cases]
+        assert kept == [1, 2, 3]
+    finally:
+        checking.forget_cases()

@@ -1193,8 +1193,10 @@ def retry_out_of_memory(
         # retried after the hog's retry ran out of memory again, alone but for it)
         for evaluator in evaluators:
             evaluator.pool.close_waiting()
+        checking.forget_cases()  # the parent's kept cases and cached blocks too
+        gc.collect()
         if torch.cuda.is_initialized():
-            torch.cuda.empty_cache()  # the parent's own cached blocks too
+            torch.cuda.empty_cache()
         originals = {}
         fresh = []
         for i in indices:
