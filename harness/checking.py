@@ -180,6 +180,7 @@ class ReferenceCase:
     _scale: torch.Tensor | None = field(default=None, repr=False)
     _scale_done: bool = field(default=False, repr=False)
 
+    @torch.no_grad()
     def exact(self) -> torch.Tensor | None:
         """The exact answer: the task's reference in float64 on the same fp32 inputs (rounded once,
         at the end), computed once per case; None when skipped (`note` says why)."""
@@ -208,6 +209,7 @@ class ReferenceCase:
         self._exact_done = True
         return self.expected64
 
+    @torch.no_grad()
     def exact_at(self, positions: torch.Tensor) -> torch.Tensor | None:
         """The exact answer at the output elements `positions` (an [n, ndim] index tensor) as n
         float64 values: from the whole exact answer when it is made, else from the task's
@@ -231,6 +233,7 @@ class ReferenceCase:
             return None
         return values
 
+    @torch.no_grad()
     def scale(self) -> torch.Tensor | None:
         """The natural scale of each output element, from the reference module's optional
         `output_scale(data)` (for conv2d: sqrt(sum (x*w)^2)); None without one."""
@@ -491,6 +494,7 @@ def task_code_errors(shape: Shape, seed: int, device: str) -> Iterator[None]:
         ) from exc
 
 
+@torch.no_grad()
 def make_reference_case(
     reference: ModuleType,
     shape: Shape,
@@ -509,7 +513,10 @@ def make_reference_case(
     one), not by a measured time, so that the same shape always gets the same measures.
     With `clone_inputs` (data without an output buffer; a function of the data: whether it has
     none) the reference runs on a copy, so that no answer it writes into the data reaches the
-    child. Errors: `task_code_errors`."""
+    child. Errors: `task_code_errors`. Nothing here records autograd's graph (`torch.no_grad`, as
+    GPU MODE's eval.py runs amd mla-decode): a reference built of nn.Linear layers otherwise keeps
+    every intermediate alive in its answer for as long as the case is kept (on an H100 the parent
+    held 51-73 GiB for mla-decode, and every child beside it ran out of memory, 2026-12-07)."""
     with task_code_errors(shape, seed, device):
         data = generate_inputs(reference, shape.parameters, seed, device)
         clone = clone_inputs(data) if callable(clone_inputs) else clone_inputs
@@ -983,6 +990,7 @@ def run_check_implementation(received: torch.Tensor, case: ReferenceCase) -> Out
         return _run_check_implementation(received, case, device)
 
 
+@torch.no_grad()
 def _run_check_implementation(received: object, case: ReferenceCase, device: str) -> OutputCheck:
     received = _to_device(received, device)
     data = copied(case.data)

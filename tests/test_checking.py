@@ -689,3 +689,36 @@ def test_a_kept_cases_exact_answer_counts_against_the_budget():
         assert kept == [1, 2, 3]
     finally:
         checking.forget_cases()
+
+
+def test_the_parents_reference_and_checks_record_no_autograd_graph():
+    # a reference of nn.Linear layers (GPU MODE's amd mla-decode, bioml trimul): with autograd on,
+    # its answer keeps every intermediate alive for as long as the case is kept (on an H100 the
+    # parent held 51-73 GiB for mla-decode and every child beside it ran out of memory)
+    import types
+
+    seen = []
+
+    def generate_input(n: int, seed: int):
+        return (torch.randn(n, 8, generator=torch.Generator().manual_seed(seed)),)
+
+    def ref_kernel(data):
+        layer = torch.nn.Linear(8, 8, dtype=data[0].dtype)  # its weight requires grad
+        seen.append(torch.is_grad_enabled())
+        return layer(data[0])
+
+    def check_implementation(data, output):
+        seen.append(torch.is_grad_enabled())
+        return "" if output.shape == (data[0].shape[0], 8) else "wrong shape"
+
+    reference = types.SimpleNamespace(
+        __name__="linear_reference",
+        generate_input=generate_input,
+        ref_kernel=ref_kernel,
+        check_implementation=check_implementation,
+    )
+    case = checking.make_reference_case(reference, Shape(n=4, seed=3), 3, "cpu")
+    assert case.expected.grad_fn is None and not case.expected.requires_grad
+    assert case.exact() is not None and case.exact().grad_fn is None
+    assert checking.run_check_implementation(case.expected.clone(), case).passed
+    assert seen and not any(seen)

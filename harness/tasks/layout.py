@@ -96,7 +96,8 @@ def learn_layout(reference: ModuleType, parameters: dict[str, Any], seed: int, d
 
     def run_reference() -> object:
         copies.append(copied(data))  # a fresh copy for each try
-        return reference.ref_kernel(copies[-1])
+        with torch.no_grad():  # as every run of the reference in the parent (harness.checking)
+            return reference.ref_kernel(copies[-1])
 
     result, reference_run = _watched(run_reference)
     copy = copies[-1]
