@@ -348,11 +348,12 @@ class _WorkGate:
     def __init__(self) -> None:
         self.condition = threading.Condition()
         self.in_flight: dict[str, int] = {}
+        self._inside = threading.local()  # a thread's work within its own: never waits for itself
 
     @contextmanager
     def work(self, device: str, nbytes: int) -> Iterator[None]:
         pool = 2 * kept_cases_budget(device)
-        if nbytes < pool // 64:  # small work is never held back
+        if nbytes < pool // 64 or getattr(self._inside, "depth", 0):  # small work is never held back
             yield
             return
         with self.condition:
@@ -360,9 +361,11 @@ class _WorkGate:
                 lambda: self.in_flight.get(device, 0) == 0 or self.in_flight[device] + nbytes <= pool
             )
             self.in_flight[device] = self.in_flight.get(device, 0) + nbytes
+        self._inside.depth = 1
         try:
             yield
         finally:
+            self._inside.depth = 0
             with self.condition:
                 self.in_flight[device] -= nbytes
                 self.condition.notify_all()

@@ -722,3 +722,22 @@ def test_the_parents_reference_and_checks_record_no_autograd_graph():
     assert case.exact() is not None and case.exact().grad_fn is None
     assert checking.run_check_implementation(case.expected.clone(), case).passed
     assert seen and not any(seen)
+
+
+def test_work_within_a_threads_own_large_work_never_waits_for_it():
+    # the float64 exact answer asks the gate from wherever it is computed: inside a reference run
+    # or a check that holds the gate already it would otherwise wait for itself
+    import threading
+
+    gate = checking._WorkGate()
+    pool = 2 * checking.kept_cases_budget("cpu")
+    seen = []
+
+    def nested():
+        with gate.work("cpu", pool * 3 // 4), gate.work("cpu", pool * 3 // 4):
+            seen.append(gate.in_flight["cpu"])
+
+    thread = threading.Thread(target=nested, daemon=True)  # waiting for itself, it never ends
+    thread.start()
+    thread.join(20)
+    assert seen == [pool * 3 // 4] and gate.in_flight["cpu"] == 0
