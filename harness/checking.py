@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import resource
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -150,11 +151,16 @@ def larger_than_memory(exc: BaseException, device: str) -> str | None:
         return None
     asked = int(found[1]) if found[1] else int(float(found[2]) * _UNITS[found[3]])
     total = memory_bytes(device)
+    where = f"of this machine's {'GPU' if device == 'cuda' else 'memory'}"
+    bound, _hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if device != "cuda" and bound != resource.RLIM_INFINITY and bound < total:
+        # the harness's own bound on the CPU (harness.sandbox.limits.bound_parent_memory)
+        total, where = bound, "the harness's own process may hold (parent_memory_bytes)"
     if asked <= total:
         return None
     return (
         f"the parent's inputs or reference asked for {asked / 1024**3:.4g} GiB at once, more than the "
-        f"{total / 1024**3:.4g} GiB of this machine's {'GPU' if device == 'cuda' else 'memory'}"
+        f"{total / 1024**3:.4g} GiB {where}"
     )
 
 

@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     # processes, bytes in each writable place (private tmpfs, working and exchange directories),
     # and bytes its code may leave in the per-code caches.
     memory_bytes: int = 16 * 1024**3
+    # The harness's own process on the CPU device: its private memory (RLIMIT_DATA), so that a
+    # task's reference or check too large for the machine fails an allocation, recorded as the
+    # shape's result, where the kernel's OOM killer would end the run; 0: three quarters of the
+    # host's memory (harness.sandbox.limits.bound_parent_memory).
+    parent_memory_bytes: int = 0
     max_processes: int = 256
     # processes and threads of a child, where a pids cgroup enforces it (harness.sandbox.cgroups)
     max_tasks: int = 4096

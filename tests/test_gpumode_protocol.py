@@ -259,6 +259,31 @@ def test_a_shape_larger_than_the_machine_is_unsupported_not_a_crash_of_the_run(h
         assert entry["verdicts"]["gpumode"]["status"] == "pass"  # smoke[0]
 
 
+@pytest.mark.skipif(
+    os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") < 10 * 1024**3, reason="a machine under 10 GiB"
+)
+def test_a_reference_larger_than_the_harness_may_hold_is_a_result_not_the_oom_killers(harness):
+    """bigreference_py's reference takes an 8 GiB intermediate on its second smoke shape (never
+    touched, so nothing is really used); with the harness's own process bounded to 6 GiB the
+    allocation fails there, and the shape is `unsupported` with one line, the first shape's result
+    kept. Unbounded, such a reference (GPU MODE's amd mla-decode made to run on the CPU) grew the
+    tournament's process to 22.8 GB of 24 and the kernel's OOM killer ended the run."""
+    env = {"HARNESS_PARENT_MEMORY_BYTES": str(6 * 1024**3)}
+    ok(harness("task", "add", PROBLEMS / "bigreference_py", env=env))
+    register(harness, PROBLEMS / "bigreference_py" / "negate.py", "bigreference", "negate")
+    result = harness(
+        "tournament", "--task", "bigreference", "--device", "cpu", "--mode", "test", env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    entries = board(harness, "bigreference")
+    assert set(entries) == {"negate", "bigreference_reference"}
+    for entry in entries.values():
+        assert entry["status"] == "unsupported", entry["reason"]
+        assert entry["reason"].startswith("smoke[1] (size=64 scratch=8589934592): too large to run here: ")
+        assert "the harness's own process may hold (parent_memory_bytes)" in entry["reason"]
+        assert entry["verdicts"]["gpumode"]["status"] == "pass"  # smoke[0]
+
+
 def test_the_timed_calls_cases_kept_for_a_group_give_way_when_the_parents_memory_runs_out(harness):
     """tightmemory_py's generate_input fails as an allocator does when more than six of its
     inputs are alive in the parent: the cases a group keeps for its timed calls fill that. The

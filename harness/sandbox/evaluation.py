@@ -46,7 +46,7 @@ from harness.sandbox.devices import (
     gpu_check_parallelism,
 )
 from harness.sandbox.isolation import IsolationLevel
-from harness.sandbox.limits import SandboxLimits
+from harness.sandbox.limits import SandboxLimits, bound_parent_memory
 from harness.sandbox.pool import CHILD_POOL, ChildPool, child_key
 from harness.sandbox.protocol import CallDone, ImportFailed, IsolationReport, Ready
 from harness.sandbox.supervisor import SHUTDOWN_GRACE_S, ChildFailure, ChildProcess
@@ -369,6 +369,7 @@ class Evaluator:
         shape_set = shape_set or default_shape_set(device, timed)
         self.shapes = task.shapes(shape_set)
         self.task, self.device, self.mode = task, device, mode
+        bound_parent_memory(device)  # on the CPU: a reference too large fails an allocation, not the run
         self.timed, self.secret_seed = timed, secret_seed
         # blocks of timed calls of each shape in this one child (`time_again`), each under its
         # share of the rule (harness.timing, method 5.)

@@ -103,6 +103,8 @@ def resource_limits(limits: SandboxLimits, device: str, place: Callable[[], None
         if place is not None:
             place()
         _first_for_the_oom_killer()
+        _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)  # the parent's own bound is not the child's
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_time_s, limits.cpu_time_s + 5))
@@ -127,3 +129,34 @@ def _first_for_the_oom_killer() -> None:
             adj.write("1000")
     except OSError:
         pass
+
+
+def parent_memory_limit() -> int | None:
+    """The bytes of private memory the harness's own process may hold (`bound_parent_memory`), or
+    None when it is not bounded."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_DATA)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def bound_parent_memory(device: str) -> None:
+    """On the CPU device, bound the harness's own process's private memory (RLIMIT_DATA: its heap
+    and private mappings, what torch's CPU allocator takes) to `parent_memory_bytes` (0: three
+    quarters of the host's memory): a task's reference or check too large for the machine then
+    fails an allocation, which is recorded as the shape's result (harness.checking.out_of_memory,
+    `larger_than_memory`), where the kernel's OOM killer would end the run. GPU MODE's amd
+    mla-decode made to run on the 2-core CPU machine: its reference's intermediates grew the
+    tournament's process to 22.8 GB of 24 and the OOM killer ended it (2026-12-07). Children reset
+    it between fork and exec (`resource_limits`). Not on CUDA: the parent's large work is in the
+    GPU's memory there, and CUDA's own host mappings are not this limit's business. Idempotent;
+    never raises a limit already lower."""
+    if device != "cpu":
+        return
+    limit = (
+        get_settings().parent_memory_bytes
+        or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+    )
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    if soft == resource.RLIM_INFINITY or soft > limit:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
