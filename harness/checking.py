@@ -24,6 +24,7 @@ only when it would take too long on a CPU).
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import re
@@ -327,6 +328,16 @@ def forget_cases() -> None:
     """Drop every kept case (the parent ran out of memory: what no check holds any more is freed)."""
     with _recent_cases_lock:
         _recent_cases.clear()
+
+
+def free_parent_memory() -> None:
+    """Give back what the parent keeps for later: every kept case, then what nothing refers to any
+    more, then the CUDA caching allocator's free blocks (the parent's own work ran out of memory,
+    or children did beside it)."""
+    forget_cases()
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def kept_cases_budget(device: str) -> int:

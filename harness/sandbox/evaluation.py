@@ -17,7 +17,6 @@ per-shape statistics come from harness.timing and the score from harness.scoring
 from __future__ import annotations
 
 import functools
-import gc
 import hashlib
 import math
 import queue
@@ -761,13 +760,10 @@ class Evaluator:
         check, when `retry`: the child waits between requests); else the shape is `crashed` with
         the reason, and a child stopped in a timing (mid-protocol) is killed."""
         self._timed_case = None
-        checking.forget_cases()
         if self.timed_cases is not None:  # the group's kept cases too, and none kept from now on
             self.timed_cases.forget()
             self.timed_cases.budget_bytes = 0
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        checking.free_parent_memory()
         timing = self.activity == "timing"
         too_large = checking.larger_than_memory(exc, self.device)
         if too_large is not None:  # no neighbour's doing: the shape cannot run on this machine
@@ -1194,10 +1190,7 @@ def retry_out_of_memory(
         # retried after the hog's retry ran out of memory again, alone but for it)
         for evaluator in evaluators:
             evaluator.pool.close_waiting()
-        checking.forget_cases()  # the parent's kept cases and cached blocks too
-        gc.collect()
-        if torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
+        checking.free_parent_memory()  # the parent's kept cases and cached blocks too
         originals = {}
         fresh = []
         for i in indices:

@@ -131,13 +131,6 @@ def _first_for_the_oom_killer() -> None:
         pass
 
 
-def parent_memory_limit() -> int | None:
-    """The bytes of private memory the harness's own process may hold (`bound_parent_memory`), or
-    None when it is not bounded."""
-    soft, _hard = resource.getrlimit(resource.RLIMIT_DATA)
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
 def bound_parent_memory(device: str) -> None:
     """On the CPU device, bound the harness's own process's private memory (RLIMIT_DATA: its heap
     and private mappings, what torch's CPU allocator takes) to `parent_memory_bytes` (0: three
