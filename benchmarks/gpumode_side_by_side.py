@@ -120,7 +120,11 @@ def popcorn(text: str) -> dict:
 
 
 def eval_side(
-    problem: Path, spec: dict, timeout: float, modes: tuple[str, ...] = ("test", "benchmark")
+    problem: Path,
+    spec: dict,
+    timeout: float,
+    modes: tuple[str, ...] = ("test", "benchmark"),
+    submission: Path | None = None,
 ) -> dict:
     files = spec.get("files") or []
     main = (spec.get("config") or {}).get("main", "eval.py")
@@ -129,7 +133,7 @@ def eval_side(
         work = Path(tmp)
         for item in files:
             src = item["source"]
-            src_path = problem / "submission.py" if src == "@SUBMISSION@" else problem / src
+            src_path = (submission or problem / "submission.py") if src == "@SUBMISSION@" else problem / src
             if not src_path.exists():
                 result["setup"] = f"missing {src_path}"
                 return result
@@ -185,6 +189,14 @@ def main() -> int:
     parser.add_argument("--no-harness", action="store_true")
     parser.add_argument("--eval-test-only", action="store_true", help="eval.py's test mode only (verdicts)")
     parser.add_argument(
+        "--submission",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="files eval.py judges in place of each problem's submission.py, one row each (eval.py only: "
+        "the seed revisions against `harness tournament --only` them, issue 31)",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=1,
@@ -197,7 +209,7 @@ def main() -> int:
     lock = threading.Lock()
     modes = ("test",) if args.eval_test_only else ("test", "benchmark")
 
-    def one(directory: str) -> dict | None:
+    def one(directory: str, submission: Path | None = None) -> dict | None:
         left = args.deadline - (time.monotonic() - begin)
         if left < 20:
             print(f"deadline: {directory} not run", flush=True)
@@ -210,12 +222,19 @@ def main() -> int:
             "name": name,
             "ranking_by": spec.get("ranking_by", "last (KernelBot's default)"),
         }
-        if not args.no_harness:
+        if submission is not None:
+            row["submission"] = submission.name
+            begun = time.monotonic()
+            row["eval"] = eval_side(
+                problem, spec, min(args.eval_timeout, left / len(modes)), modes, submission
+            )
+            row["eval"]["seconds"] = round(time.monotonic() - begun, 1)
+        elif not args.no_harness:
             row["harness"] = harness_side(
                 problem, name, args.budget, min(args.harness_timeout, left), args.device
             )
         left = args.deadline - (time.monotonic() - begin)
-        if not args.no_eval and spec and left > 20:
+        if submission is None and not args.no_eval and spec and left > 20:
             row["eval"] = eval_side(problem, spec, min(args.eval_timeout, left / len(modes)), modes)
         with lock:
             with open(out / "side_by_side.jsonl", "a") as f:
@@ -225,8 +244,11 @@ def main() -> int:
 
     # a set's own eval.py and utils.py, matched by `problems/amd/*`, are no problems
     problems = [directory for directory in args.problems if Path(directory).is_dir()]
+    jobs = [(problem, file) for problem in problems for file in args.submission] or [
+        (p, None) for p in problems
+    ]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        rows = [row for row in pool.map(one, problems) if row is not None]
+        rows = [row for row in pool.map(lambda job: one(*job), jobs) if row is not None]
     table = [
         "| problem | harness: submission.py | harness: reference | eval.py test | eval.py benchmark |",
         "|---|---|---|---|---|",
@@ -271,6 +293,8 @@ def main() -> int:
                 if value
                 else f"{bench.get('check')}: {bench.get('first_error', bench.get('output', ''))[:90]}"
             )
+        if row.get("submission"):
+            harness_sub = f"{row['submission']} (eval.py only, {ev.get('seconds')} s)"
         table.append(f"| {row['problem']} | {harness_sub} | {show(ref)} | {test_s} | {bench_s} |")
     (out / "side_by_side.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))
