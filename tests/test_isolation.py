@@ -265,6 +265,32 @@ def test_a_store_in_a_folder_above_what_the_child_imports_is_hidden(run_cli, pro
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.skipif(not LEVEL.full, reason=f"no mount namespace at isolation level {LEVEL.name}")
+def test_a_cache_inside_the_store_folder_under_a_folder_shown_again_leaves_nothing_writable(
+    run_cli, tmp_path
+):
+    """A folder on sys.path under the temporary root (shown again, read-only), the store's folder
+    inside it (hidden again) and the cache folder inside that: hiding the cache a second time
+    failed (it was already out of sight), and that failure skipped the read-only remount, so the
+    candidate could write to the harness's own package and its virtualenv (2026-12-07)."""
+    site = tmp_path / "site"
+    (site / "db").mkdir(parents=True)
+    url = f"sqlite:///{site / 'db' / 'store.sqlite'}"
+    pythonpath = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
+    env = {"HARNESS_DB": url, "PYTHONPATH": pythonpath, "HARNESS_CACHE_DIR": str(site / "db" / "cache")}
+    ids = []
+    for path, lineage in ((ADVERSARIAL / "writes_outside.py", "writer"), (REFERENCE, "ref")):
+        done = run_cli("register", path, "--lineage", lineage, env=env)
+        assert done.returncode == 0, done.stderr
+        ids.append(int(done.stdout.split("submission ", 1)[1].split(":", 1)[0]))
+    done = run_cli("test", *ids, "--device", "cpu", env=env, timeout=900)
+    statuses = _statuses(url)
+    assert statuses[ids[0]][0] == "pass", statuses[ids[0]][1]  # every write it tried failed
+    assert statuses[ids[1]][0] == "pass", done.stdout
+    assert "read-only file systems" in done.stdout and "could not" not in done.stdout, done.stdout
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_store_in_a_folder_the_child_must_see_is_refused_with_one_line(run_cli, project_folder):
     if not LEVEL.full:
         pytest.skip(f"no mount namespace at isolation level {LEVEL.name}: nothing is hidden")

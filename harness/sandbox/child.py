@@ -283,14 +283,21 @@ def isolate_filesystem(
         finally:
             os.close(handle)
     # A hidden directory inside a directory just shown again (the checkout's db/ when the temporary
-    # root above the checkout is hidden: a clone under /tmp) is hidden again on top of it.
-    for path in existing:
+    # root above the checkout is hidden: a clone under /tmp) is hidden again on top of it, outer
+    # ones first: one inside a directory hidden again here is out of sight already (a cache folder
+    # inside the store's folder, both below a folder on sys.path under /tmp: mounting on it failed,
+    # and that failure skipped the read-only remount below, 2026-12-07).
+    hidden_again: list[Path] = []
+    for path in sorted(existing, key=lambda path: len(path.parts)):
         if path in hidden_roots or not any(root in path.parents for root in shown_again):
+            continue
+        if _under(path, hidden_again):
             continue
         try:
             _mount(b"tmpfs", str(path), b"tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
             report.hidden.append(str(path))
             hidden_roots.append(path)
+            hidden_again.append(path)
         except OSError as exc:
             report.problems.append(f"could not hide {path}: {exc.strerror}")
     for path, handle in handles.items():
@@ -314,10 +321,10 @@ def isolate_filesystem(
                     (path / name).write_bytes(data)
         except OSError as exc:
             report.problems.append(f"could not make {path} private: {exc.strerror}")
-    if report.problems:
-        report.problems += dev_problems
-        return report
+    # Whatever failed above, everything else is made read-only: a problem is reported, never a
+    # reason to leave the host's file systems writable to the candidate.
     skip = {str(path) for path in keep + hidden_roots + list(contents)}
+    remount_problems = []
     for point, options in _mount_points():
         if point in skip or _under(Path(point), [Path("/proc"), *hidden_roots, *fresh]):
             continue  # ours, /proc (the pid namespace's own), or out of sight under a hiding mount
@@ -325,9 +332,9 @@ def isolate_filesystem(
         try:
             _mount(None, point, None, flags)
         except OSError as exc:
-            report.problems.append(f"could not remount {point} read-only: {exc.strerror}")
-    report.read_only = not report.problems
-    report.problems += dev_problems
+            remount_problems.append(f"could not remount {point} read-only: {exc.strerror}")
+    report.read_only = not remount_problems
+    report.problems += remount_problems + dev_problems
     return report
 
 
