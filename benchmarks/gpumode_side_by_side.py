@@ -176,6 +176,21 @@ def eval_side(
     return result
 
 
+def revision_files(ids: list[int], folder: Path) -> list[Path]:
+    """Each stored revision's exact bytes as FOLDER/<id>.py."""
+    from harness.store.revisions import get_revision, revision_code
+    from harness.store.session import open_store
+
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    with open_store(read_only=True) as store, store.session() as session:
+        for revision_id in ids:
+            path = folder / f"{revision_id}.py"
+            path.write_bytes(revision_code(get_revision(session, revision_id)))
+            files.append(path)
+    return files
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("problems", nargs="+")
@@ -202,8 +217,18 @@ def main() -> int:
         default=1,
         help="problems run at once (their timings then share the GPU: verdicts side by side, times rough)",
     )
+    parser.add_argument(
+        "--revision",
+        nargs="*",
+        type=int,
+        default=[],
+        help="stored revisions (HARNESS_DB) eval.py judges as --submission files, their exact bytes: "
+        "`harness seed`, then --revision 2 99237 99238 512024 512025 779808 for the six seed revisions",
+    )
     args = parser.parse_args()
     out = Path(args.out)
+    if args.revision:
+        args.submission += revision_files(args.revision, out / "revisions")
     out.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
     lock = threading.Lock()
