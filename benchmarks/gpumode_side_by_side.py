@@ -249,11 +249,9 @@ def main() -> int:
         }
         if submission is not None:
             row["submission"] = submission.name
-            begun = time.monotonic()
             row["eval"] = eval_side(
                 problem, spec, min(args.eval_timeout, left / len(modes)), modes, submission
             )
-            row["eval"]["seconds"] = round(time.monotonic() - begun, 1)
         elif not args.no_harness:
             row["harness"] = harness_side(
                 problem, name, args.budget, min(args.harness_timeout, left), args.device
@@ -319,7 +317,8 @@ def main() -> int:
                 else f"{bench.get('check')}: {bench.get('first_error', bench.get('output', ''))[:90]}"
             )
         if row.get("submission"):
-            harness_sub = f"{row['submission']} (eval.py only, {ev.get('seconds')} s)"
+            seconds = sum(ev[mode]["seconds"] for mode in ("test", "benchmark") if mode in ev)
+            harness_sub = f"{row['submission']} (eval.py only, {seconds:.1f} s)"
         table.append(f"| {row['problem']} | {harness_sub} | {show(ref)} | {test_s} | {bench_s} |")
     (out / "side_by_side.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))

@@ -41,12 +41,14 @@ def _cgroup_mechanisms() -> dict[str, int]:
 CGROUPS = _cgroup_mechanisms()
 
 
-def _register(run_cli, path: Path, lineage: str, tmp_path: Path | None = None, suffix: str = "") -> int:
+def _register(
+    run_cli, path: Path, lineage: str, tmp_path: Path | None = None, suffix: str = "", env: dict | None = None
+) -> int:
     if suffix:  # the same code with another comment: another revision, another child
         copy = tmp_path / f"{lineage}.py"
         copy.write_bytes(path.read_bytes() + f"\n# {suffix}\n".encode())
         path = copy
-    done = run_cli("register", path, "--lineage", lineage)
+    done = run_cli("register", path, "--lineage", lineage, env=env)
     assert done.returncode == 0, done.stderr
     return int(done.stdout.split("submission ", 1)[1].split(":", 1)[0])
 
@@ -252,11 +254,10 @@ def test_a_store_in_a_folder_above_what_the_child_imports_is_hidden(run_cli, pro
     url = f"sqlite:///{project_folder / 'store.sqlite'}"
     pythonpath = os.pathsep.join([str(project_folder / "site"), os.environ.get("PYTHONPATH", "")])
     env = {"HARNESS_DB": url, "PYTHONPATH": pythonpath}
-    ids = []
-    for path, lineage in ((ADVERSARIAL / "reads_store_beside_checkout.py", "reader"), (REFERENCE, "ref")):
-        done = run_cli("register", path, "--lineage", lineage, env=env)
-        assert done.returncode == 0, done.stderr
-        ids.append(int(done.stdout.split("submission ", 1)[1].split(":", 1)[0]))
+    ids = [
+        _register(run_cli, ADVERSARIAL / "reads_store_beside_checkout.py", "reader", env=env),
+        _register(run_cli, REFERENCE, "ref", env=env),
+    ]
     (project_folder / "notes.sqlite-wal").write_bytes(b"another store's log")
     done = run_cli("test", *ids, "--device", "cpu", env=env, timeout=900)
     statuses = _statuses(url)
@@ -278,11 +279,10 @@ def test_a_cache_inside_the_store_folder_under_a_folder_shown_again_leaves_nothi
     url = f"sqlite:///{site / 'db' / 'store.sqlite'}"
     pythonpath = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
     env = {"HARNESS_DB": url, "PYTHONPATH": pythonpath, "HARNESS_CACHE_DIR": str(site / "db" / "cache")}
-    ids = []
-    for path, lineage in ((ADVERSARIAL / "writes_outside.py", "writer"), (REFERENCE, "ref")):
-        done = run_cli("register", path, "--lineage", lineage, env=env)
-        assert done.returncode == 0, done.stderr
-        ids.append(int(done.stdout.split("submission ", 1)[1].split(":", 1)[0]))
+    ids = [
+        _register(run_cli, ADVERSARIAL / "writes_outside.py", "writer", env=env),
+        _register(run_cli, REFERENCE, "ref", env=env),
+    ]
     done = run_cli("test", *ids, "--device", "cpu", env=env, timeout=900)
     statuses = _statuses(url)
     assert statuses[ids[0]][0] == "pass", statuses[ids[0]][1]  # every write it tried failed

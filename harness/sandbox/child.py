@@ -289,9 +289,7 @@ def isolate_filesystem(
     # and that failure skipped the read-only remount below, 2026-12-07).
     hidden_again: list[Path] = []
     for path in sorted(existing, key=lambda path: len(path.parts)):
-        if path in hidden_roots or not any(root in path.parents for root in shown_again):
-            continue
-        if _under(path, hidden_again):
+        if path in hidden_roots or _under(path, hidden_again) or not _under(path.parent, shown_again):
             continue
         try:
             _mount(b"tmpfs", str(path), b"tmpfs", MS_NOSUID | MS_NODEV, tmpfs_options)
